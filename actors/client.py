@@ -1,0 +1,106 @@
+"""The in-cluster client: an agent inside the Ray cluster talks to the layer
+actors directly, with the same method names and results as the HTTP clients.
+
+It is bound to one tenant at construction and has no way to name another.
+Queries are embedded in this process (the packaged model, ~10 ms each) so a
+call costs no HTTP hop and no Serve hop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import datetime
+from typing import Any, Coroutine, Sequence, TypeVar
+
+import numpy as np
+
+from actors.orchestration import Orchestration
+from strata.config import StrataSettings
+from strata.embedding import make_embedder
+from strata.ids import validate_id
+from strata.schema import (
+    ContextRequest,
+    ContextResult,
+    ForgetResult,
+    RecordTurnsResult,
+    SearchRequest,
+    SearchResult,
+    TimeRangeIn,
+    TurnIn,
+    WorkingItemIn,
+    WorkingItemsIn,
+    WorkingState,
+)
+
+__all__ = ["InClusterClient"]
+
+T = TypeVar("T")
+
+
+class InClusterClient:
+    """Async methods (``await client.build_context(...)``); ``client.sync.<method>`` blocks."""
+
+    def __init__(self, tenant: str, settings: StrataSettings) -> None:
+        self._tenant = validate_id(tenant, field="tenant")
+        self._embedder = make_embedder(settings.embedding)
+        self._flow = Orchestration(settings, embed=self._embed)
+        self.sync = _Sync(self)
+
+    async def _embed(self, texts: Sequence[str]) -> np.ndarray:
+        return await asyncio.to_thread(self._embedder.embed, list(texts))
+
+    async def record_turn(self, session_id: str, user: str | None = None, agent: str | None = None, *,
+                          timestamp: datetime | None = None, turn_id: str | None = None, speaker: str | None = None,
+                          metadata: dict[str, Any] | None = None, expected_version: int | None = None) -> RecordTurnsResult:
+        turn = TurnIn(user=user, agent=agent, timestamp=timestamp, turn_id=turn_id, speaker=speaker, metadata=metadata or {})
+        return await self._flow.record_turns(self._tenant, session_id, [turn], expected_version=expected_version)
+
+    async def record_turns(self, session_id: str, turns: Sequence[TurnIn | dict[str, Any]], *,
+                           expected_version: int | None = None) -> RecordTurnsResult:
+        parsed = [t if isinstance(t, TurnIn) else TurnIn(**t) for t in turns]
+        return await self._flow.record_turns(self._tenant, session_id, parsed, expected_version=expected_version)
+
+    async def build_context(self, message: str, session_id: str, *, task_type: str = "general",
+                            max_tokens: int | None = None, reference_time: datetime | None = None,
+                            top_k: int | None = None) -> ContextResult:
+        req = ContextRequest(message=message, session_id=session_id, task_type=task_type, max_tokens=max_tokens,
+                             reference_time=reference_time, top_k=top_k)
+        return await self._flow.build_context(self._tenant, req)
+
+    async def search(self, query: str, *, layers: list[str] | None = None, top_k: int = 10,
+                     session_id: str | None = None, start: datetime | None = None, end: datetime | None = None,
+                     reference_time: datetime | None = None) -> SearchResult:
+        time_range = TimeRangeIn(start=start, end=end) if (start or end) else None
+        req = SearchRequest(query=query, layers=layers, top_k=top_k, session_id=session_id,  # type: ignore[arg-type]
+                            time_range=time_range, reference_time=reference_time)
+        return await self._flow.search(self._tenant, req)
+
+    async def get_working(self, session_id: str) -> WorkingState:
+        return await self._flow.working(self._tenant, session_id)
+
+    async def add_working_items(self, session_id: str, items: Sequence[WorkingItemIn | dict[str, Any]], *,
+                                task: str | None = None, expected_version: int | None = None) -> WorkingState:
+        body = WorkingItemsIn(items=[i if isinstance(i, WorkingItemIn) else WorkingItemIn(**i) for i in items], task=task)
+        return await self._flow.add_working_items(self._tenant, session_id, body, expected_version=expected_version)
+
+    async def forget_session(self, session_id: str) -> ForgetResult:
+        return await self._flow.forget_session(self._tenant, session_id)
+
+
+class _Sync:
+    """Blocking versions of the client's methods, for code without an event loop."""
+
+    def __init__(self, client: InClusterClient) -> None:
+        self._client = client
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self._client, name)
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            return _run(method(*args, **kwargs))
+
+        return call
+
+
+def _run(coro: Coroutine[Any, Any, T]) -> T:
+    return asyncio.run(coro)

@@ -1,0 +1,204 @@
+"""The episodic layer's shard actor: turns in, similar turns and summaries out.
+
+Summaries are made in the background after a write returns: the turns are
+already durable, and a summary not made yet (a crash, the LLM down, Milvus
+down) is made at the next write, because "not covered by a summary" is
+derived from the durable rows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from datetime import datetime, timezone
+from typing import Any, Sequence
+
+import numpy as np
+
+from actors.shard import LayerShard
+from strata.embedding import Embedder, make_embedder
+from strata.episodic import EpisodicHit, EpisodicMemory, Turn, TurnInput, summary_inputs
+from strata.llm import make_llm
+from strata.records import RecordStore
+from strata.storage import Collections
+from strata.summarize import ExtractiveSummarizer, LLMSummarizer, Summarizer
+
+__all__ = ["EpisodicShard", "turn_text"]
+
+log = logging.getLogger(__name__)
+SCOPE = "episodic"
+
+
+def turn_text(turn: dict[str, Any]) -> str:
+    """The text a turn is embedded as (the same as :attr:`Turn.text`)."""
+    return Turn("", "", 0, datetime.now(timezone.utc), turn.get("user"), turn.get("agent"), turn.get("speaker"), {}).text
+
+
+def _hit(hit: EpisodicHit) -> dict[str, Any]:
+    return {
+        "layer": "episodic",
+        "kind": hit.kind,
+        "id": hit.id,
+        "text": hit.text,
+        "score": hit.score,
+        "timestamp": hit.timestamp,
+        "session_id": hit.session_id,
+        "turn_ids": list(hit.turn_ids),
+    }
+
+
+class EpisodicShard(LayerShard[EpisodicMemory]):
+    layer_name = "episodic"
+
+    def __init__(self, settings: dict[str, Any], shard: int) -> None:
+        super().__init__(settings, shard)
+        self._embedder: Embedder | None = None
+        llm = make_llm(self.settings.llm)
+        self._summarizer: Summarizer = LLMSummarizer(llm) if llm else ExtractiveSummarizer()
+        self._summarising: dict[str, asyncio.Task[None]] = {}
+
+    def make_layer(self, tenant: str, store: RecordStore, collections: Collections) -> EpisodicMemory:
+        return EpisodicMemory(tenant, store=store, collection=collections.episodic, settings=self.settings.episodic)
+
+    def load_layer(self, layer: EpisodicMemory) -> None:
+        layer.load()
+
+    async def _embed(self, texts: Sequence[str]) -> np.ndarray:
+        if self._embedder is None:
+            self._embedder = await asyncio.to_thread(make_embedder, self.settings.embedding)
+        return await asyncio.to_thread(self._embedder.embed, list(texts))
+
+    # -- writes ---------------------------------------------------------------
+
+    async def record_turns(
+        self,
+        tenant: str,
+        session_id: str,
+        turns: list[dict[str, Any]],
+        *,
+        vectors: np.ndarray | None = None,
+        expected_version: int | None = None,
+        now: datetime | None = None,
+    ) -> dict[str, Any]:
+        """Record turns (dicts of :class:`TurnInput` fields); returns them and the new version.
+
+        ``vectors`` are the turns' embeddings when the caller has them (the
+        orchestrator batches them); otherwise this actor embeds.
+        """
+        inputs = [TurnInput(**t) for t in turns]
+        if vectors is None:
+            vectors = await self._embed([turn_text(t) for t in turns])
+        now = now or datetime.now(timezone.utc)
+        vecs = np.asarray(vectors, dtype=np.float32)
+
+        def write(layer: EpisodicMemory) -> list[Turn]:
+            prepared = layer.prepare(session_id, inputs, now=now)
+            layer.write(prepared, vecs)
+            return prepared
+
+        def apply(layer: EpisodicMemory, prepared: list[Turn]) -> list[Turn]:
+            layer.index(prepared, vecs)
+            return prepared
+
+        prepared, version = await self.mutate(tenant, SCOPE, expected_version, write, apply)
+        self._schedule_summaries(tenant)
+        return {
+            "turns": [{"session_id": t.session_id, "turn_id": t.turn_id, "timestamp": t.timestamp} for t in prepared],
+            "version": version,
+        }
+
+    async def forget_session(
+        self, tenant: str, session_id: str, *, expected_version: int | None = None
+    ) -> dict[str, Any]:
+        removed, version = await self.mutate(
+            tenant,
+            SCOPE,
+            expected_version,
+            lambda layer: layer.delete_session(session_id),
+            lambda layer, n: (layer.drop_session(session_id), n)[1],
+        )
+        return {"removed": removed, "version": version}
+
+    # -- reads ----------------------------------------------------------------
+
+    async def search(
+        self,
+        tenant: str,
+        *,
+        query: str | None = None,
+        vector: np.ndarray | None = None,
+        top_k: int = 8,
+        session_id: str | None = None,
+        start: datetime | None = None,
+        end: datetime | None = None,
+        include_summaries: bool = True,
+    ) -> dict[str, Any]:
+        """Hits most similar to ``vector`` (or to ``query``, embedded here)."""
+        if vector is None:
+            if query is None:
+                raise ValueError("give query or vector")
+            vector = (await self._embed([query]))[0]
+        hits, version = await self.read(
+            tenant,
+            SCOPE,
+            lambda layer: layer.search(
+                np.asarray(vector, dtype=np.float32),
+                top_k=top_k,
+                session_id=session_id,
+                start=start,
+                end=end,
+                include_summaries=include_summaries,
+            ),
+        )
+        return {"hits": [_hit(h) for h in hits], "version": version}
+
+    async def session_state(self, tenant: str, session_id: str) -> dict[str, Any]:
+        """The session's raw window and its summaries."""
+        def view(layer: EpisodicMemory) -> dict[str, Any]:
+            return {
+                "window": [t.to_dict() for t in layer.raw_window(session_id)],
+                "summaries": [
+                    {"summary_id": s.summary_id, "turn_ids": list(s.turn_ids), **s.content.to_dict()}
+                    for s in layer.summaries(session_id)
+                ],
+                "turns": len(layer.session_turns(session_id)),
+            }
+
+        state, version = await self.read(tenant, SCOPE, view)
+        return {**state, "version": version}
+
+    async def wait_for_summaries(self, tenant: str) -> int:
+        """Wait until background summarising of ``tenant`` is done; returns pending chunks."""
+        task = self._summarising.get(tenant)
+        if task is not None:
+            await asyncio.shield(task)
+        slot = await self._tenant(tenant)
+        return len(slot.layer.pending_summaries())
+
+    # -- background summaries ---------------------------------------------------
+
+    def _schedule_summaries(self, tenant: str) -> None:
+        running = self._summarising.get(tenant)
+        if running is None or running.done():
+            self._summarising[tenant] = asyncio.get_running_loop().create_task(self._summarise(tenant))
+
+    async def _summarise(self, tenant: str) -> None:
+        try:
+            while True:
+                slot = await self._tenant(tenant)
+                chunks = slot.layer.pending_summaries()
+                if not chunks:
+                    return
+                for chunk in chunks:
+                    content = await asyncio.to_thread(self._summarizer.summarize, summary_inputs(chunk))
+                    vector = (await self._embed([content.summary or chunk[0].text]))[0]
+
+                    async def store(layer: EpisodicMemory, chunk: list[Turn] = chunk) -> None:
+                        if [t.turn_id for t in chunk] not in [[t.turn_id for t in c] for c in layer.pending_summaries(chunk[0].session_id)]:
+                            return  # forgotten or summarised meanwhile
+                        record = await asyncio.to_thread(layer.write_summary, chunk, content, vector)
+                        layer.index_summary(record, vector)
+
+                    await self.run_locked(tenant, store)
+        except Exception as exc:  # retried at the next write; the turns are durable already
+            log.warning("summarising tenant %s stopped: %s", tenant, exc)

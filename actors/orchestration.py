@@ -1,0 +1,265 @@
+"""One request's work across the layers, shared by the Serve orchestrator and the
+in-cluster client: embed once, fan out to the layer actors concurrently,
+fit the result to the budget.
+
+The caller supplies ``embed`` (the Serve embedding deployment, or a local
+embedder), the router supplies actor handles; nothing here waits on one
+layer before asking another.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import datetime, timezone
+from typing import Any, Awaitable, Callable, Sequence
+
+import numpy as np
+
+from actors.episodic import turn_text
+from actors.errors import unwrap
+from actors.router import LayerRouter
+from strata.config import StrataSettings
+from strata.context import assemble_context
+from strata.errors import InvalidInput, NotFound, StrataError
+from strata.ids import validate_id
+from strata.schema import (
+    ContextItem,
+    ContextRequest,
+    ContextResult,
+    ForgetResult,
+    RecordTurnsResult,
+    SearchHit,
+    SearchRequest,
+    SearchResult,
+    TimeRangeOut,
+    TurnIn,
+    TurnOut,
+    WorkingItemsIn,
+    WorkingState,
+)
+from strata.summarize import terms
+from strata.timeparse import resolve_time_range, strip_time_expression
+from strata.tokens import TiktokenCounter
+
+__all__ = ["Orchestration", "Embed"]
+
+Embed = Callable[[Sequence[str]], Awaitable[np.ndarray]]
+AVAILABLE_LAYERS = ("working", "episodic")
+
+
+async def _call(ref: Any) -> Any:
+    try:
+        return await ref
+    except BaseException as exc:
+        raise unwrap(exc) from None
+
+
+class Orchestration:
+    def __init__(self, settings: StrataSettings, *, embed: Embed, router: LayerRouter | None = None) -> None:
+        self.settings = settings
+        self.router = router or LayerRouter(settings)
+        self._embed = embed
+        self._counter = TiktokenCounter(settings.working.encoding)
+
+    def _actor(self, layer: str, tenant: str) -> Any:
+        return self.router.handle(layer, tenant)
+
+    # -- writes ---------------------------------------------------------------
+
+    async def record_turns(
+        self, tenant: str, session_id: str, turns: Sequence[TurnIn], *, expected_version: int | None = None
+    ) -> RecordTurnsResult:
+        """Write turns to episodic memory (durable, embedded) and to the session's working memory."""
+        validate_id(session_id, field="session_id")
+        dicts = [t.model_dump() for t in turns]
+        vectors = await self._embed([turn_text(d) for d in dicts])
+        episodic = await _call(
+            self._actor("episodic", tenant).record_turns.remote(
+                tenant, session_id, dicts, vectors=vectors, expected_version=expected_version
+            )
+        )
+        # Working memory follows the episodic write: the turn is durable first.
+        items = []
+        for d, out in zip(dicts, episodic["turns"]):
+            for role, text in (("user", d["user"]), ("assistant", d["agent"])):
+                if text and text.strip():
+                    items.append({"role": role, "content": text, "created_at": out["timestamp"]})
+        working = await _call(self._actor("working", tenant).add_items.remote(tenant, session_id, items))
+        return RecordTurnsResult(
+            session_id=session_id,
+            turns=[TurnOut(**t) for t in episodic["turns"]],
+            versions={"episodic": episodic["version"], "working": working["version"]},
+        )
+
+    async def add_working_items(
+        self, tenant: str, session_id: str, body: WorkingItemsIn, *, expected_version: int | None = None
+    ) -> WorkingState:
+        validate_id(session_id, field="session_id")
+        await _call(
+            self._actor("working", tenant).add_items.remote(
+                tenant,
+                session_id,
+                [i.model_dump() for i in body.items],
+                task=body.task,
+                expected_version=expected_version,
+            )
+        )
+        return await self.working(tenant, session_id)
+
+    async def forget_session(self, tenant: str, session_id: str) -> ForgetResult:
+        """Forget a session in every layer; 404 only if no layer knew it."""
+        validate_id(session_id, field="session_id")
+        results = await asyncio.gather(
+            *(_call(self._actor(layer, tenant).forget_session.remote(tenant, session_id)) for layer in AVAILABLE_LAYERS),
+            return_exceptions=True,
+        )
+        removed: dict[str, int] = {}
+        versions: dict[str, int] = {}
+        for layer, result in zip(AVAILABLE_LAYERS, results):
+            if isinstance(result, NotFound):
+                continue
+            if isinstance(result, BaseException):
+                raise result
+            removed[layer], versions[layer] = result["removed"], result["version"]
+        if not removed:
+            raise NotFound(f"session {session_id!r} has no memory to forget")
+        return ForgetResult(session_id=session_id, removed=removed, versions=versions)
+
+    # -- reads ----------------------------------------------------------------
+
+    async def working(self, tenant: str, session_id: str) -> WorkingState:
+        validate_id(session_id, field="session_id")
+        return WorkingState(**await _call(self._actor("working", tenant).get.remote(tenant, session_id)))
+
+    async def build_context(self, tenant: str, req: ContextRequest) -> ContextResult:
+        """Working memory always; the task type's other layers concurrently; fitted to the budget."""
+        policies = self.settings.context.policies
+        if req.task_type not in policies:
+            raise InvalidInput(
+                f"unknown task_type {req.task_type!r}; configured: {', '.join(sorted(policies))}",
+                field="task_type",
+            )
+        max_tokens = req.max_tokens or self.settings.context.default_max_tokens
+        top_k = req.top_k or self.settings.context.default_top_k
+        reference = req.reference_time or datetime.now(timezone.utc)
+        time_range = resolve_time_range(req.message, reference)
+        query = strip_time_expression(req.message, time_range) if time_range else req.message
+        wanted = [layer for layer in policies[req.task_type] if layer != "working"]
+        missing = {layer: "not available in this version of Strata" for layer in wanted if layer not in AVAILABLE_LAYERS}
+        fetch = [layer for layer in wanted if layer in AVAILABLE_LAYERS]
+        working_budget = int(max_tokens * (self.settings.context.working_share if fetch else 1.0))
+
+        async def layer_hits(layer: str) -> tuple[list[ContextItem], int]:
+            vector = (await self._embed([query or req.message]))[0]
+            found = await self._episodic_search(
+                tenant, vector, top_k=top_k, session_id=None, time_range=time_range
+            )
+            return [ContextItem(**h) for h in found["hits"]], found["version"]
+
+        tasks = [_call(self._actor("working", tenant).get.remote(tenant, req.session_id, budget_tokens=working_budget))]
+        tasks += [layer_hits(layer) for layer in fetch]
+        results = await asyncio.gather(*tasks, return_exceptions=True)
+        versions: dict[str, int] = {}
+        messages: list[dict[str, str]] = []
+        working_result = results[0]
+        if isinstance(working_result, StrataError):
+            missing["working"] = working_result.message
+        elif isinstance(working_result, BaseException):
+            raise working_result
+        else:
+            messages, versions["working"] = working_result["messages"], working_result["version"]
+        layer_items: dict[str, list[ContextItem]] = {}
+        for layer, result in zip(fetch, results[1:]):
+            if isinstance(result, StrataError):
+                missing[layer] = result.message
+            elif isinstance(result, BaseException):
+                raise result
+            else:
+                layer_items[layer], versions[layer] = result
+        assembled = assemble_context(
+            working_messages=messages, layer_items=layer_items, max_tokens=max_tokens, counter=self._counter
+        )
+        return ContextResult(
+            context=assembled.text,
+            messages=assembled.messages,
+            sections=assembled.sections,
+            token_count=assembled.tokens,
+            max_tokens=max_tokens,
+            task_type=req.task_type,
+            versions=versions,
+            time_range=_range_out(time_range),
+            missing=missing,
+        )
+
+    async def _episodic_search(
+        self, tenant: str, vector: np.ndarray, *, top_k: int, session_id: str | None, time_range: Any
+    ) -> dict[str, Any]:
+        actor = self._actor("episodic", tenant)
+        start = getattr(time_range, "start", None)
+        end = getattr(time_range, "end", None)
+        found = await _call(
+            actor.search.remote(tenant, vector=vector, top_k=top_k, session_id=session_id, start=start, end=end)
+        )
+        return found
+
+    async def search(self, tenant: str, req: SearchRequest) -> SearchResult:
+        layers = req.layers or list(AVAILABLE_LAYERS)
+        missing = {layer: "not available in this version of Strata" for layer in layers if layer not in AVAILABLE_LAYERS}
+        reference = req.reference_time or datetime.now(timezone.utc)
+        parsed = None if req.time_range else resolve_time_range(req.query, reference)
+        start = req.time_range.start if req.time_range else getattr(parsed, "start", None)
+        end = req.time_range.end if req.time_range else getattr(parsed, "end", None)
+        query = strip_time_expression(req.query, parsed) if parsed else req.query
+        hits: list[SearchHit] = []
+        versions: dict[str, int] = {}
+
+        async def episodic() -> None:
+            vector = (await self._embed([query or req.query]))[0]
+            actor = self._actor("episodic", tenant)
+            found = await _call(
+                actor.search.remote(tenant, vector=vector, top_k=req.top_k, session_id=req.session_id, start=start, end=end)
+            )
+            hits.extend(SearchHit(**h) for h in found["hits"])
+            versions["episodic"] = found["version"]
+
+        async def working() -> None:
+            if req.session_id is None:
+                missing["working"] = "working memory is per session: give session_id to search it"
+                return
+            state = await self.working(tenant, req.session_id)
+            wanted = set(terms(query or req.query))
+            for item in state.items:
+                overlap = len(wanted & set(terms(item.content)))
+                if overlap and (start is None or item.created_at >= start) and (end is None or item.created_at < end):
+                    score = overlap / max(len(wanted), 1)
+                    hits.append(SearchHit(layer="working", kind=item.role, id=item.id, text=item.content, score=score, timestamp=item.created_at, session_id=req.session_id))
+            versions["working"] = state.version
+
+        jobs = {"episodic": episodic, "working": working}
+        await asyncio.gather(*(jobs[layer]() for layer in layers if layer in jobs))
+        hits.sort(key=lambda h: -h.score)
+        time_range = _range_out(parsed) if parsed else (
+            TimeRangeOut(start=start, end=end) if req.time_range else None
+        )
+        return SearchResult(hits=hits[: req.top_k], time_range=time_range, versions=versions, missing=missing)
+
+    async def health(self) -> dict[str, Any]:
+        """Ping every shard of every layer; the store's answer comes through them."""
+        layers: dict[str, str] = {}
+        milvus = "ok"
+        for layer in AVAILABLE_LAYERS:
+            refs = [h.ping.remote() for h in self.router.all_handles(layer)]
+            try:
+                await asyncio.wait_for(asyncio.gather(*(_call(r) for r in refs)), timeout=10)
+                layers[layer] = "ok"
+            except BaseException as exc:
+                err = unwrap(exc)
+                layers[layer] = getattr(err, "message", None) or f"{type(err).__name__}"
+                milvus = layers[layer] if "Milvus" in layers[layer] else milvus
+        return {"layers": layers, "milvus": milvus}
+
+
+def _range_out(time_range: Any) -> TimeRangeOut | None:
+    if time_range is None:
+        return None
+    return TimeRangeOut(start=time_range.start, end=time_range.end, expression=time_range.expression)

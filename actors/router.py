@@ -1,0 +1,73 @@
+"""Which actor owns which tenant, and the one place ``ray.remote`` is applied.
+
+Tenants are sharded: layer ``L`` has ``actors.<L>_shards`` named, detached
+actors ``strata-L-0 … strata-L-(n-1)``, and tenant ``t`` lives on shard
+``crc32(t) % n``. A fixed, small set of actors hosts any number of tenants
+(DESIGN.md measured ~0.8 s and ~50–90 MiB per actor process, so one actor
+per tenant does not reach 1,000 tenants on a node); inside a shard, a
+tenant's state is loaded on first use and evicted when idle (see
+:mod:`actors.shard`). Any process that knows the settings finds the same
+actor for a tenant, and creates it if it does not exist yet.
+"""
+
+from __future__ import annotations
+
+import zlib
+from typing import Any
+
+import ray
+
+from actors.episodic import EpisodicShard
+from actors.working import WorkingShard
+from strata.config import StrataSettings
+from strata.ids import validate_id
+
+__all__ = ["LayerRouter", "LAYER_CLASSES", "actor_name"]
+
+LAYER_CLASSES: dict[str, type] = {"working": WorkingShard, "episodic": EpisodicShard}
+
+
+def actor_name(layer: str, shard: int) -> str:
+    return f"strata-{layer}-{shard}"
+
+
+class LayerRouter:
+    """Maps (layer, tenant) to the owning actor's handle, creating actors on demand."""
+
+    def __init__(self, settings: StrataSettings) -> None:
+        self._settings = settings
+        self._settings_dict = settings.to_dict()
+        self._handles: dict[tuple[str, int], Any] = {}
+
+    def shards(self, layer: str) -> int:
+        return int(getattr(self._settings.actors, f"{layer}_shards"))
+
+    def shard_of(self, layer: str, tenant: str) -> int:
+        validate_id(tenant, field="tenant")
+        return zlib.crc32(tenant.encode()) % self.shards(layer)
+
+    def handle(self, layer: str, tenant: str) -> Any:
+        return self.shard_handle(layer, self.shard_of(layer, tenant))
+
+    def shard_handle(self, layer: str, shard: int) -> Any:
+        key = (layer, shard)
+        handle = self._handles.get(key)
+        if handle is None:
+            remote_cls = ray.remote(LAYER_CLASSES[layer])
+            handle = remote_cls.options(
+                name=actor_name(layer, shard),
+                namespace=self._settings.ray.namespace,
+                lifetime="detached",
+                get_if_exists=True,
+                max_restarts=self._settings.actors.max_restarts,
+                # Reads are safe to retry; writes are not retried by Ray (a retried
+                # write could apply twice), the caller sees the error instead.
+                max_task_retries=0,
+                max_concurrency=64,
+                num_cpus=0,
+            ).remote(self._settings_dict, shard)
+            self._handles[key] = handle
+        return handle
+
+    def all_handles(self, layer: str) -> list[Any]:
+        return [self.shard_handle(layer, n) for n in range(self.shards(layer))]

@@ -1,0 +1,198 @@
+"""Ownership and versioning shared by every layer actor.
+
+A shard actor owns the state of many tenants for one layer; each tenant
+lives on exactly one shard (see :mod:`actors.router`), so the shard is the
+single writer of that tenant's rows and in-memory index.
+
+Versioning is optimistic. Each (tenant, layer, scope) has a durable counter;
+a mutation may carry ``expected_version`` and fails with
+:class:`~strata.errors.VersionConflict` when it differs. The new version is
+claimed durably *before* the mutation runs, so a crash between the two
+leaves a gap, never a reused version. Mutations of one tenant run one at a
+time (a per-tenant lock); reads do not wait for it, and see either the
+state before a mutation or after it, since the in-memory state changes
+only in one step after the durable write.
+
+Tenant state is loaded on first use and evicted after ``idle_evict_s``
+without calls; it comes back from the store on the next call, so eviction
+and an actor restart are the same thing to a caller.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any, Awaitable, Callable, Generic, TypeVar
+
+from strata.config import StrataSettings
+from strata.errors import VersionConflict
+from strata.ids import validate_id
+from strata.records import RecordStore
+from strata.storage import Collections, open_store
+from strata.versions import VersionStore
+
+__all__ = ["LayerShard"]
+
+L = TypeVar("L")
+R = TypeVar("R")
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class _Tenant(Generic[L]):
+    layer: L
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    versions: dict[str, int] = field(default_factory=dict)
+    last_used: float = field(default_factory=time.monotonic)
+
+
+class LayerShard(Generic[L]):
+    """Base of the layer actors: tenant slots, versions, lazy load, eviction."""
+
+    layer_name = "layer"
+
+    def __init__(self, settings: dict[str, Any], shard: int) -> None:
+        self.settings = StrataSettings.from_dict(settings)
+        self.shard = shard
+        self._store: RecordStore | None = None
+        self._collections: Collections | None = None
+        self._versions: VersionStore | None = None
+        self._tenants: dict[str, _Tenant[L]] = {}
+        self._loading: dict[str, asyncio.Future[_Tenant[L]]] = {}
+        self._evictor: asyncio.Task[None] | None = None
+
+    # -- to be provided by each layer ---------------------------------------
+
+    def make_layer(self, tenant: str, store: RecordStore, collections: Collections) -> L:
+        raise NotImplementedError
+
+    def load_layer(self, layer: L) -> None:
+        """Blocking load of a tenant's durable state (runs in a worker thread)."""
+
+    # -- plumbing -------------------------------------------------------------
+
+    async def _backend(self) -> tuple[RecordStore, Collections, VersionStore]:
+        if self._store is None or self._collections is None or self._versions is None:
+            store, collections = await asyncio.to_thread(open_store, self.settings)
+            self._store, self._collections = store, collections
+            self._versions = VersionStore(store, collections.state)
+        if self._evictor is None:
+            self._evictor = asyncio.get_running_loop().create_task(self._evict_idle())
+        return self._store, self._collections, self._versions
+
+    async def _tenant(self, tenant: str) -> _Tenant[L]:
+        validate_id(tenant, field="tenant")
+        slot = self._tenants.get(tenant)
+        if slot is not None:
+            slot.last_used = time.monotonic()
+            return slot
+        pending = self._loading.get(tenant)
+        if pending is not None:  # another call is loading it: share that load
+            return await asyncio.shield(pending)
+        future: asyncio.Future[_Tenant[L]] = asyncio.get_running_loop().create_future()
+        self._loading[tenant] = future
+        try:
+            store, collections, _ = await self._backend()
+            layer = self.make_layer(tenant, store, collections)
+            await asyncio.to_thread(self.load_layer, layer)
+            slot = _Tenant(layer)
+            self._tenants[tenant] = slot
+            future.set_result(slot)
+            return slot
+        except BaseException as exc:
+            future.set_exception(exc)
+            future.exception()  # retrieved: no "never retrieved" warning when nobody shares it
+            raise
+        finally:
+            self._loading.pop(tenant, None)
+
+    async def _version(self, tenant: str, slot: _Tenant[L], scope: str) -> int:
+        if scope not in slot.versions:
+            _, _, versions = await self._backend()
+            slot.versions[scope] = await asyncio.to_thread(versions.get, tenant, self.layer_name, scope)
+        return slot.versions[scope]
+
+    async def read(
+        self, tenant: str, scope: str, fn: Callable[[L], R], *, locked: bool = False
+    ) -> tuple[R, int]:
+        """Run a read of the tenant's layer on the event loop; returns its result and
+        the version read. ``locked`` waits for running mutations (for layers whose
+        mutations change memory in a worker thread)."""
+        slot = await self._tenant(tenant)
+        if locked:
+            async with slot.lock:
+                version = await self._version(tenant, slot, scope)
+                return fn(slot.layer), version
+        version = await self._version(tenant, slot, scope)
+        return fn(slot.layer), version
+
+    async def mutate(
+        self,
+        tenant: str,
+        scope: str,
+        expected_version: int | None,
+        write: Callable[[L], R],
+        apply: Callable[[L, R], Any] | None = None,
+    ) -> tuple[Any, int]:
+        """Run a mutation under the tenant's lock; returns its result and the new version.
+
+        ``write`` does the blocking, durable part in a worker thread; ``apply``
+        then updates in-memory state on the actor's event loop, so reads running
+        concurrently never see a half-applied change.
+
+        Raises:
+            VersionConflict: ``expected_version`` is not the current version.
+        """
+        slot = await self._tenant(tenant)
+        async with slot.lock:
+            current = await self._version(tenant, slot, scope)
+            if expected_version is not None and expected_version != current:
+                raise VersionConflict(
+                    f"{self.layer_name} state of {scope!r} is at version {current}, "
+                    f"not {expected_version}: read it again and retry",
+                    current_version=current,
+                    layer=self.layer_name,
+                )
+            _, _, versions = await self._backend()
+            new = current + 1
+            await asyncio.to_thread(versions.put, tenant, self.layer_name, scope, new)
+            slot.versions[scope] = new
+            result: Any = await asyncio.to_thread(write, slot.layer)
+            if apply is not None:
+                result = apply(slot.layer, result)
+            slot.last_used = time.monotonic()
+            return result, new
+
+    async def run_locked(self, tenant: str, fn: Callable[[L], Awaitable[R]]) -> R:
+        """Run an async step under the tenant's lock without claiming a version."""
+        slot = await self._tenant(tenant)
+        async with slot.lock:
+            return await fn(slot.layer)
+
+    async def _evict_idle(self) -> None:
+        idle_s = self.settings.actors.idle_evict_s
+        while True:
+            await asyncio.sleep(min(idle_s / 4, 60.0))
+            cutoff = time.monotonic() - idle_s
+            for tenant, slot in list(self._tenants.items()):
+                if slot.last_used < cutoff and not slot.lock.locked():
+                    del self._tenants[tenant]
+
+    # -- remote methods common to all layers -------------------------------------
+
+    async def ping(self) -> dict[str, Any]:
+        """Health of this shard: loaded tenants, and whether its store answers."""
+        store, _, _ = await self._backend()
+        await asyncio.to_thread(store.ping)
+        return {"layer": self.layer_name, "shard": self.shard, "tenants_loaded": len(self._tenants)}
+
+    async def evict(self, tenant: str) -> bool:
+        """Drop a tenant's in-memory state (it reloads from the store on next use)."""
+        slot = self._tenants.get(tenant)
+        if slot is None:
+            return False
+        async with slot.lock:
+            self._tenants.pop(tenant, None)
+        return True

@@ -1,0 +1,87 @@
+"""The working layer's shard actor: per-session context windows, versioned per session."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+from actors.shard import LayerShard
+from strata.records import RecordStore
+from strata.storage import Collections
+from strata.tokens import TiktokenCounter
+from strata.working import WorkingItem
+from strata.working_sessions import WorkingSessions
+
+__all__ = ["WorkingShard"]
+
+
+def _item(item: WorkingItem) -> dict[str, Any]:
+    return {
+        "id": item.id,
+        "role": item.role,
+        "content": item.content,
+        "importance": item.importance,
+        "tokens": item.tokens,
+        "summarized": item.summarized,
+        "created_at": item.created_at,
+        "reasons": list(item.reasons),
+    }
+
+
+class WorkingShard(LayerShard[WorkingSessions]):
+    layer_name = "working"
+
+    def __init__(self, settings: dict[str, Any], shard: int) -> None:
+        super().__init__(settings, shard)
+        self._counter = TiktokenCounter(self.settings.working.encoding)
+
+    def make_layer(self, tenant: str, store: RecordStore, collections: Collections) -> WorkingSessions:
+        return WorkingSessions(
+            tenant, store=store, collection=collections.state, settings=self.settings.working, counter=self._counter
+        )
+
+    async def get(self, tenant: str, session_id: str, *, budget_tokens: int | None = None) -> dict[str, Any]:
+        """The session's items and its messages (fitted to ``budget_tokens`` if given)."""
+        now = datetime.now(timezone.utc)
+
+        def view(sessions: WorkingSessions) -> dict[str, Any]:
+            memory = sessions.session(session_id)
+            return {
+                "session_id": session_id,
+                "items": [_item(i) for i in memory.items],
+                "messages": memory.messages(budget_tokens=budget_tokens, now=now),
+                "total_tokens": memory.total_tokens,
+                "max_tokens": self.settings.working.max_tokens,
+            }
+
+        # Loading a session reads the store: do it under the lock, off the loop.
+        state, version = await self.read(tenant, session_id, view, locked=True)
+        return {**state, "version": version}
+
+    async def add_items(
+        self,
+        tenant: str,
+        session_id: str,
+        items: list[dict[str, Any]],
+        *,
+        task: str | None = None,
+        expected_version: int | None = None,
+        now: datetime | None = None,
+    ) -> dict[str, Any]:
+        now = now or datetime.now(timezone.utc)
+        (added, report), version = await self.mutate(
+            tenant, session_id, expected_version, lambda s: s.add(session_id, items, now=now, task=task)
+        )
+        return {
+            "items": [_item(i) for i in added],
+            "version": version,
+            "compression": None
+            if report is None
+            else {"summarized": list(report.summarized_ids), "dropped": list(report.dropped_ids)},
+        }
+
+    async def forget_session(
+        self, tenant: str, session_id: str, *, expected_version: int | None = None
+    ) -> dict[str, Any]:
+        removed, version = await self.mutate(tenant, session_id, expected_version, lambda s: s.forget(session_id))
+        return {"removed": removed, "version": version}

@@ -1,0 +1,169 @@
+"""The HTTP API: FastAPI under a Serve ingress deployment.
+
+Every ``/v1`` call authenticates with ``Authorization: Bearer <key>``; the
+key decides the tenant, which never appears in a URL. The ingress does no
+memory work itself: it authenticates, validates, and calls the orchestrator.
+"""
+
+# No `from __future__ import annotations` here: Serve rewrites these methods
+# and FastAPI then cannot resolve string annotations such as `Response`.
+
+import asyncio
+import time
+from typing import Any
+
+from fastapi import FastAPI, Header, Path, Response
+from ray import serve
+
+from actors.errors import unwrap
+from serve_app.errors import install_handlers
+from strata.config import StrataSettings
+from strata.errors import InvalidInput, StrataError, Unauthorized
+from strata.keys import KeyStore
+from strata.schema import (
+    ContextRequest,
+    ContextResult,
+    ForgetResult,
+    Health,
+    RecordTurnsResult,
+    SearchRequest,
+    SearchResult,
+    TurnBatchIn,
+    TurnIn,
+    WorkingItemsIn,
+    WorkingState,
+)
+from strata.storage import open_store
+
+__all__ = ["Api", "app"]
+
+SESSION = Path(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:\-]{0,127}$", description="Session id")
+_KEY_CACHE_S = 30.0
+
+app = FastAPI(
+    title="Strata",
+    summary="Four-layer memory for AI agents",
+    version="0.1.0",
+    description="Authenticate every /v1 call with `Authorization: Bearer <key>`; the key decides the tenant.",
+)
+install_handlers(app)
+
+
+def _if_match(value: str | None) -> int | None:
+    if value is None:
+        return None
+    raw = value.strip().removeprefix("W/").strip('"')
+    if not raw.isdigit():
+        raise InvalidInput(f"If-Match must be a version such as \"3\", got {value[:40]!r}", field="If-Match")
+    return int(raw)
+
+
+@serve.deployment(name="api", ray_actor_options={"num_cpus": 0.25}, max_ongoing_requests=256)
+@serve.ingress(app)
+class Api:
+    def __init__(self, settings: dict[str, Any], orchestrator: Any) -> None:
+        self._settings = StrataSettings.from_dict(settings)
+        self._orchestrator = orchestrator
+        self._keys: KeyStore | None = None
+        self._key_cache: dict[str, tuple[str, float]] = {}
+
+    async def _call(self, method: str, *args: Any) -> Any:
+        try:
+            return await getattr(self._orchestrator, method).remote(*args)
+        except Exception as exc:
+            raise unwrap(exc) from None
+
+    async def _tenant(self, authorization: str | None) -> str:
+        if not authorization or not authorization.lower().startswith("bearer "):
+            raise Unauthorized("send your API key as 'Authorization: Bearer <key>'")
+        key = authorization[7:].strip()
+        cached = self._key_cache.get(key)
+        if cached and cached[1] > time.monotonic():
+            return cached[0]
+        if self._keys is None:
+            store, names = await asyncio.to_thread(open_store, self._settings)
+            self._keys = KeyStore(store, names.state)
+        tenant = await asyncio.to_thread(self._keys.tenant_of, key)
+        if tenant is None:
+            raise Unauthorized("unknown API key")
+        self._key_cache[key] = (tenant, time.monotonic() + _KEY_CACHE_S)
+        return tenant
+
+    @app.get("/healthz", response_model=Health, tags=["ops"])
+    async def healthz(self, response: Response) -> Health:
+        """Ray, Milvus and the layers; no key needed. 503 when something is down."""
+        try:
+            report = await asyncio.wait_for(self._call("health"), timeout=15)
+        except (StrataError, TimeoutError) as exc:
+            response.status_code = 503
+            return Health(status="degraded", ray="ok", milvus=str(getattr(exc, "message", exc)), layers={})
+        ok = report["milvus"] == "ok" and all(v == "ok" for v in report["layers"].values())
+        response.status_code = 200 if ok else 503
+        return Health(status="ok" if ok else "degraded", ray="ok", milvus=report["milvus"], layers=report["layers"])
+
+    @app.post("/v1/sessions/{session_id}/turns", status_code=201, response_model=RecordTurnsResult, tags=["turns"])
+    async def record_turn(
+        self,
+        body: TurnIn,
+        session_id: str = SESSION,
+        authorization: str | None = Header(default=None),
+        if_match: str | None = Header(default=None),
+    ) -> RecordTurnsResult:
+        """Record one turn in episodic and working memory. ``If-Match``: expected episodic version."""
+        tenant = await self._tenant(authorization)
+        return await self._call("record_turns", tenant, session_id, [body], _if_match(if_match))
+
+    @app.post("/v1/sessions/{session_id}/turns/batch", status_code=201, response_model=RecordTurnsResult, tags=["turns"])
+    async def record_turns(
+        self,
+        body: TurnBatchIn,
+        session_id: str = SESSION,
+        authorization: str | None = Header(default=None),
+        if_match: str | None = Header(default=None),
+    ) -> RecordTurnsResult:
+        """Record up to 1,000 turns at once (importing history): one write, one embedding batch."""
+        tenant = await self._tenant(authorization)
+        return await self._call("record_turns", tenant, session_id, body.turns, _if_match(if_match))
+
+    @app.post("/v1/context", response_model=ContextResult, tags=["context"])
+    async def build_context(self, body: ContextRequest, authorization: str | None = Header(default=None)) -> ContextResult:
+        """The context to put in front of the LLM: working memory plus the task type's layers."""
+        tenant = await self._tenant(authorization)
+        return await self._call("build_context", tenant, body)
+
+    @app.post("/v1/search", response_model=SearchResult, tags=["search"])
+    async def search(self, body: SearchRequest, authorization: str | None = Header(default=None)) -> SearchResult:
+        """Scored hits across layers; a time expression in the query narrows the time range."""
+        tenant = await self._tenant(authorization)
+        return await self._call("search", tenant, body)
+
+    @app.get("/v1/sessions/{session_id}/working", response_model=WorkingState, tags=["working"])
+    async def get_working(
+        self, response: Response, session_id: str = SESSION, authorization: str | None = Header(default=None)
+    ) -> WorkingState:
+        """The session's working memory; the ETag is its version."""
+        tenant = await self._tenant(authorization)
+        state: WorkingState = await self._call("working", tenant, session_id)
+        response.headers["ETag"] = f'"{state.version}"'
+        return state
+
+    @app.post("/v1/sessions/{session_id}/working/items", response_model=WorkingState, tags=["working"])
+    async def add_working_items(
+        self,
+        body: WorkingItemsIn,
+        response: Response,
+        session_id: str = SESSION,
+        authorization: str | None = Header(default=None),
+        if_match: str | None = Header(default=None),
+    ) -> WorkingState:
+        """Add items; with ``If-Match`` the write applies only at that version (else 409)."""
+        tenant = await self._tenant(authorization)
+        state: WorkingState = await self._call("add_working_items", tenant, session_id, body, _if_match(if_match))
+        response.headers["ETag"] = f'"{state.version}"'
+        return state
+
+    @app.delete("/v1/sessions/{session_id}", response_model=ForgetResult, tags=["forget"])
+    async def forget_session(self, session_id: str = SESSION, authorization: str | None = Header(default=None)) -> ForgetResult:
+        """Forget the session in every layer: turns, vectors, summaries, working memory."""
+        tenant = await self._tenant(authorization)
+        return await self._call("forget_session", tenant, session_id)

@@ -1,0 +1,32 @@
+"""The Serve application graph: api → orchestrator → embedding (+ layer actors).
+
+``build_app`` is also the import path for ``serve run`` / ``serve deploy``
+(``configs/serve.yaml``): ``serve_app.app:build_app``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ray.serve import Application
+
+from serve_app.api import Api
+from serve_app.deployments import Embedding, Orchestrator
+from strata.config import StrataSettings, load_settings
+
+__all__ = ["build_app", "APP_NAME"]
+
+APP_NAME = "strata"
+
+
+def build_app(args: dict[str, Any] | None = None) -> Application:
+    """Bind the deployments. ``args`` may hold ``config`` (a YAML path) or a full ``settings`` dict."""
+    args = args or {}
+    if "settings" in args:
+        settings = StrataSettings.from_dict(args["settings"])
+    else:
+        settings = load_settings(args.get("config"))
+    payload = settings.to_dict()
+    embedding = Embedding.bind(payload)
+    orchestrator = Orchestrator.bind(payload, embedding)
+    return Api.bind(payload, orchestrator)

@@ -1,0 +1,181 @@
+"""HTTP clients for agents: :class:`StrataClient` (sync) and :class:`AsyncStrataClient`.
+
+Both have the same method names as the API and as the in-cluster client
+(:class:`actors.client.InClusterClient`) and return the same typed models.
+Each method is written once, as a request spec; the two classes only
+differ in how they send it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Callable, Generic, Sequence, TypeVar
+
+import httpx
+from pydantic import BaseModel
+
+from strata.errors import (
+    InvalidInput,
+    NotFound,
+    StoreUnavailable,
+    StrataError,
+    Unauthorized,
+    VersionConflict,
+)
+from strata.schema import (
+    ContextRequest,
+    ContextResult,
+    ForgetResult,
+    Health,
+    RecordTurnsResult,
+    SearchRequest,
+    SearchResult,
+    TimeRangeIn,
+    TurnBatchIn,
+    TurnIn,
+    WorkingItemIn,
+    WorkingItemsIn,
+    WorkingState,
+)
+
+__all__ = ["StrataClient", "AsyncStrataClient"]
+
+M = TypeVar("M", bound=BaseModel)
+_BY_STATUS: dict[int, type[StrataError]] = {
+    401: Unauthorized,
+    404: NotFound,
+    409: VersionConflict,
+    422: InvalidInput,
+    503: StoreUnavailable,
+}
+
+
+@dataclass(frozen=True)
+class _Call(Generic[M]):
+    method: str
+    path: str
+    result: type[M]
+    body: BaseModel | None = None
+    if_match: int | None = None
+
+    def request(self) -> dict[str, Any]:
+        headers = {"If-Match": f'"{self.if_match}"'} if self.if_match is not None else {}
+        body = self.body.model_dump(mode="json", exclude_none=True) if self.body is not None else None
+        return {"method": self.method, "url": self.path, "json": body, "headers": headers}
+
+    def parse(self, response: httpx.Response) -> M:
+        if response.status_code >= 400:
+            try:
+                data = response.json()
+            except ValueError:
+                data = {"message": response.text[:500]}
+            message = data.get("message") or str(data)[:500]
+            details = {k: v for k, v in data.items() if k not in ("message", "error")}
+            raise _BY_STATUS.get(response.status_code, StrataError)(message, status=response.status_code, **details)
+        return self.result.model_validate(response.json())
+
+
+class _Calls:
+    """The API, one request spec per method."""
+
+    @staticmethod
+    def record_turn(session_id: str, user: str | None = None, agent: str | None = None, *,
+                    timestamp: datetime | None = None, turn_id: str | None = None, speaker: str | None = None,
+                    metadata: dict[str, Any] | None = None, expected_version: int | None = None) -> _Call[RecordTurnsResult]:
+        body = TurnIn(user=user, agent=agent, timestamp=timestamp, turn_id=turn_id, speaker=speaker, metadata=metadata or {})
+        return _Call("POST", f"/v1/sessions/{session_id}/turns", RecordTurnsResult, body, expected_version)
+
+    @staticmethod
+    def record_turns(session_id: str, turns: Sequence[TurnIn | dict[str, Any]], *,
+                     expected_version: int | None = None) -> _Call[RecordTurnsResult]:
+        body = TurnBatchIn(turns=[t if isinstance(t, TurnIn) else TurnIn(**t) for t in turns])
+        return _Call("POST", f"/v1/sessions/{session_id}/turns/batch", RecordTurnsResult, body, expected_version)
+
+    @staticmethod
+    def build_context(message: str, session_id: str, *, task_type: str = "general", max_tokens: int | None = None,
+                      reference_time: datetime | None = None, top_k: int | None = None) -> _Call[ContextResult]:
+        body = ContextRequest(message=message, session_id=session_id, task_type=task_type, max_tokens=max_tokens,
+                              reference_time=reference_time, top_k=top_k)
+        return _Call("POST", "/v1/context", ContextResult, body)
+
+    @staticmethod
+    def search(query: str, *, layers: list[str] | None = None, top_k: int = 10, session_id: str | None = None,
+               start: datetime | None = None, end: datetime | None = None,
+               reference_time: datetime | None = None) -> _Call[SearchResult]:
+        time_range = TimeRangeIn(start=start, end=end) if (start or end) else None
+        body = SearchRequest(query=query, layers=layers, top_k=top_k, session_id=session_id,  # type: ignore[arg-type]
+                             time_range=time_range, reference_time=reference_time)
+        return _Call("POST", "/v1/search", SearchResult, body)
+
+    @staticmethod
+    def get_working(session_id: str) -> _Call[WorkingState]:
+        return _Call("GET", f"/v1/sessions/{session_id}/working", WorkingState)
+
+    @staticmethod
+    def add_working_items(session_id: str, items: Sequence[WorkingItemIn | dict[str, Any]], *, task: str | None = None,
+                          expected_version: int | None = None) -> _Call[WorkingState]:
+        body = WorkingItemsIn(items=[i if isinstance(i, WorkingItemIn) else WorkingItemIn(**i) for i in items], task=task)
+        return _Call("POST", f"/v1/sessions/{session_id}/working/items", WorkingState, body, expected_version)
+
+    @staticmethod
+    def forget_session(session_id: str) -> _Call[ForgetResult]:
+        return _Call("DELETE", f"/v1/sessions/{session_id}", ForgetResult)
+
+    @staticmethod
+    def health() -> _Call[Health]:
+        return _Call("GET", "/healthz", Health)
+
+
+def _bind(name: str, spec: Callable[..., _Call[Any]], asynchronous: bool) -> Callable[..., Any]:
+    if asynchronous:
+        async def call_async(self: AsyncStrataClient, *args: Any, **kwargs: Any) -> Any:
+            c = spec(*args, **kwargs)
+            return c.parse(await self._http.request(**c.request()))
+        fn: Callable[..., Any] = call_async
+    else:
+        def call_sync(self: StrataClient, *args: Any, **kwargs: Any) -> Any:
+            c = spec(*args, **kwargs)
+            return c.parse(self._http.request(**c.request()))
+        fn = call_sync
+    fn.__name__ = name
+    fn.__doc__ = f"``{name}`` over HTTP; see the API's OpenAPI page for the fields."
+    return fn
+
+
+class StrataClient:
+    """Synchronous HTTP client. ``with StrataClient(url, api_key) as c: c.build_context(...)``."""
+
+    def __init__(self, base_url: str, api_key: str, *, timeout_s: float = 30.0) -> None:
+        self._http = httpx.Client(base_url=base_url, headers={"Authorization": f"Bearer {api_key}"}, timeout=timeout_s)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> StrataClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class AsyncStrataClient:
+    """Asynchronous HTTP client with the same methods, each awaitable."""
+
+    def __init__(self, base_url: str, api_key: str, *, timeout_s: float = 30.0) -> None:
+        self._http = httpx.AsyncClient(base_url=base_url, headers={"Authorization": f"Bearer {api_key}"}, timeout=timeout_s)
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def __aenter__(self) -> AsyncStrataClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
+for _name, _spec in vars(_Calls).items():
+    if isinstance(_spec, staticmethod):
+        setattr(StrataClient, _name, _bind(_name, _spec.__func__, False))
+        setattr(AsyncStrataClient, _name, _bind(_name, _spec.__func__, True))

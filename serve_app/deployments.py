@@ -1,0 +1,76 @@
+"""The Serve deployments behind the HTTP API: embedding (batched) and orchestrator.
+
+The orchestrator embeds each query once through the embedding deployment,
+whose replicas batch concurrent requests with ``@serve.batch``, and fans out
+to the layer actors with :class:`actors.orchestration.Orchestration`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Sequence
+
+import numpy as np
+from ray import serve
+
+from actors.orchestration import Orchestration
+from strata.config import StrataSettings
+from strata.embedding import Embedder, make_embedder
+from strata.schema import ContextRequest, SearchRequest, TurnIn, WorkingItemsIn
+
+__all__ = ["Embedding", "Orchestrator"]
+
+
+@serve.deployment(name="embedding", ray_actor_options={"num_cpus": 0.5}, max_ongoing_requests=256)
+class Embedding:
+    def __init__(self, settings: dict[str, Any]) -> None:
+        config = StrataSettings.from_dict(settings)
+        self._embedder: Embedder = make_embedder(config.embedding)
+        self._embed_batch.set_max_batch_size(config.serve.embedding_max_batch_size)
+        self._embed_batch.set_batch_wait_timeout_s(config.serve.embedding_batch_wait_timeout_s)
+
+    @serve.batch(max_batch_size=32, batch_wait_timeout_s=0.005)
+    async def _embed_batch(self, texts: list[str]) -> list[np.ndarray]:
+        vectors = await asyncio.to_thread(self._embedder.embed, texts)
+        return list(vectors)
+
+    async def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """Embed texts; each text joins a batch with other callers' texts."""
+        rows = await asyncio.gather(*(self._embed_batch(t) for t in texts))
+        return np.stack(rows) if rows else np.zeros((0, self._embedder.dim), np.float32)
+
+
+@serve.deployment(name="orchestrator", ray_actor_options={"num_cpus": 0.5}, max_ongoing_requests=256)
+class Orchestrator:
+    def __init__(self, settings: dict[str, Any], embedding: Any) -> None:
+        self._embedding = embedding
+        self._flow = Orchestration(StrataSettings.from_dict(settings), embed=self._embed)
+
+    async def _embed(self, texts: Sequence[str]) -> np.ndarray:
+        result: np.ndarray = await self._embedding.embed.remote(list(texts))
+        return result
+
+    async def record_turns(
+        self, tenant: str, session_id: str, turns: list[TurnIn], expected_version: int | None = None
+    ) -> Any:
+        return await self._flow.record_turns(tenant, session_id, turns, expected_version=expected_version)
+
+    async def build_context(self, tenant: str, req: ContextRequest) -> Any:
+        return await self._flow.build_context(tenant, req)
+
+    async def search(self, tenant: str, req: SearchRequest) -> Any:
+        return await self._flow.search(tenant, req)
+
+    async def working(self, tenant: str, session_id: str) -> Any:
+        return await self._flow.working(tenant, session_id)
+
+    async def add_working_items(
+        self, tenant: str, session_id: str, body: WorkingItemsIn, expected_version: int | None = None
+    ) -> Any:
+        return await self._flow.add_working_items(tenant, session_id, body, expected_version=expected_version)
+
+    async def forget_session(self, tenant: str, session_id: str) -> Any:
+        return await self._flow.forget_session(tenant, session_id)
+
+    async def health(self) -> dict[str, Any]:
+        return await self._flow.health()

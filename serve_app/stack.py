@@ -1,0 +1,296 @@
+"""The embedded stack on one machine: milvus-lite server, Ray head, Serve app.
+
+Everything binds to 127.0.0.1. State of a running stack lives in the data
+directory: ``milvus.pid``, ``stack.json`` (the settings it runs with),
+``dev-api-key`` (0600) and ``logs/``. Each step checks what already runs,
+so ``up`` twice, or after a crash, reuses or replaces what it finds instead
+of hanging.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import httpx
+
+from strata.config import StrataSettings
+
+__all__ = ["Stack", "StackError"]
+
+
+class StackError(RuntimeError):
+    """Something the user must fix to start or stop the stack; the message says what."""
+
+
+def _port_open(host: str, port: int, timeout_s: float = 0.5) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s):
+            return True
+    except OSError:
+        return False
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    try:  # a zombie child counts as dead
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split()[2] != "Z"
+    except OSError:
+        return True
+
+
+def _wait(what: str, check: Callable[[], bool], timeout_s: float, log: Path | None = None) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.25)
+    tail = ""
+    if log is not None and log.exists():
+        tail = "\n" + "\n".join(log.read_text(errors="replace").splitlines()[-15:])
+    raise StackError(f"{what} did not come up within {timeout_s:.0f} s{tail}")
+
+
+@dataclass
+class Stack:
+    settings: StrataSettings
+    say: Callable[[str], None] = print
+
+    @property
+    def data_dir(self) -> Path:
+        return self.settings.data_dir.resolve()
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.settings.serve.host}:{self.settings.serve.port}"
+
+    @property
+    def ray_address(self) -> str:
+        return self.settings.ray.address or f"127.0.0.1:{self.settings.ray.gcs_port}"
+
+    @property
+    def key_file(self) -> Path:
+        return self.data_dir / "dev-api-key"
+
+    def _pidfile(self) -> Path:
+        return self.data_dir / "milvus.pid"
+
+    # -- milvus-lite ----------------------------------------------------------
+
+    def milvus_pid(self) -> int | None:
+        try:
+            pid = int(self._pidfile().read_text().strip())
+        except (OSError, ValueError):
+            return None
+        return pid if _alive(pid) else None
+
+    def ensure_milvus(self) -> None:
+        m = self.settings.milvus
+        if m.uri:
+            return  # an external Milvus server: not ours to start
+        pid = self.milvus_pid()
+        if pid and _port_open(m.host, m.port):
+            self.say(f"milvus-lite already running (pid {pid}) on {m.host}:{m.port}")
+            return
+        if pid:  # ours, but not answering: replace it
+            self._stop_pid(pid)
+        if _port_open(m.host, m.port):
+            raise StackError(
+                f"port {m.port} is in use by another process; stop it or set STRATA_MILVUS__PORT"
+            )
+        logs = self.data_dir / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        binary = Path(sys.executable).parent / "milvus-lite"
+        command = [str(binary) if binary.exists() else "milvus-lite", "server",
+                   "--data-dir", str(self.data_dir / "milvus"), "--host", m.host, "--port", str(m.port)]
+        log = logs / "milvus.log"
+        with open(log, "ab") as out:
+            process = subprocess.Popen(command, stdout=out, stderr=out, stdin=subprocess.DEVNULL, start_new_session=True)
+        self._pidfile().write_text(str(process.pid))
+        self.say(f"starting milvus-lite (pid {process.pid}) on {m.host}:{m.port}")
+
+        def ready() -> bool:
+            if process.poll() is not None:
+                raise StackError(f"milvus-lite exited with code {process.returncode}; see {log}")
+            return _port_open(m.host, m.port)
+
+        _wait("milvus-lite", ready, 60, log)
+
+    def _stop_pid(self, pid: int) -> None:
+        try:
+            os.killpg(pid, signal.SIGTERM)
+        except (ProcessLookupError, PermissionError):
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                return
+        deadline = time.monotonic() + 10
+        while _alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if _alive(pid):
+            os.kill(pid, signal.SIGKILL)
+
+    # -- Ray ------------------------------------------------------------------
+
+    def ray_running(self) -> bool:
+        host, _, port = self.ray_address.rpartition(":")
+        return _port_open(host, int(port))
+
+    def ensure_ray(self) -> None:
+        import ray
+
+        r = self.settings.ray
+        if not self.settings.ray.address and not self.ray_running():
+            self.say(f"starting Ray head on {self.ray_address}")
+            command = [
+                str(Path(sys.executable).parent / "ray"), "start", "--head",
+                f"--port={r.gcs_port}", "--node-ip-address=127.0.0.1",
+                f"--num-cpus={r.num_cpus}", "--include-dashboard=false",
+                f"--object-store-memory={r.object_store_memory_mb * 1024 * 1024}",
+                "--disable-usage-stats",
+            ]
+            done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+            if done.returncode != 0:
+                raise StackError("ray start failed:\n" + (done.stderr or done.stdout)[-2000:])
+        if not ray.is_initialized():
+            ray.init(address=self.ray_address, namespace=r.namespace, logging_level="ERROR", log_to_driver=False)
+
+    # -- Serve ----------------------------------------------------------------
+
+    def healthy(self, timeout_s: float = 5.0) -> bool:
+        try:
+            return httpx.get(self.url + "/healthz", timeout=timeout_s).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def deploy(self) -> None:
+        from ray import serve
+
+        from serve_app.app import APP_NAME, build_app
+
+        s = self.settings.serve
+        serve.start(http_options={"host": s.host, "port": s.port, "request_timeout_s": s.request_timeout_s})
+        serve.run(build_app({"settings": self.settings.to_dict()}), name=APP_NAME, route_prefix="/", blocking=False)
+
+    # -- the whole stack --------------------------------------------------------
+
+    def up(self) -> str:
+        """Start what is not running; return the development API key."""
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        running = self._recorded()
+        if running and running.get("serve_port") != self.settings.serve.port and self.healthy_at(running):
+            raise StackError(
+                f"a stack with this data dir already serves on port {running['serve_port']}; "
+                "run `strata down` first to move it"
+            )
+        self.ensure_milvus()
+        self.ensure_ray()
+        if self.healthy():
+            self.say(f"Strata already answers at {self.url}")
+        else:
+            if _port_open(self.settings.serve.host, self.settings.serve.port) and not self._serve_is_ours():
+                raise StackError(f"port {self.settings.serve.port} is in use by another process; use --port")
+            self.say("deploying the Serve application (first start takes ~30 s)")
+            self.deploy()
+            _wait("the Serve application", self.healthy, 180, self.data_dir / "logs" / "milvus.log")
+        key = self._dev_key()
+        (self.data_dir / "stack.json").write_text(json.dumps(
+            {"serve_port": self.settings.serve.port, "milvus_port": self.settings.milvus.port,
+             "ray_address": self.ray_address, "settings": self.settings.to_dict()}, indent=2))
+        return key
+
+    def _recorded(self) -> dict | None:
+        try:
+            return json.loads((self.data_dir / "stack.json").read_text())
+        except (OSError, ValueError):
+            return None
+
+    def healthy_at(self, recorded: dict) -> bool:
+        try:
+            url = f"http://{self.settings.serve.host}:{recorded['serve_port']}/healthz"
+            return httpx.get(url, timeout=3).status_code == 200
+        except (httpx.HTTPError, KeyError):
+            return False
+
+    def _serve_is_ours(self) -> bool:
+        try:
+            return httpx.get(self.url + "/healthz", timeout=3).headers.get("content-type", "").startswith("application/json")
+        except httpx.HTTPError:
+            return False
+
+    def _dev_key(self) -> str:
+        from strata.keys import KeyStore
+        from strata.storage import open_store
+
+        store, names = open_store(self.settings)
+        keys = KeyStore(store, names.state)
+        if self.key_file.exists():
+            key = self.key_file.read_text().strip()
+            if keys.tenant_of(key) == "demo":
+                return key
+        key = keys.create("demo")
+        fd = os.open(self.key_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(key + "\n")
+        os.chmod(self.key_file, 0o600)
+        return key
+
+    def down(self) -> None:
+        """Stop Serve, the layer actors, Ray and milvus-lite; keep the data."""
+        if self.ray_running():
+            try:
+                import ray
+                from ray import serve
+
+                from actors.router import LAYER_CLASSES, actor_name
+
+                self.ensure_ray_client()
+                serve.shutdown()
+                for layer in LAYER_CLASSES:
+                    for shard in range(int(getattr(self.settings.actors, f"{layer}_shards"))):
+                        try:
+                            ray.kill(ray.get_actor(actor_name(layer, shard), namespace=self.settings.ray.namespace))
+                        except ValueError:
+                            pass
+                ray.shutdown()
+            except Exception as exc:  # a broken cluster is stopped below all the same
+                self.say(f"Serve shutdown skipped: {type(exc).__name__}: {exc}")
+            if not self.settings.ray.address:
+                subprocess.run([str(Path(sys.executable).parent / "ray"), "stop", "--force"],
+                               capture_output=True, timeout=120)
+                self.say("stopped Ray")
+        pid = self.milvus_pid()
+        if pid:
+            self._stop_pid(pid)
+            self.say(f"stopped milvus-lite (pid {pid})")
+        self._pidfile().unlink(missing_ok=True)
+        (self.data_dir / "stack.json").unlink(missing_ok=True)
+
+    def ensure_ray_client(self) -> None:
+        import ray
+
+        if not ray.is_initialized():
+            ray.init(address=self.ray_address, namespace=self.settings.ray.namespace, logging_level="ERROR", log_to_driver=False)
+
+    def status(self) -> dict[str, str]:
+        m = self.settings.milvus
+        pid = self.milvus_pid()
+        return {
+            "milvus": f"running (pid {pid}) on {m.host}:{m.port}" if pid and _port_open(m.host, m.port)
+            else ("external " + m.address if m.uri else "not running"),
+            "ray": f"running at {self.ray_address}" if self.ray_running() else "not running",
+            "serve": f"healthy at {self.url}" if self.healthy() else "not answering",
+            "data_dir": str(self.data_dir),
+        }

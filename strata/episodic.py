@@ -1,0 +1,451 @@
+"""Episodic memory of one tenant: every turn, rolling summaries, retrieval.
+
+Every turn is kept (durably, with its embedding). Per session, the last
+``raw_window`` turns form the raw window; turns that leave it are
+summarised in chunks of ``summary_threshold``, each turn exactly once (a
+summary row records the turns it covers, so after a restart the same
+turns are not summarised again). Retrieval is cosine similarity over turns
+and summaries, narrowed by session and time range, served from an exact
+in-memory index that mirrors the durable rows: this object is the single
+writer of both, so they never disagree.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Sequence
+
+import numpy as np
+
+from strata.config import EpisodicSettings
+from strata.errors import InvalidInput, NotFound
+from strata.ids import validate_id
+from strata.records import Record, RecordStore
+from strata.summarize import EpisodeSummary, SummaryInput
+
+__all__ = [
+    "TurnInput",
+    "Turn",
+    "SummaryRecord",
+    "EpisodicHit",
+    "EpisodicMemory",
+    "summary_inputs",
+    "to_ms",
+    "from_ms",
+]
+
+TURN, SUMMARY = "turn", "summary"
+_TEXT_BYTES_MAX = 60000
+
+
+def to_ms(t: datetime) -> int:
+    if t.tzinfo is None:
+        t = t.replace(tzinfo=timezone.utc)
+    return int(t.timestamp() * 1000)
+
+
+def from_ms(ms: int) -> datetime:
+    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc)
+
+
+@dataclass(frozen=True)
+class TurnInput:
+    """What a caller records: one exchange, either side optional but not both."""
+
+    user: str | None = None
+    agent: str | None = None
+    timestamp: datetime | None = None
+    turn_id: str | None = None
+    #: Label for the user side ("Caroline"); "user" when unset.
+    speaker: str | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Turn:
+    session_id: str
+    turn_id: str
+    seq: int
+    timestamp: datetime
+    user: str | None
+    agent: str | None
+    speaker: str | None
+    metadata: dict[str, Any]
+
+    @property
+    def text(self) -> str:
+        parts = []
+        if self.user:
+            parts.append(f"{self.speaker or 'user'}: {self.user}")
+        if self.agent:
+            parts.append(f"assistant: {self.agent}")
+        return "\n".join(parts)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "session_id": self.session_id,
+            "turn_id": self.turn_id,
+            "seq": self.seq,
+            "timestamp": self.timestamp.isoformat(),
+            "user": self.user,
+            "agent": self.agent,
+            "speaker": self.speaker,
+            "metadata": self.metadata,
+        }
+
+
+@dataclass(frozen=True)
+class SummaryRecord:
+    summary_id: str
+    session_id: str
+    turn_ids: tuple[str, ...]
+    first_seq: int
+    last_seq: int
+    start: datetime
+    end: datetime
+    content: EpisodeSummary
+
+    @property
+    def text(self) -> str:
+        return self.content.summary
+
+
+@dataclass(frozen=True)
+class EpisodicHit:
+    """A retrieved turn or summary. ``score`` is cosine similarity, higher is closer."""
+
+    kind: str
+    id: str
+    session_id: str
+    text: str
+    timestamp: datetime
+    score: float
+    turn_ids: tuple[str, ...] = ()
+    end: datetime | None = None
+
+
+class _Index:
+    """Row ids plus a matrix of their vectors, grown by doubling (appends are O(1))."""
+
+    def __init__(self) -> None:
+        self.ids: list[str] = []
+        self.sessions: list[str] = []
+        self.ts_ms: list[int] = []
+        self._matrix: np.ndarray | None = None
+
+    def add(self, item_id: str, vector: np.ndarray, session: str, ts_ms: int) -> None:
+        n = len(self.ids)
+        if self._matrix is None:
+            self._matrix = np.zeros((16, vector.shape[-1]), dtype=np.float32)
+        elif n == len(self._matrix):
+            self._matrix = np.vstack([self._matrix, np.zeros_like(self._matrix)])
+        self._matrix[n] = vector
+        self.ids.append(item_id)
+        self.sessions.append(session)
+        self.ts_ms.append(ts_ms)
+
+    def remove_session(self, session: str) -> None:
+        keep = [i for i, s in enumerate(self.sessions) if s != session]
+        self.ids = [self.ids[i] for i in keep]
+        self.sessions = [self.sessions[i] for i in keep]
+        self.ts_ms = [self.ts_ms[i] for i in keep]
+        if self._matrix is not None:
+            self._matrix = self._matrix[keep] if keep else None
+
+    def scores(self, query: np.ndarray) -> np.ndarray:
+        if self._matrix is None or not self.ids:
+            return np.zeros(0, dtype=np.float32)
+        return self._matrix[: len(self.ids)] @ query.astype(np.float32)
+
+
+class EpisodicMemory:
+    """All episodic state of one tenant, persisted through a :class:`RecordStore`."""
+
+    def __init__(
+        self, tenant: str, *, store: RecordStore, collection: str, settings: EpisodicSettings
+    ) -> None:
+        self.tenant = validate_id(tenant, field="tenant")
+        self._store = store
+        self._collection = collection
+        self._settings = settings
+        self._turns: dict[str, Turn] = {}  # key: session/turn_id
+        self._summaries: dict[str, SummaryRecord] = {}
+        self._turn_index = _Index()
+        self._summary_index = _Index()
+        self._summarised: dict[str, set[str]] = {}  # session -> turn ids covered by a summary
+        self._next_seq = 0
+
+    # -- loading ------------------------------------------------------------
+
+    def load(self) -> None:
+        """Rebuild the in-memory index from the durable rows of this tenant."""
+        rows = self._store.scan(self._collection, tenant=self.tenant)
+        for row in sorted(rows, key=lambda r: (r.kind, int(r.payload.get("seq", r.payload.get("last_seq", 0))))):
+            if row.kind == TURN:
+                self._index_turn(_turn_from_record(row), row.vector)
+            elif row.kind == SUMMARY:
+                self._index_summary(_summary_from_record(row), row.vector)
+
+    # -- writing ------------------------------------------------------------
+
+    def prepare(self, session_id: str, inputs: Sequence[TurnInput], *, now: datetime) -> list[Turn]:
+        """Validate inputs and assign turn ids and sequence numbers (no write yet).
+
+        Raises:
+            InvalidInput: an empty turn, an over-long text, a bad or duplicate turn id.
+        """
+        validate_id(session_id, field="session_id")
+        turns: list[Turn] = []
+        seen: set[str] = set()
+        seq = self._next_seq
+        for position, item in enumerate(inputs):
+            if not (item.user or "").strip() and not (item.agent or "").strip():
+                raise InvalidInput(f"turn {position}: give user or agent text (both are empty)")
+            turn_id = item.turn_id or f"t{seq:06d}-{uuid.uuid4().hex[:6]}"
+            validate_id(turn_id, field=f"turns[{position}].turn_id")
+            if turn_id in seen or f"{session_id}/{turn_id}" in self._turns:
+                raise InvalidInput(f"turn id {turn_id!r} already exists in session {session_id!r}")
+            seen.add(turn_id)
+            timestamp = item.timestamp or now
+            if timestamp.tzinfo is None:
+                timestamp = timestamp.replace(tzinfo=timezone.utc)
+            turn = Turn(session_id, turn_id, seq, timestamp, item.user, item.agent, item.speaker, dict(item.metadata))
+            if len(turn.text.encode()) > _TEXT_BYTES_MAX:
+                raise InvalidInput(f"turn {position}: text is over {_TEXT_BYTES_MAX} bytes")
+            turns.append(turn)
+            seq += 1
+        return turns
+
+    def record(self, turns: Sequence[Turn], vectors: np.ndarray) -> None:
+        """Write prepared turns durably, then index them."""
+        self.write(turns, vectors)
+        self.index(turns, vectors)
+
+    def write(self, turns: Sequence[Turn], vectors: np.ndarray) -> None:
+        """The durable half of :meth:`record` (blocking I/O, no in-memory change)."""
+        if len(turns) != len(vectors):
+            raise ValueError("one vector per turn")
+        records = [
+            Record(
+                pk=self._pk(t.session_id, t.turn_id),
+                tenant=self.tenant,
+                session=t.session_id,
+                kind=TURN,
+                ts_ms=to_ms(t.timestamp),
+                text=t.text,
+                payload=t.to_dict(),
+                vector=v,
+            )
+            for t, v in zip(turns, vectors)
+        ]
+        self._store.upsert(self._collection, records)
+
+    def index(self, turns: Sequence[Turn], vectors: np.ndarray) -> None:
+        """The in-memory half of :meth:`record`: make written turns searchable."""
+        for turn, vector in zip(turns, vectors):
+            self._index_turn(turn, vector)
+
+    def pending_summaries(self, session_id: str | None = None) -> list[list[Turn]]:
+        """Chunks of turns that left the raw window and no summary covers yet."""
+        chunks: list[list[Turn]] = []
+        sessions = [session_id] if session_id else sorted({t.session_id for t in self._turns.values()})
+        size = self._settings.summary_threshold
+        for session in sessions:
+            ordered = self.session_turns(session)
+            outside = ordered[: max(len(ordered) - self._settings.raw_window, 0)]
+            done = self._summarised.get(session, set())
+            waiting = [t for t in outside if t.turn_id not in done]
+            chunks.extend(waiting[i : i + size] for i in range(0, len(waiting) - size + 1, size))
+        return chunks
+
+    def add_summary(self, turns: Sequence[Turn], content: EpisodeSummary, vector: np.ndarray) -> SummaryRecord:
+        """Store a summary of ``turns`` (one session); they are never summarised again."""
+        record = self.write_summary(turns, content, vector)
+        self.index_summary(record, vector)
+        return record
+
+    def write_summary(self, turns: Sequence[Turn], content: EpisodeSummary, vector: np.ndarray) -> SummaryRecord:
+        """The durable half of :meth:`add_summary`."""
+        session = turns[0].session_id
+        record = SummaryRecord(
+            summary_id=f"s{turns[0].seq:06d}-{turns[-1].seq:06d}",
+            session_id=session,
+            turn_ids=tuple(t.turn_id for t in turns),
+            first_seq=turns[0].seq,
+            last_seq=turns[-1].seq,
+            start=min(t.timestamp for t in turns),
+            end=max(t.timestamp for t in turns),
+            content=content,
+        )
+        payload = {
+            "summary_id": record.summary_id,
+            "turn_ids": list(record.turn_ids),
+            "first_seq": record.first_seq,
+            "last_seq": record.last_seq,
+            "start": record.start.isoformat(),
+            "end": record.end.isoformat(),
+            "content": content.to_dict(),
+        }
+        self._store.upsert(
+            self._collection,
+            [
+                Record(
+                    pk=self._pk(session, "summary", record.summary_id),
+                    tenant=self.tenant,
+                    session=session,
+                    kind=SUMMARY,
+                    ts_ms=to_ms(record.start),
+                    text=content.summary[:20000],
+                    payload=payload,
+                    vector=vector,
+                )
+            ],
+        )
+        return record
+
+    def index_summary(self, record: SummaryRecord, vector: np.ndarray) -> None:
+        """The in-memory half of :meth:`add_summary`."""
+        self._index_summary(record, vector)
+
+    def forget_session(self, session_id: str) -> int:
+        """Delete every turn and summary of a session from the store and the index."""
+        removed = self.delete_session(session_id)
+        self.drop_session(session_id)
+        return removed
+
+    def delete_session(self, session_id: str) -> int:
+        """The durable half of :meth:`forget_session`.
+
+        Raises:
+            NotFound: the session has no turns.
+        """
+        validate_id(session_id, field="session_id")
+        if not any(t.session_id == session_id for t in self._turns.values()):
+            raise NotFound(f"session {session_id!r} has no episodic memory")
+        return self._store.delete(self._collection, tenant=self.tenant, session=session_id)
+
+    def drop_session(self, session_id: str) -> None:
+        """The in-memory half of :meth:`forget_session`."""
+        self._turns = {k: t for k, t in self._turns.items() if t.session_id != session_id}
+        self._summaries = {k: s for k, s in self._summaries.items() if s.session_id != session_id}
+        self._summarised.pop(session_id, None)
+        self._turn_index.remove_session(session_id)
+        self._summary_index.remove_session(session_id)
+
+    # -- reading ------------------------------------------------------------
+
+    def session_turns(self, session_id: str) -> list[Turn]:
+        return sorted((t for t in self._turns.values() if t.session_id == session_id), key=lambda t: t.seq)
+
+    def raw_window(self, session_id: str) -> list[Turn]:
+        return self.session_turns(session_id)[-self._settings.raw_window :]
+
+    def summaries(self, session_id: str | None = None) -> list[SummaryRecord]:
+        found = (s for s in self._summaries.values() if session_id is None or s.session_id == session_id)
+        return sorted(found, key=lambda s: s.first_seq)
+
+    @property
+    def turn_count(self) -> int:
+        return len(self._turns)
+
+    def search(
+        self,
+        query: np.ndarray,
+        *,
+        top_k: int = 8,
+        session_id: str | None = None,
+        start: datetime | None = None,
+        end: datetime | None = None,
+        include_summaries: bool = True,
+        exclude_turn_ids: frozenset[str] = frozenset(),
+    ) -> list[EpisodicHit]:
+        """Turns and summaries most similar to ``query``, optionally within a session
+        and a time range ``[start, end)``; a summary matches the range if it overlaps it."""
+        hits: list[EpisodicHit] = []
+        lo = to_ms(start) if start else None
+        hi = to_ms(end) if end else None
+        scores = self._turn_index.scores(query)
+        for i in np.argsort(-scores) if len(scores) else []:
+            key = self._turn_index.ids[i]
+            turn = self._turns[key]
+            ts = self._turn_index.ts_ms[i]
+            if session_id and turn.session_id != session_id:
+                continue
+            if (lo is not None and ts < lo) or (hi is not None and ts >= hi) or turn.turn_id in exclude_turn_ids:
+                continue
+            hits.append(EpisodicHit(TURN, turn.turn_id, turn.session_id, turn.text, turn.timestamp, float(scores[i]), (turn.turn_id,)))
+            if len(hits) >= top_k:
+                break
+        if include_summaries:
+            sscores = self._summary_index.scores(query)
+            for i in np.argsort(-sscores)[:top_k] if len(sscores) else []:
+                summary = self._summaries[self._summary_index.ids[i]]
+                if session_id and summary.session_id != session_id:
+                    continue
+                if (hi is not None and to_ms(summary.start) >= hi) or (lo is not None and to_ms(summary.end) < lo):
+                    continue
+                hits.append(
+                    EpisodicHit(SUMMARY, summary.summary_id, summary.session_id, summary.text, summary.start, float(sscores[i]), summary.turn_ids, summary.end)
+                )
+        hits.sort(key=lambda h: -h.score)
+        return hits[:top_k]
+
+    # -- internals ----------------------------------------------------------
+
+    def _pk(self, *parts: str) -> str:
+        return "/".join((self.tenant, *parts))
+
+    def _index_turn(self, turn: Turn, vector: np.ndarray | None) -> None:
+        key = f"{turn.session_id}/{turn.turn_id}"
+        self._turns[key] = turn
+        if vector is not None:
+            self._turn_index.add(key, vector, turn.session_id, to_ms(turn.timestamp))
+        self._next_seq = max(self._next_seq, turn.seq + 1)
+
+    def _index_summary(self, summary: SummaryRecord, vector: np.ndarray | None) -> None:
+        key = f"{summary.session_id}/{summary.summary_id}"
+        self._summaries[key] = summary
+        if vector is not None:
+            self._summary_index.add(key, vector, summary.session_id, to_ms(summary.start))
+        self._summarised.setdefault(summary.session_id, set()).update(summary.turn_ids)
+
+
+def summary_inputs(turns: Sequence[Turn]) -> list[SummaryInput]:
+    """The summariser's view of turns: one entry per speaker utterance."""
+    out: list[SummaryInput] = []
+    for t in turns:
+        if t.user:
+            out.append(SummaryInput(t.speaker or "user", t.user))
+        if t.agent:
+            out.append(SummaryInput("assistant", t.agent))
+    return out
+
+
+def _turn_from_record(row: Record) -> Turn:
+    p = row.payload
+    return Turn(
+        session_id=p["session_id"],
+        turn_id=p["turn_id"],
+        seq=int(p["seq"]),
+        timestamp=datetime.fromisoformat(p["timestamp"]),
+        user=p.get("user"),
+        agent=p.get("agent"),
+        speaker=p.get("speaker"),
+        metadata=p.get("metadata") or {},
+    )
+
+
+def _summary_from_record(row: Record) -> SummaryRecord:
+    p = row.payload
+    return SummaryRecord(
+        summary_id=p["summary_id"],
+        session_id=row.session,
+        turn_ids=tuple(p["turn_ids"]),
+        first_seq=int(p["first_seq"]),
+        last_seq=int(p["last_seq"]),
+        start=datetime.fromisoformat(p["start"]),
+        end=datetime.fromisoformat(p["end"]),
+        content=EpisodeSummary.from_dict(p["content"]),
+    )

@@ -1,0 +1,90 @@
+"""Strata's one error hierarchy.
+
+Every error a caller can meet derives from :class:`StrataError`; backend
+errors (pymilvus, openai, Ray) are mapped to these at the boundary where
+they happen, and the HTTP layer maps each class to one status code in one
+place (``serve_app/errors.py``)::
+
+    StrataError
+    ├── InvalidInput          422  a field or id the caller must fix
+    ├── Unauthorized          401  missing or unknown API key
+    ├── NotFound              404  no such session, item or record
+    ├── VersionConflict       409  expected version is stale; carries the current one
+    ├── StoreUnavailable      503  Milvus (or another store) cannot be reached
+    └── LLMError              502  the configured LLM failed or answered garbage
+        └── LLMOutputInvalid       its answer did not parse or validate
+
+Each class pickles with its fields intact, so an error raised inside a Ray
+actor reaches the HTTP layer as the same type (Ray re-raises the original
+exception class when it can be unpickled).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = [
+    "StrataError",
+    "InvalidInput",
+    "Unauthorized",
+    "NotFound",
+    "VersionConflict",
+    "StoreUnavailable",
+    "LLMError",
+    "LLMOutputInvalid",
+]
+
+
+class StrataError(Exception):
+    """Base of every Strata error. ``message`` is safe to show to the caller."""
+
+    status_code = 500
+
+    def __init__(self, message: str, **details: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        self.details = details
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild, (type(self), self.message, self.details))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"error": type(self).__name__, "message": self.message, **self.details}
+
+
+def _rebuild(cls: type[StrataError], message: str, details: dict[str, Any]) -> StrataError:
+    return cls(message, **details)
+
+
+class InvalidInput(StrataError):
+    status_code = 422
+
+
+class Unauthorized(StrataError):
+    status_code = 401
+
+
+class NotFound(StrataError):
+    status_code = 404
+
+
+class VersionConflict(StrataError):
+    """A mutation's expected version does not match; ``current_version`` says what is."""
+
+    status_code = 409
+
+    def __init__(self, message: str, **details: Any) -> None:
+        super().__init__(message, **details)
+        self.current_version: int = int(details.get("current_version", 0))
+
+
+class StoreUnavailable(StrataError):
+    status_code = 503
+
+
+class LLMError(StrataError):
+    status_code = 502
+
+
+class LLMOutputInvalid(LLMError):
+    pass

@@ -1,0 +1,40 @@
+"""Validation of every identifier that reaches a store or a filter expression.
+
+milvus-lite 3.x has no filter templating, so filter expressions are built
+from literals. The rule that keeps them safe is that a literal is only ever
+made from a value that matched :data:`ID_PATTERN` first; :func:`literal`
+enforces it, so no caller can paste raw request text into a filter.
+"""
+
+from __future__ import annotations
+
+import re
+
+from strata.errors import InvalidInput
+
+__all__ = ["ID_PATTERN", "validate_id", "literal", "in_list"]
+
+#: Letters, digits and ``_ . : -``, 1 to 128 characters, starting with a letter or digit.
+ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:\-]{0,127}")
+
+
+def validate_id(value: object, *, field: str) -> str:
+    """Return ``value`` if it is a valid id, else raise :class:`InvalidInput` naming ``field``."""
+    if not isinstance(value, str) or not ID_PATTERN.fullmatch(value):
+        shown = repr(value)[:60]
+        raise InvalidInput(
+            f"{field} {shown} is not a valid id: use 1-128 characters from "
+            "letters, digits and _ . : - starting with a letter or digit",
+            field=field,
+        )
+    return value
+
+
+def literal(value: str, *, field: str = "id") -> str:
+    """A Milvus string literal for a validated id (raises for anything else)."""
+    return '"' + validate_id(value, field=field) + '"'
+
+
+def in_list(values: list[str], *, field: str = "id") -> str:
+    """A Milvus list literal ``["a", "b"]`` of validated ids."""
+    return "[" + ", ".join(literal(v, field=field) for v in values) + "]"

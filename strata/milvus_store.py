@@ -1,0 +1,239 @@
+"""The Milvus implementation of :class:`~strata.records.RecordStore`.
+
+One collection per layer and vector size, the tenant as partition key, and a
+tenant term in every filter this module builds (from validated ids only:
+milvus-lite has no filter templating). pymilvus errors are mapped here to
+:class:`~strata.errors.StoreUnavailable`; a collection that a restarted
+server has not loaded yet is loaded and the call retried once.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any, Callable, Sequence, TypeVar
+
+import numpy as np
+
+from strata.errors import StoreUnavailable
+from strata.ids import in_list, literal
+from strata.records import Record
+
+__all__ = ["MilvusRecordStore"]
+
+T = TypeVar("T")
+log = logging.getLogger(__name__)
+
+_TEXT_MAX = 65535
+_NOT_LOADED = 101
+_QUERY_LIMIT = 16384  # Milvus caps offset + limit of one query at 16384
+
+
+class MilvusRecordStore:
+    """Rows in Milvus (milvus-lite server by default, a Milvus cluster by URI)."""
+
+    def __init__(self, uri: str, *, token: str = "", db_name: str = "", timeout_s: float = 5.0) -> None:
+        self._uri = uri
+        self._token = token
+        self._db_name = db_name
+        self._timeout_s = timeout_s
+        self._client: Any = None
+        self._dims: dict[str, int] = {}
+        self._lock = threading.Lock()
+        # pymilvus logs every failed RPC with a traceback; we map and report them ourselves.
+        logging.getLogger("pymilvus").setLevel(logging.CRITICAL)
+
+    # -- plumbing -----------------------------------------------------------
+
+    def _connect(self) -> Any:
+        from pymilvus import MilvusClient
+
+        with self._lock:
+            if self._client is None:
+                self._client = MilvusClient(
+                    uri=self._uri, token=self._token, db_name=self._db_name, timeout=self._timeout_s
+                )
+            return self._client
+
+    def _call(self, what: str, fn: Callable[[Any], T], *, collection: str | None = None) -> T:
+        from pymilvus.exceptions import MilvusException
+
+        for attempt in range(2):
+            try:
+                return fn(self._connect())
+            except MilvusException as exc:
+                if exc.code == _NOT_LOADED and collection and attempt == 0:
+                    self._load(collection)
+                    continue
+                self._drop_client()
+                raise StoreUnavailable(
+                    f"Milvus at {self._uri} failed to {what}: {exc.message}", retry_after_s=2
+                ) from None
+            except Exception as exc:  # grpc errors, refused connections, timeouts
+                self._drop_client()
+                raise StoreUnavailable(
+                    f"Milvus at {self._uri} is unreachable ({what}: {type(exc).__name__})",
+                    retry_after_s=2,
+                ) from None
+        raise AssertionError("unreachable")
+
+    def _load(self, collection: str) -> None:
+        self._connect().load_collection(collection, timeout=self._timeout_s)
+
+    def _drop_client(self) -> None:
+        with self._lock:
+            client, self._client = self._client, None
+        if client is not None:
+            try:
+                client.close()
+            except Exception:  # closing a broken channel may fail; it is gone either way
+                pass
+
+    # -- RecordStore --------------------------------------------------------
+
+    def ensure_collection(self, name: str, *, dim: int) -> None:
+        from pymilvus import DataType, MilvusClient
+
+        def create(client: Any) -> None:
+            if client.has_collection(name, timeout=self._timeout_s):
+                state = client.get_load_state(name, timeout=self._timeout_s)
+                if "NotLoad" in str(state.get("state")):
+                    client.load_collection(name, timeout=self._timeout_s)
+                return
+            schema = MilvusClient.create_schema(auto_id=False, enable_dynamic_field=False)
+            schema.add_field("pk", DataType.VARCHAR, is_primary=True, max_length=512)
+            schema.add_field("tenant", DataType.VARCHAR, max_length=128, is_partition_key=True)
+            schema.add_field("session", DataType.VARCHAR, max_length=128)
+            schema.add_field("kind", DataType.VARCHAR, max_length=32)
+            schema.add_field("ts", DataType.INT64)
+            schema.add_field("text", DataType.VARCHAR, max_length=_TEXT_MAX)
+            schema.add_field("payload", DataType.JSON)
+            schema.add_field("vec", DataType.FLOAT_VECTOR, dim=dim)
+            index = client.prepare_index_params()
+            index.add_index(field_name="vec", index_type="AUTOINDEX", metric_type="IP")
+            client.create_collection(name, schema=schema, index_params=index, timeout=self._timeout_s)
+
+        self._call(f"create collection {name}", create)
+        self._dims[name] = dim
+
+    def upsert(self, collection: str, records: Sequence[Record]) -> None:
+        if not records:
+            return
+        dim = self._dims[collection]
+        rows = [
+            {
+                "pk": r.pk,
+                "tenant": r.tenant,
+                "session": r.session,
+                "kind": r.kind,
+                "ts": int(r.ts_ms),
+                "text": r.text,
+                "payload": r.payload,
+                "vec": (r.vector if r.vector is not None else np.zeros(dim, np.float32)).tolist(),
+            }
+            for r in records
+        ]
+        self._call(
+            "write", lambda c: c.upsert(collection, rows, timeout=self._timeout_s), collection=collection
+        )
+
+    def scan(
+        self,
+        collection: str,
+        *,
+        tenant: str,
+        session: str | None = None,
+        kinds: Sequence[str] | None = None,
+        with_vectors: bool = True,
+    ) -> list[Record]:
+        expr = self._scope(tenant, session=session)
+        if kinds is not None:
+            expr += f" and kind in {in_list(list(kinds), field='kind')}"
+        fields = ["pk", "tenant", "session", "kind", "ts", "text", "payload"]
+        if with_vectors:
+            fields.append("vec")
+
+        def run(client: Any) -> list[dict[str, Any]]:
+            iterator = client.query_iterator(
+                collection, batch_size=1000, filter=expr, output_fields=fields, timeout=self._timeout_s
+            )
+            rows: list[dict[str, Any]] = []
+            try:
+                while batch := iterator.next():
+                    rows.extend(batch)
+            finally:
+                iterator.close()
+            return rows
+
+        return [self._record(row) for row in self._call("read", run, collection=collection)]
+
+    def get(self, collection: str, *, tenant: str, pks: Sequence[str]) -> list[Record]:
+        if not pks:
+            return []
+        rows = self._call(
+            "read",
+            lambda c: c.query(
+                collection,
+                filter=f"{self._scope(tenant)} and pk in {_pk_list(pks)}",
+                output_fields=["pk", "tenant", "session", "kind", "ts", "text", "payload", "vec"],
+                limit=min(len(pks), _QUERY_LIMIT),
+                timeout=self._timeout_s,
+            ),
+            collection=collection,
+        )
+        return [self._record(row) for row in rows]
+
+    def delete(
+        self,
+        collection: str,
+        *,
+        tenant: str,
+        session: str | None = None,
+        pks: Sequence[str] | None = None,
+    ) -> int:
+        expr = self._scope(tenant, session=session)
+        if pks is not None:
+            if not pks:
+                return 0
+            expr += f" and pk in {_pk_list(pks)}"
+        result = self._call(
+            "delete",
+            lambda c: c.delete(collection, filter=expr, timeout=self._timeout_s),
+            collection=collection,
+        )
+        count = result.get("delete_count") if isinstance(result, dict) else None
+        return int(count) if count is not None else len(result or [])
+
+    def ping(self) -> None:
+        self._call("answer", lambda c: c.list_collections(timeout=self._timeout_s))
+
+    # -- helpers ------------------------------------------------------------
+
+    @staticmethod
+    def _scope(tenant: str, *, session: str | None = None) -> str:
+        expr = f"tenant == {literal(tenant, field='tenant')}"
+        if session is not None:
+            expr += f" and session == {literal(session, field='session_id')}"
+        return expr
+
+    @staticmethod
+    def _record(row: dict[str, Any]) -> Record:
+        vec = row.get("vec")
+        return Record(
+            pk=row["pk"],
+            tenant=row["tenant"],
+            session=row["session"],
+            kind=row["kind"],
+            ts_ms=int(row["ts"]),
+            text=row["text"],
+            payload=row.get("payload") or {},
+            vector=np.asarray(vec, dtype=np.float32) if vec is not None else None,
+        )
+
+
+def _pk_list(pks: Sequence[str]) -> str:
+    # Primary keys are built by the layers from validated ids joined by "/".
+    for pk in pks:
+        for part in pk.split("/"):
+            literal(part, field="record id")
+    return "[" + ", ".join(f'"{pk}"' for pk in pks) + "]"

