@@ -46,6 +46,20 @@ class InClusterClient:
         self._flow = Orchestration(settings, embed=self._embed)
         self.sync = _Sync(self)
 
+    @classmethod
+    def for_running_stack(cls, tenant: str, *, data_dir: str = ".strata") -> InClusterClient:
+        """Attach to the stack ``strata up`` started with ``data_dir`` (same settings, same actors)."""
+        import json
+        from pathlib import Path
+
+        import ray
+
+        recorded = json.loads((Path(data_dir) / "stack.json").read_text())
+        settings = StrataSettings.from_dict(recorded["settings"])
+        if not ray.is_initialized():
+            ray.init(address=recorded["ray_address"], namespace=settings.ray.namespace, logging_level="ERROR")
+        return cls(tenant, settings)
+
     async def _embed(self, texts: Sequence[str]) -> np.ndarray:
         return await asyncio.to_thread(self._embedder.embed, list(texts))
 

@@ -26,6 +26,10 @@ def error_response(exc: StrataError) -> JSONResponse:
 def validation_response(exc: RequestValidationError) -> JSONResponse:
     problems = []
     for error in exc.errors():
+        if error.get("type") == "json_invalid":
+            problems.append(f"the body is not valid JSON ({error.get('ctx', {}).get('error', 'parse error')} "
+                            f"at character {error.get('loc', ('', '?'))[-1]})")
+            continue
         where = ".".join(str(p) for p in error.get("loc", ()) if p != "body")
         problems.append(f"{where or 'body'}: {error.get('msg', 'invalid')}")
     return JSONResponse(

@@ -121,10 +121,21 @@ class Stack:
         self._pidfile().write_text(str(process.pid))
         self.say(f"starting milvus-lite (pid {process.pid}) on {m.host}:{m.port}")
 
+        from strata.errors import StoreUnavailable
+        from strata.milvus_store import MilvusRecordStore
+
+        probe = MilvusRecordStore(m.address, timeout_s=2)
+
         def ready() -> bool:
             if process.poll() is not None:
                 raise StackError(f"milvus-lite exited with code {process.returncode}; see {log}")
-            return _port_open(m.host, m.port)
+            if not _port_open(m.host, m.port):
+                return False
+            try:  # the port opens about a second before the server answers
+                probe.ping()
+                return True
+            except StoreUnavailable:
+                return False
 
         _wait("milvus-lite", ready, 60, log)
 
@@ -197,7 +208,8 @@ class Stack:
             )
         self.ensure_milvus()
         self.ensure_ray()
-        if self.healthy():
+        if self._serve_is_ours() and self._healthy_soon(15):
+            # A running app reconnects to a restarted Milvus by itself.
             self.say(f"Strata already answers at {self.url}")
         else:
             if _port_open(self.settings.serve.host, self.settings.serve.port) and not self._serve_is_ours():
@@ -210,6 +222,14 @@ class Stack:
             {"serve_port": self.settings.serve.port, "milvus_port": self.settings.milvus.port,
              "ray_address": self.ray_address, "settings": self.settings.to_dict()}, indent=2))
         return key
+
+    def _healthy_soon(self, timeout_s: float) -> bool:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.healthy():
+                return True
+            time.sleep(0.5)
+        return False
 
     def _recorded(self) -> dict | None:
         try:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from typing import Any, Callable, Sequence, TypeVar
 
 import numpy as np
@@ -26,6 +27,9 @@ log = logging.getLogger(__name__)
 
 _TEXT_MAX = 65535
 _NOT_LOADED = 101
+_TRIES = 3
+_BACKOFF_S = 0.25
+_UNAVAILABLE = 2  # pymilvus: "Fail connecting to server"
 _QUERY_LIMIT = 16384  # Milvus caps offset + limit of one query at 16384
 
 
@@ -40,8 +44,7 @@ class MilvusRecordStore:
         self._client: Any = None
         self._dims: dict[str, int] = {}
         self._lock = threading.Lock()
-        # pymilvus logs every failed RPC with a traceback; we map and report them ourselves.
-        logging.getLogger("pymilvus").setLevel(logging.CRITICAL)
+        _quiet_pymilvus()
 
     # -- plumbing -----------------------------------------------------------
 
@@ -58,19 +61,27 @@ class MilvusRecordStore:
     def _call(self, what: str, fn: Callable[[Any], T], *, collection: str | None = None) -> T:
         from pymilvus.exceptions import MilvusException
 
-        for attempt in range(2):
+        # Three tries, 0.25 s apart: a restarting server refuses calls for ~0.2 s
+        # after its port opens, and a released collection needs load() once.
+        for attempt in range(_TRIES):
+            if attempt:
+                time.sleep(_BACKOFF_S)
             try:
                 return fn(self._connect())
             except MilvusException as exc:
-                if exc.code == _NOT_LOADED and collection and attempt == 0:
+                if exc.code == _NOT_LOADED and collection and attempt < _TRIES - 1:
                     self._load(collection)
                     continue
                 self._drop_client()
+                if attempt < _TRIES - 1 and exc.code == _UNAVAILABLE:
+                    continue
                 raise StoreUnavailable(
                     f"Milvus at {self._uri} failed to {what}: {exc.message}", retry_after_s=2
                 ) from None
             except Exception as exc:  # grpc errors, refused connections, timeouts
                 self._drop_client()
+                if attempt < _TRIES - 1:
+                    continue
                 raise StoreUnavailable(
                     f"Milvus at {self._uri} is unreachable ({what}: {type(exc).__name__})",
                     retry_after_s=2,
@@ -229,6 +240,15 @@ class MilvusRecordStore:
             payload=row.get("payload") or {},
             vector=np.asarray(vec, dtype=np.float32) if vec is not None else None,
         )
+
+
+def _quiet_pymilvus() -> None:
+    # pymilvus logs every failed RPC with a traceback, and configures its
+    # loggers when first imported; we map and report errors ourselves.
+    import pymilvus  # noqa: F401  (import first, so its logging setup runs before ours)
+
+    for name in ("pymilvus", "pymilvus.decorators"):
+        logging.getLogger(name).setLevel(logging.CRITICAL)
 
 
 def _pk_list(pks: Sequence[str]) -> str:

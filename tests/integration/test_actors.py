@@ -1,0 +1,176 @@
+"""The layer actors on a real local Ray instance and a real milvus-lite server,
+driven through the in-cluster client (the same orchestration Serve runs)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import pytest
+import ray
+
+from actors.client import InClusterClient
+from actors.router import LayerRouter
+from strata.errors import InvalidInput, NotFound, StoreUnavailable, VersionConflict
+from strata.storage import open_store
+from tests.conftest import MilvusServer, settings_for
+from tests.llm_server import hang, llm_server
+
+pytestmark = pytest.mark.usefixtures("ray_local")
+
+T0 = datetime(2024, 3, 4, 10, 0, tzinfo=timezone.utc)  # a Monday
+
+
+@pytest.fixture(scope="module")
+def settings(milvus: MilvusServer) -> Any:
+    return settings_for(milvus, actors={"working_shards": 1, "episodic_shards": 2},
+                        episodic={"raw_window": 3, "summary_threshold": 2})
+
+
+@pytest.fixture(scope="module")
+def alice(settings: Any) -> InClusterClient:
+    return InClusterClient("alice", settings)
+
+
+async def test_turns_are_searchable_and_versions_increase(alice: InClusterClient) -> None:
+    first = await alice.record_turn("trip", "I am flying to Oslo next month for a conference.", "Have a good trip!",
+                                    timestamp=T0)
+    second = await alice.record_turns("trip", [
+        {"user": "My favourite food is ramen.", "timestamp": T0 + timedelta(minutes=1)},
+        {"user": "The conference talk is about Ray Serve autoscaling.", "timestamp": T0 + timedelta(minutes=2)},
+    ])
+    assert second.versions["episodic"] > first.versions["episodic"]
+    assert [t.timestamp for t in second.turns] == [T0 + timedelta(minutes=1), T0 + timedelta(minutes=2)]
+    found = await alice.search("what food do I like?", layers=["episodic"])
+    assert "ramen" in found.hits[0].text
+    assert found.versions["episodic"] == second.versions["episodic"]
+
+
+async def test_time_expression_narrows_search(alice: InClusterClient) -> None:
+    await alice.record_turn("later", "I adopted a cat named Miso.", timestamp=T0 + timedelta(days=8))
+    reference = T0 + timedelta(days=9)  # Wednesday of the following week
+    yesterday = await alice.search("what happened yesterday?", layers=["episodic"], reference_time=reference)
+    assert yesterday.time_range is not None and yesterday.time_range.expression.lower() == "yesterday"
+    assert [h.session_id for h in yesterday.hits] == ["later"]
+    last_week = await alice.search("上周我做了什么", layers=["episodic"], reference_time=reference)
+    assert last_week.hits and {h.session_id for h in last_week.hits} == {"trip"}
+    nonsense = await alice.search("blorp last fnord", layers=["episodic"], reference_time=reference)
+    assert nonsense.time_range is None and nonsense.hits  # falls back to plain semantic search
+
+
+async def test_stale_expected_version_conflicts(alice: InClusterClient) -> None:
+    state = await alice.get_working("trip")
+    await alice.add_working_items("trip", [{"role": "user", "content": "note one"}], expected_version=state.version)
+    with pytest.raises(VersionConflict) as info:
+        await alice.add_working_items("trip", [{"role": "user", "content": "note two"}], expected_version=state.version)
+    assert info.value.current_version == state.version + 1
+    with pytest.raises(VersionConflict):
+        await alice.record_turn("trip", "late write", expected_version=0)
+
+
+async def test_bad_input_is_rejected(alice: InClusterClient) -> None:
+    with pytest.raises(InvalidInput):
+        await alice.record_turn('bad" or 1==1', "x")
+    with pytest.raises(InvalidInput):
+        await alice.record_turn("trip", "dup", turn_id="same-id")
+        await alice.record_turn("trip", "dup again", turn_id="same-id")
+    with pytest.raises(InvalidInput):
+        await alice.build_context("hi", "trip", task_type="no-such-type")
+
+
+async def test_tenants_never_see_each_other(settings: Any, alice: InClusterClient) -> None:
+    bob = InClusterClient("bob", settings)
+    await bob.record_turn("trip", "Bob's secret is the blue door.")
+    mine = await alice.search("secret blue door", layers=["episodic"], top_k=50)
+    assert all("Bob" not in h.text for h in mine.hits)
+    with pytest.raises(NotFound):
+        await bob.forget_session("later")  # alice's session id, unknown to bob
+    assert (await alice.search("cat named Miso", layers=["episodic"])).hits[0].session_id == "later"
+
+
+async def test_context_fits_budget_and_reads_layers_concurrently(alice: InClusterClient) -> None:
+    for budget in (64, 120, 400):
+        context = await alice.build_context("Where am I flying and what is my talk about?", "trip", max_tokens=budget)
+        assert context.token_count <= budget
+        assert set(context.versions) <= {"working", "episodic"}
+    big = await alice.build_context("Where am I flying and what is my talk about?", "trip", max_tokens=2000)
+    assert "Oslo" in big.context and big.messages  # working memory of the session is included
+    assert big.missing == {}
+    debugging = await alice.build_context("why does it crash", "trip", task_type="debugging")
+    assert "semantic" in debugging.missing and "procedural" in debugging.missing
+
+
+async def test_summaries_cover_each_turn_once(settings: Any, alice: InClusterClient) -> None:
+    turns = [{"user": f"Day {n}: I practiced piano scales for {n * 10} minutes."} for n in range(9)]
+    await alice.record_turns("piano", turns)
+    actor = LayerRouter(settings).handle("episodic", "alice")
+    assert await actor.wait_for_summaries.remote("alice") == 0
+    state = await actor.session_state.remote("alice", "piano")
+    covered = [t for s in state["summaries"] for t in s["turn_ids"]]
+    assert len(covered) == len(set(covered)) == 6  # 9 turns, window 3, chunks of 2
+    assert len(state["window"]) == 3
+    assert all(s["method"] == "extractive" and s["summary"] for s in state["summaries"])
+    hits = await alice.search("how long did I practice piano", layers=["episodic"], top_k=20)
+    assert any(h.kind == "summary" for h in hits.hits)
+
+
+async def test_actor_restart_reloads_state_and_versions_continue(settings: Any, alice: InClusterClient) -> None:
+    before = await alice.record_turn("trip", "I packed my green umbrella.")
+    actor = LayerRouter(settings).handle("episodic", "alice")
+    ray.kill(actor, no_restart=False)
+    for _ in range(60):  # the restarted actor answers once Ray has recreated it
+        try:
+            found = await alice.search("what did I pack?", layers=["episodic"])
+            break
+        except StoreUnavailable:
+            await asyncio.sleep(0.5)
+    assert "umbrella" in found.hits[0].text
+    after = await alice.record_turn("trip", "And a raincoat.")
+    assert after.versions["episodic"] > before.versions["episodic"]
+
+
+async def test_forget_session_leaves_nothing(settings: Any, alice: InClusterClient) -> None:
+    await alice.record_turn("forgettable", "My locker code is 4417.")
+    result = await alice.forget_session("forgettable")
+    assert result.removed["episodic"] >= 1 and result.removed["working"] >= 1
+    hits = await alice.search("locker code 4417", layers=["episodic"], top_k=100)
+    assert all(h.session_id != "forgettable" for h in hits.hits)
+    store, names = open_store(settings)
+    assert store.scan(names.episodic, tenant="alice", session="forgettable") == []
+    assert store.scan(names.state, tenant="alice", session="forgettable") == []
+    with pytest.raises(NotFound):
+        await alice.forget_session("forgettable")
+
+
+@pytest.mark.parametrize("behaviour", ["malformed", "hanging", "refusal", "good"])
+async def test_llm_summaries_fall_back_and_never_lose_turns(milvus: MilvusServer, behaviour: str) -> None:
+    def script(n: int) -> Any:
+        if behaviour == "malformed":
+            return "this is not JSON {"
+        if behaviour == "hanging":
+            return hang(3.0)
+        if behaviour == "refusal":
+            from tests.llm_server import chat_body
+            return lambda: (200, chat_body(None, refusal="I can't help with that."))
+        return '{"summary": "The user described two walks.", "key_topics": ["walks"], "action_items": [], "user_preferences": []}'
+
+    with llm_server(script) as (url, received):
+        settings = settings_for(milvus, llm={"base_url": url, "timeout_s": 0.5, "max_retries": 0},
+                                episodic={"raw_window": 1, "summary_threshold": 2},
+                                actors={"working_shards": 1, "episodic_shards": 1})
+        client = InClusterClient(f"llm-{behaviour}", settings)
+        await client.record_turns("walks", [{"user": f"Walk {n} went along the river."} for n in range(3)])
+        actor = LayerRouter(settings).handle("episodic", f"llm-{behaviour}")
+        started = time.monotonic()
+        assert await actor.wait_for_summaries.remote(f"llm-{behaviour}") == 0
+        state = await actor.session_state.remote(f"llm-{behaviour}", "walks")
+        assert time.monotonic() - started < 30
+    assert state["turns"] == 3  # every turn is stored whatever the LLM did
+    [summary] = state["summaries"]
+    assert received, "the LLM was asked"
+    if behaviour == "good":
+        assert summary["method"] == "llm" and summary["summary"] == "The user described two walks."
+    else:
+        assert summary["method"] == "extractive" and summary["fallback_reason"] and summary["summary"]

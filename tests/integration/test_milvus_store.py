@@ -1,0 +1,73 @@
+"""MilvusRecordStore against a real milvus-lite server: scoping, restarts, outages."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+from strata.errors import InvalidInput, StoreUnavailable
+from strata.milvus_store import MilvusRecordStore
+from strata.records import Record
+from tests.conftest import MilvusServer
+
+DIM = 8
+
+
+def rec(tenant: str, session: str, n: int, *, kind: str = "turn") -> Record:
+    v = np.zeros(DIM, np.float32)
+    v[n % DIM] = 1.0
+    return Record(pk=f"{tenant}/{session}/t{n}", tenant=tenant, session=session, kind=kind,
+                  ts_ms=1000 * n, text=f"text {n} 你好", payload={"n": n, "nested": {"ok": True}}, vector=v)
+
+
+@pytest.fixture(scope="module")
+def store(milvus: MilvusServer) -> MilvusRecordStore:
+    s = MilvusRecordStore(f"http://127.0.0.1:{milvus.port}", timeout_s=3)
+    s.ensure_collection("store_test", dim=DIM)
+    return s
+
+
+def test_upsert_scan_get_delete_are_tenant_scoped(store: MilvusRecordStore) -> None:
+    store.upsert("store_test", [rec("a", "s1", n) for n in range(5)] + [rec("b", "s1", n) for n in range(3)])
+    rows = store.scan("store_test", tenant="a")
+    assert sorted(r.payload["n"] for r in rows) == [0, 1, 2, 3, 4]
+    assert rows[0].vector is not None and rows[0].vector.shape == (DIM,)
+    assert {r.tenant for r in store.scan("store_test", tenant="b")} == {"b"}
+    # Another tenant's primary key is not readable through tenant a.
+    assert store.get("store_test", tenant="a", pks=["b/s1/t0"]) == []
+    assert [r.text for r in store.get("store_test", tenant="b", pks=["b/s1/t0"])] == ["text 0 你好"]
+    assert store.delete("store_test", tenant="a", session="s1", pks=["a/s1/t1"]) == 1
+    assert store.delete("store_test", tenant="a", session="s1") == 4
+    assert store.scan("store_test", tenant="a") == []
+    assert len(store.scan("store_test", tenant="b")) == 3
+
+
+def test_upsert_replaces_by_primary_key(store: MilvusRecordStore) -> None:
+    store.upsert("store_test", [rec("c", "s", 1)])
+    store.upsert("store_test", [Record(**{**rec("c", "s", 1).__dict__, "text": "changed"})])
+    assert [r.text for r in store.scan("store_test", tenant="c")] == ["changed"]
+
+
+@pytest.mark.parametrize("tenant", ['a" or tenant != "x', "a\\", "a b", "", "ａ", "%"])
+def test_filter_injection_is_refused_before_reaching_milvus(store: MilvusRecordStore, tenant: str) -> None:
+    with pytest.raises(InvalidInput):
+        store.scan("store_test", tenant=tenant)
+    with pytest.raises(InvalidInput):
+        store.delete("store_test", tenant=tenant)
+
+
+def test_outage_fails_fast_and_restart_recovers(store: MilvusRecordStore, milvus: MilvusServer) -> None:
+    store.upsert("store_test", [rec("d", "s", n) for n in range(3)])
+    milvus.kill()
+    started = time.monotonic()
+    with pytest.raises(StoreUnavailable) as info:
+        store.upsert("store_test", [rec("d", "s", 9)])
+    assert time.monotonic() - started < 10
+    assert "Milvus" in info.value.message
+    milvus.start()
+    # The restarted server has the collection released; the store loads it and retries.
+    assert sorted(r.payload["n"] for r in store.scan("store_test", tenant="d")) == [0, 1, 2]
+    store.upsert("store_test", [rec("d", "s", 9)])
+    assert len(store.scan("store_test", tenant="d")) == 4

@@ -1,0 +1,85 @@
+"""Tests for the packaged MiniLM embedder (the real ONNX model, loaded once)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from strata.config import EmbeddingSettings
+from strata.embedding import MINILM_DIM, Embedder, OnnxMiniLMEmbedder, embedding_dim, minilm_files
+
+
+@pytest.fixture(scope="module")
+def embedder() -> OnnxMiniLMEmbedder:
+    return OnnxMiniLMEmbedder()
+
+
+def test_minilm_files_exist() -> None:
+    model, tokenizer = minilm_files()
+    assert model.is_file() and model.name == "model.onnx" and model.stat().st_size > 1_000_000
+    assert tokenizer.is_file() and tokenizer.name == "tokenizer.json"
+
+
+def test_shape_dtype_and_unit_norm(embedder: OnnxMiniLMEmbedder) -> None:
+    texts = ["hello world", "我喜欢喝咖啡", "", "   ", "A somewhat longer sentence about the weather in Paris."]
+    vectors = embedder.embed(texts)
+    assert isinstance(embedder, Embedder)
+    assert embedder.dim == MINILM_DIM == 384
+    assert vectors.shape == (len(texts), 384)
+    assert vectors.dtype == np.float32
+    assert np.all(np.isfinite(vectors))
+    np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
+
+
+def test_empty_list(embedder: OnnxMiniLMEmbedder) -> None:
+    vectors = embedder.embed([])
+    assert vectors.shape == (0, 384)
+    assert vectors.dtype == np.float32
+
+
+def test_paraphrase_scores_higher_than_unrelated(embedder: OnnxMiniLMEmbedder) -> None:
+    anchor, paraphrase, unrelated = embedder.embed(
+        [
+            "How do I reset my password?",
+            "I forgot my password and need to change it.",
+            "The recipe needs two cups of flour and an egg.",
+        ]
+    )
+    close, far = float(anchor @ paraphrase), float(anchor @ unrelated)
+    assert close > far + 0.2
+    assert -1.0 <= far < close <= 1.0
+
+
+def test_same_text_same_vector(embedder: OnnxMiniLMEmbedder) -> None:
+    a, b = embedder.embed(["deterministic output", "deterministic output"])
+    np.testing.assert_allclose(a, b, atol=1e-6)
+    assert float(a @ b) == pytest.approx(1.0, abs=1e-5)
+
+
+def test_batch_of_mixed_lengths_equals_each_alone(embedder: OnnxMiniLMEmbedder) -> None:
+    texts = [
+        "hi",
+        "The quick brown fox jumps over the lazy dog near the riverbank on a sunny afternoon.",
+        "我们明天下午三点在会议室讨论新项目的预算。",
+        "ok",
+        "Caroline said she would move to Berlin next spring to start a new job at a bakery.",
+    ]
+    batched = embedder.embed(texts)
+    alone = np.stack([embedder.embed([t])[0] for t in texts])
+    np.testing.assert_allclose(batched, alone, atol=1e-4)
+    # Order of the input is the order of the output (the embedder sorts internally).
+    reversed_batch = embedder.embed(texts[::-1])
+    np.testing.assert_allclose(reversed_batch[::-1], batched, atol=1e-4)
+
+
+def test_more_texts_than_one_batch(embedder: OnnxMiniLMEmbedder) -> None:
+    # 34 texts of varied lengths: two batches of the default size 32.
+    texts = [("word%d " % i) * (1 + i % 5) for i in range(34)]
+    batched = embedder.embed(texts)
+    assert batched.shape == (34, 384)
+    np.testing.assert_allclose(batched, np.stack([embedder.embed([t])[0] for t in texts]), atol=1e-4)
+
+
+def test_embedding_dim_without_loading() -> None:
+    assert embedding_dim(EmbeddingSettings()) == 384
+    assert embedding_dim(EmbeddingSettings(provider="openai", base_url="http://x", dimension=1536)) == 1536
