@@ -57,6 +57,9 @@ class InClusterClient:
         recorded = json.loads((Path(data_dir) / "stack.json").read_text())
         settings = StrataSettings.from_dict(recorded["settings"])
         if not ray.is_initialized():
+            from actors.ray_auth import use_ray_auth
+
+            use_ray_auth(recorded.get("ray_auth", {}))
             ray.init(address=recorded["ray_address"], namespace=settings.ray.namespace, logging_level="ERROR")
         return cls(tenant, settings)
 

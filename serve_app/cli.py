@@ -22,10 +22,17 @@ def _settings(args: argparse.Namespace) -> Any:
     return settings
 
 
-def _stack(args: argparse.Namespace) -> Any:
+def _stack(args: argparse.Namespace, *, running: bool = False) -> Any:
+    """The stack for the command; ``running``: the one ``up`` started in the data dir, if any."""
     from serve_app.stack import Stack
 
-    return Stack(_settings(args), say=lambda m: print(m, flush=True))
+    settings = _settings(args)
+    say = lambda m: print(m, flush=True)  # noqa: E731
+    if running:
+        recorded = Stack.recorded(settings.data_dir, say=say)
+        if recorded is not None:
+            return recorded
+    return Stack(settings, say=say)
 
 
 def cmd_up(args: argparse.Namespace) -> int:
@@ -38,13 +45,13 @@ def cmd_up(args: argparse.Namespace) -> int:
 
 
 def cmd_down(args: argparse.Namespace) -> int:
-    _stack(args).down()
+    _stack(args, running=True).down()
     print("Strata is down; data kept in", _settings(args).data_dir.resolve())
     return 0
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    report = _stack(args).status()
+    report = _stack(args, running=True).status()
     for name, state in report.items():
         print(f"{name:9} {state}")
     return 0 if report["serve"].startswith("healthy") else 1

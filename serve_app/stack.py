@@ -22,6 +22,8 @@ from typing import Callable
 
 import httpx
 
+from actors.ray_auth import use_ray_auth
+
 from strata.config import StrataSettings
 
 __all__ = ["Stack", "StackError"]
@@ -67,6 +69,19 @@ def _wait(what: str, check: Callable[[], bool], timeout_s: float, log: Path | No
 class Stack:
     settings: StrataSettings
     say: Callable[[str], None] = print
+
+    def __post_init__(self) -> None:
+        # Resolved once, so stack.json and the actors agree on one absolute path.
+        self.settings = self.settings.model_copy(update={"data_dir": self.settings.data_dir.resolve()})
+
+    @classmethod
+    def recorded(cls, data_dir: Path, *, say: Callable[[str], None] = print) -> Stack | None:
+        """The stack that ``up`` last started with this data dir, with its settings."""
+        try:
+            recorded = json.loads((data_dir / "stack.json").read_text())
+            return cls(StrataSettings.from_dict(recorded["settings"]), say=say)
+        except (OSError, ValueError, KeyError):
+            return None
 
     @property
     def data_dir(self) -> Path:
@@ -155,6 +170,25 @@ class Stack:
 
     # -- Ray ------------------------------------------------------------------
 
+    def ray_auth_env(self) -> dict[str, str]:
+        """Token authentication for the embedded Ray head, with the token in the data dir.
+
+        Ray 2.60 turns token auth on for ``ray start`` whenever ``~/.ray/auth_token``
+        exists, but a driver connecting to that cluster does not send it unless
+        told to; setting both explicitly makes every process agree.
+        """
+        if self.settings.ray.address:
+            return {}
+        path = self.data_dir / "ray-auth-token"
+        if not path.exists():
+            import secrets
+
+            self.data_dir.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as f:
+                f.write(secrets.token_hex(32))
+        return {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(path)}
+
     def ray_running(self) -> bool:
         host, _, port = self.ray_address.rpartition(":")
         return _port_open(host, int(port))
@@ -163,6 +197,7 @@ class Stack:
         import ray
 
         r = self.settings.ray
+        use_ray_auth(self.ray_auth_env())
         if not self.settings.ray.address and not self.ray_running():
             self.say(f"starting Ray head on {self.ray_address}")
             command = [
@@ -220,7 +255,8 @@ class Stack:
         key = self._dev_key()
         (self.data_dir / "stack.json").write_text(json.dumps(
             {"serve_port": self.settings.serve.port, "milvus_port": self.settings.milvus.port,
-             "ray_address": self.ray_address, "settings": self.settings.to_dict()}, indent=2))
+             "ray_address": self.ray_address, "ray_auth": self.ray_auth_env(),
+             "settings": self.settings.to_dict()}, indent=2))
         return key
 
     def _healthy_soon(self, timeout_s: float) -> bool:
@@ -301,6 +337,7 @@ class Stack:
     def ensure_ray_client(self) -> None:
         import ray
 
+        use_ray_auth(self.ray_auth_env())
         if not ray.is_initialized():
             ray.init(address=self.ray_address, namespace=self.settings.ray.namespace, logging_level="ERROR", log_to_driver=False)
 

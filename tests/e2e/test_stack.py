@@ -1,0 +1,224 @@
+"""The stack as a user starts it: `strata up`, then HTTP and the in-cluster client."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+import time
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any, Iterator
+
+import httpx
+import pytest
+
+from serve_app.client import AsyncStrataClient, StrataClient
+from strata.errors import InvalidInput, NotFound, StoreUnavailable, Unauthorized, VersionConflict
+from tests.conftest import free_port
+
+STRATA = [sys.executable, "-m", "serve_app.cli"]
+DAY1 = datetime(2025, 6, 2, 9, 0, tzinfo=timezone.utc)  # a Monday
+
+
+class Running:
+    def __init__(self, data_dir: Path, port: int, env: dict[str, str], key: str) -> None:
+        self.data_dir, self.port, self.env, self.key = data_dir, port, env, key
+        self.url = f"http://127.0.0.1:{port}"
+
+    def cli(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+        extra = ["--data-dir", str(self.data_dir)]
+        if args[0] in ("up", "demo"):
+            extra += ["--port", str(self.port)]
+        return subprocess.run([*STRATA, *args, *extra], env=self.env, capture_output=True, text=True, timeout=timeout)
+
+    def post(self, path: str, body: Any = None, *, key: str | None = None, **kw: Any) -> httpx.Response:
+        headers = {"Authorization": f"Bearer {key or self.key}", **kw.pop("headers", {})}
+        return httpx.post(self.url + path, json=body, headers=headers, timeout=30, **kw)
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
+    data_dir = tmp_path_factory.mktemp("stack") / "data"
+    env = {**os.environ, "STRATA_MILVUS__PORT": str(free_port()), "STRATA_RAY__GCS_PORT": str(free_port())}
+    running = Running(data_dir, free_port(), env, key="")
+    up = running.cli("up")
+    assert up.returncode == 0, up.stdout + up.stderr
+    running.key = up.stdout.strip().splitlines()[-1]
+    try:
+        yield running
+    finally:
+        import ray
+
+        ray.shutdown()
+        down = running.cli("down")
+        assert down.returncode == 0, down.stdout + down.stderr
+
+
+def test_up_prints_a_private_dev_key_and_status_reports(stack: Running) -> None:
+    key_file = stack.data_dir / "dev-api-key"
+    assert key_file.read_text().strip() == stack.key
+    assert stat.S_IMODE(key_file.stat().st_mode) == 0o600
+    status = stack.cli("status")
+    assert status.returncode == 0 and "healthy" in status.stdout
+    health = httpx.get(stack.url + "/healthz", timeout=10).json()
+    assert health["status"] == "ok" and health["milvus"] == "ok"
+
+
+def test_second_up_reuses_the_running_stack(stack: Running) -> None:
+    started = time.monotonic()
+    again = stack.cli("up")
+    assert again.returncode == 0, again.stderr
+    assert "already" in again.stdout
+    assert again.stdout.strip().splitlines()[-1] == stack.key
+    assert time.monotonic() - started < 60
+
+
+def test_context_answers_from_earlier_sessions(stack: Running) -> None:
+    with StrataClient(stack.url, stack.key) as client:
+        client.record_turns("monday", [
+            {"user": "My daughter Lina starts violin lessons on Thursday.", "agent": "How exciting!", "timestamp": DAY1},
+            {"user": "The deploy broke with HTTP 429 from the registry.", "timestamp": DAY1 + timedelta(hours=1)},
+        ])
+        client.record_turn("tuesday", "I bought new running shoes.", timestamp=DAY1 + timedelta(days=1))
+        reference = DAY1 + timedelta(days=1, hours=5)
+        context = client.build_context("When are Lina's violin lessons?", "tuesday", reference_time=reference,
+                                       max_tokens=300)
+        assert "violin" in context.context and context.token_count <= 300
+        episodic = next(s for s in context.sections if s.layer == "episodic")
+        assert episodic.items[0].session_id == "monday"
+        assert context.messages and "running shoes" in context.messages[-1]["content"]
+        found = client.search("what broke yesterday?", reference_time=reference, layers=["episodic"])
+        assert found.time_range is not None and found.hits
+        assert {h.session_id for h in found.hits} == {"monday"}
+
+
+def test_working_memory_etag_and_if_match(stack: Running) -> None:
+    r = httpx.get(stack.url + "/v1/sessions/tuesday/working", headers={"Authorization": f"Bearer {stack.key}"})
+    assert r.status_code == 200
+    etag = r.headers["etag"]
+    assert etag == f'"{r.json()["version"]}"'
+    item = {"items": [{"role": "user", "content": "Remember this: my gate code is 2231."}]}
+    ok = stack.post("/v1/sessions/tuesday/working/items", item, headers={"If-Match": etag})
+    assert ok.status_code == 200 and ok.headers["etag"] != etag
+    assert ok.json()["items"][-1]["importance"] == 1.0
+    stale = stack.post("/v1/sessions/tuesday/working/items", item, headers={"If-Match": etag})
+    assert stale.status_code == 409
+    assert stale.json()["current_version"] == ok.json()["version"]
+    assert "version" in stale.json()["message"]
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "kw", "status", "phrase"),
+    [
+        ("/v1/sessions/s1/turns", {"user": "hi"}, {"key": "sk-strata-wrong"}, 401, "unknown API key"),
+        ("/v1/sessions/bad%22id/turns", {"user": "hi"}, {}, 422, "session_id"),
+        ("/v1/sessions/s1/turns", {"usr": "hi"}, {}, 422, "usr"),
+        ("/v1/sessions/s1/turns", {}, {}, 422, "user or agent"),
+        ("/v1/context", {"message": "hi", "session_id": "s1", "task_type": "astrology"}, {}, 422, "task_type"),
+        ("/v1/context", {"message": "hi", "session_id": "s1", "max_tokens": 5}, {}, 422, "max_tokens"),
+        ("/v1/search", {"query": "x", "time_range": {"start": "2025-02-01", "end": "2025-01-01"}}, {}, 422, "before"),
+    ],
+)
+def test_bad_requests_get_a_clear_4xx(stack: Running, path: str, body: Any, kw: dict[str, Any], status: int,
+                                      phrase: str) -> None:
+    r = stack.post(path, body, **kw)
+    assert r.status_code == status, r.text
+    assert phrase in r.json()["message"]
+
+
+def test_missing_key_and_malformed_json(stack: Running) -> None:
+    r = httpx.post(stack.url + "/v1/search", json={"query": "x"})
+    assert r.status_code == 401 and "Bearer" in r.json()["message"]
+    r = httpx.post(stack.url + "/v1/sessions/s1/turns", content=b'{"user": ', timeout=10,
+                   headers={"Authorization": f"Bearer {stack.key}", "content-type": "application/json"})
+    assert r.status_code == 422 and "not valid JSON" in r.json()["message"]
+
+
+def test_clients_raise_typed_errors(stack: Running) -> None:
+    with StrataClient(stack.url, "sk-strata-nope") as bad:
+        with pytest.raises(Unauthorized):
+            bad.search("x")
+    with StrataClient(stack.url, stack.key) as client:
+        with pytest.raises(NotFound):
+            client.forget_session("never-existed")
+        with pytest.raises(VersionConflict) as info:
+            client.add_working_items("tuesday", [{"role": "user", "content": "x"}], expected_version=0)
+        assert info.value.details["current_version"] >= 1
+        with pytest.raises(InvalidInput):
+            client.build_context("hi", "s1", task_type="astrology")
+
+
+async def test_async_client_has_the_same_methods(stack: Running) -> None:
+    async with AsyncStrataClient(stack.url, stack.key) as client:
+        recorded = await client.record_turn("async-session", "Async clients work too.")
+        state = await client.get_working("async-session")
+        assert state.version == recorded.versions["working"]
+        health = await client.health()
+        assert health.status == "ok"
+    from actors.client import InClusterClient
+
+    def public(cls: type) -> set[str]:
+        return {m for m in dir(cls) if not m.startswith("_")}
+
+    assert public(StrataClient) - {"close"} == public(AsyncStrataClient) - {"aclose"}
+    # The in-cluster client speaks the same API (health is the HTTP stack's own).
+    assert public(StrataClient) - {"close", "health"} == public(InClusterClient) - {"for_running_stack", "sync"}
+
+
+def test_in_cluster_client_sees_http_writes(stack: Running) -> None:
+    from actors.client import InClusterClient
+
+    client = InClusterClient.for_running_stack("demo", data_dir=str(stack.data_dir))
+    found = client.sync.search("violin lessons", layers=["episodic"])
+    assert found.hits and "violin" in found.hits[0].text
+    written = client.sync.record_turn("from-cluster", "Written through an actor handle.")
+    r = stack.post("/v1/search", {"query": "actor handle", "layers": ["episodic"]})
+    assert any(h["session_id"] == "from-cluster" for h in r.json()["hits"])
+    assert written.versions["episodic"] > 0
+
+
+def test_forget_session_over_http(stack: Running) -> None:
+    stack.post("/v1/sessions/to-forget/turns", {"user": "My passport number is in the blue folder."})
+    r = httpx.delete(stack.url + "/v1/sessions/to-forget", headers={"Authorization": f"Bearer {stack.key}"})
+    assert r.status_code == 200 and r.json()["removed"]["episodic"] == 1
+    hits = stack.post("/v1/search", {"query": "passport blue folder", "top_k": 50}).json()["hits"]
+    assert all(h["session_id"] != "to-forget" for h in hits)
+    again = httpx.delete(stack.url + "/v1/sessions/to-forget", headers={"Authorization": f"Bearer {stack.key}"})
+    assert again.status_code == 404
+
+
+def test_openapi_docs(stack: Running) -> None:
+    assert httpx.get(stack.url + "/docs", timeout=10).status_code == 200
+    paths = httpx.get(stack.url + "/openapi.json", timeout=10).json()["paths"]
+    assert {"/v1/context", "/v1/search", "/v1/sessions/{session_id}/turns", "/healthz"} <= set(paths)
+
+
+def test_milvus_outage_gives_503_then_up_recovers(stack: Running) -> None:
+    pid = int((stack.data_dir / "milvus.pid").read_text())
+    os.killpg(pid, 9)
+    time.sleep(0.5)
+    started = time.monotonic()
+    r = stack.post("/v1/sessions/outage/turns", {"user": "written while Milvus is down"})
+    assert r.status_code == 503 and "Milvus" in r.json()["message"]
+    assert r.headers["retry-after"]
+    assert time.monotonic() - started < 15
+    assert httpx.get(stack.url + "/healthz", timeout=30).status_code == 503
+    with StrataClient(stack.url, stack.key) as client, pytest.raises(StoreUnavailable):
+        client.record_turn("outage", "still down")
+    up = stack.cli("up")
+    assert up.returncode == 0, up.stdout + up.stderr
+    r = stack.post("/v1/sessions/outage/turns", {"user": "written after the restart"})
+    assert r.status_code == 201, r.text
+    hits = stack.post("/v1/search", {"query": "violin lessons", "layers": ["episodic"]}).json()["hits"]
+    assert hits and "violin" in hits[0]["text"]
+
+
+def test_demo_answers_from_earlier_sessions(stack: Running) -> None:
+    demo = stack.cli("demo")
+    assert demo.returncode == 0, demo.stdout + demo.stderr
+    out = demo.stdout
+    assert "vegetarian" in out and "120 seconds" in out and "龙井" in out and "Alfama" in out
+    assert json.loads((stack.data_dir / "stack.json").read_text())["serve_port"] == stack.port

@@ -1,0 +1,496 @@
+"""Tests for EpisodicMemory over the in-memory record store.
+
+Semantic tests embed with the real packaged MiniLM model (loaded once per
+module); tests where meaning does not matter use hand-made unit vectors.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+from typing import Sequence
+
+import numpy as np
+import pytest
+
+from strata.config import EpisodicSettings
+from strata.embedding import OnnxMiniLMEmbedder
+from strata.episodic import EpisodicMemory, Turn, TurnInput, from_ms, summary_inputs, to_ms
+from strata.errors import InvalidInput, NotFound
+from strata.ids import validate_id
+from strata.records import InMemoryRecordStore
+from strata.summarize import EpisodeSummary, ExtractiveSummarizer
+
+COLL = "episodic"
+DIM = 384
+NOW = datetime(2024, 5, 10, 12, 0, tzinfo=timezone.utc)
+DAY = timedelta(days=1)
+SETTINGS = EpisodicSettings(raw_window=4, summary_threshold=3)
+
+TOPICS = [
+    ("I adopted a golden retriever puppy named Max.", "Puppies need a lot of training and walks."),
+    ("My flight to Tokyo leaves on Tuesday morning.", "Remember to bring your passport to the airport."),
+    ("I'm baking sourdough bread this weekend.", "Sourdough needs an active starter and a long rise."),
+    ("Our team is migrating the database to Postgres.", "Plan the schema migration and test the backups."),
+    ("I started learning to play the violin.", "Practising scales every day helps beginners."),
+    ("My grandmother turns ninety next month.", "A family party sounds like a lovely way to celebrate."),
+]
+
+
+@pytest.fixture(scope="module")
+def embedder() -> OnnxMiniLMEmbedder:
+    return OnnxMiniLMEmbedder()
+
+
+@pytest.fixture()
+def store() -> InMemoryRecordStore:
+    s = InMemoryRecordStore()
+    s.ensure_collection(COLL, dim=DIM)
+    return s
+
+
+def make(store: InMemoryRecordStore, tenant: str = "t1", settings: EpisodicSettings = SETTINGS) -> EpisodicMemory:
+    return EpisodicMemory(tenant, store=store, collection=COLL, settings=settings)
+
+
+def unit(k: int, *mix: tuple[int, float]) -> np.ndarray:
+    """A unit vector along axis ``k``, optionally tilted toward other axes."""
+    v = np.zeros(DIM, dtype=np.float32)
+    v[k] = 1.0
+    for axis, weight in mix:
+        v[axis] += weight
+    return (v / np.linalg.norm(v)).astype(np.float32)
+
+
+def add(
+    memory: EpisodicMemory,
+    session: str,
+    inputs: Sequence[TurnInput],
+    *,
+    embedder: OnnxMiniLMEmbedder | None = None,
+    vectors: np.ndarray | None = None,
+    now: datetime = NOW,
+) -> list[Turn]:
+    turns = memory.prepare(session, inputs, now=now)
+    if vectors is None:
+        assert embedder is not None
+        vectors = embedder.embed([t.text for t in turns])
+    memory.record(turns, vectors)
+    return turns
+
+
+def plain(memory: EpisodicMemory, session: str, n: int, *, start: datetime = NOW, axis: int = 0) -> list[Turn]:
+    """``n`` turns, one a minute, all with the same vector (meaning irrelevant)."""
+    inputs = [TurnInput(user=f"message {k}", timestamp=start + timedelta(minutes=k)) for k in range(n)]
+    return add(memory, session, inputs, vectors=np.stack([unit(axis)] * n))
+
+
+def summarise(memory: EpisodicMemory, chunk: Sequence[Turn], axis: int = 1) -> None:
+    content = ExtractiveSummarizer().summarize(summary_inputs(chunk))
+    memory.add_summary(chunk, content, unit(axis))
+
+
+def hit_keys(hits) -> list[tuple[str, str, str]]:  # type: ignore[no-untyped-def]
+    return [(h.kind, h.session_id, h.id) for h in hits]
+
+
+# --- prepare --------------------------------------------------------------------
+
+
+def test_prepare_assigns_ids_and_seq(store: InMemoryRecordStore) -> None:
+    memory = make(store)
+    first = memory.prepare("s1", [TurnInput(user="hi"), TurnInput(agent="hello"), TurnInput(user="a", agent="b")], now=NOW)
+    assert [t.seq for t in first] == [0, 1, 2]
+    assert len({t.turn_id for t in first}) == 3
+    for t in first:
+        assert validate_id(t.turn_id, field="turn_id") == t.turn_id
+        assert t.session_id == "s1" and t.timestamp == NOW
+    memory.record(first, np.stack([unit(0)] * 3))
+    second = memory.prepare("s2", [TurnInput(user="again", turn_id="mine")], now=NOW)
+    assert second[0].seq == 3 and second[0].turn_id == "mine"
+    assert first[2].text == "user: a\nassistant: b"
+    assert first[1].text == "assistant: hello"
+
+
+def test_prepare_timestamps_and_speaker(store: InMemoryRecordStore) -> None:
+    memory = make(store)
+    naive = datetime(2023, 1, 2, 3, 4, 5)
+    (t,) = memory.prepare("s1", [TurnInput(user="hey", speaker="Caroline", timestamp=naive, metadata={"k": 1})], now=NOW)
+    assert t.timestamp == naive.replace(tzinfo=timezone.utc)
+    assert t.text == "Caroline: hey"
+    assert t.metadata == {"k": 1}
+    assert from_ms(to_ms(t.timestamp)) == t.timestamp
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [TurnInput(), TurnInput(user=""), TurnInput(user="   ", agent="\n\t"), TurnInput(user=None, agent="  ")],
+)
+def test_prepare_rejects_empty_turns(store: InMemoryRecordStore, bad: TurnInput) -> None:
+    with pytest.raises(InvalidInput):
+        make(store).prepare("s1", [TurnInput(user="fine"), bad], now=NOW)
+
+
+def test_prepare_rejects_duplicate_ids_in_one_batch(store: InMemoryRecordStore) -> None:
+    with pytest.raises(InvalidInput, match="already exists"):
+        make(store).prepare("s1", [TurnInput(user="a", turn_id="x1"), TurnInput(user="b", turn_id="x1")], now=NOW)
+
+
+def test_prepare_rejects_duplicate_ids_against_existing(store: InMemoryRecordStore) -> None:
+    memory = make(store)
+    add(memory, "s1", [TurnInput(user="a", turn_id="x1")], vectors=unit(0)[None])
+    with pytest.raises(InvalidInput, match="already exists"):
+        memory.prepare("s1", [TurnInput(user="b", turn_id="x2"), TurnInput(user="c", turn_id="x1")], now=NOW)
+    # The same id in another session is a different turn.
+    assert memory.prepare("s2", [TurnInput(user="c", turn_id="x1")], now=NOW)[0].turn_id == "x1"
+
+
+@pytest.mark.parametrize("session", ["", "a b", 's" or 1==1', "x" * 129, "s/1", "\u0430"])
+def test_prepare_rejects_bad_session_id(store: InMemoryRecordStore, session: str) -> None:
+    with pytest.raises(InvalidInput):
+        make(store).prepare(session, [TurnInput(user="hi")], now=NOW)
+
+
+def test_prepare_rejects_bad_turn_id(store: InMemoryRecordStore) -> None:
+    with pytest.raises(InvalidInput):
+        make(store).prepare("s1", [TurnInput(user="hi", turn_id='t" or 1==1')], now=NOW)
+
+
+def test_prepare_rejects_over_long_text(store: InMemoryRecordStore) -> None:
+    memory = make(store)
+    with pytest.raises(InvalidInput, match="over"):
+        memory.prepare("s1", [TurnInput(user="x" * 60_001)], now=NOW)
+    with pytest.raises(InvalidInput):
+        memory.prepare("s1", [TurnInput(user="字" * 20_001)], now=NOW)  # 60003 bytes of UTF-8
+    with pytest.raises(InvalidInput):
+        memory.prepare("s1", [TurnInput(user="y" * 30_000, agent="z" * 30_000)], now=NOW)
+    assert memory.prepare("s1", [TurnInput(user="x" * 16_000)], now=NOW)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="strata/episodic.py prepare: EpisodicSettings.max_turn_chars is never read (the only limit is "
+    "the hard-coded _TEXT_BYTES_MAX=60000 bytes), so a configured max_turn_chars has no effect",
+)
+def test_prepare_honours_max_turn_chars(store: InMemoryRecordStore) -> None:
+    memory = make(store, settings=EpisodicSettings(raw_window=4, summary_threshold=3, max_turn_chars=100))
+    with pytest.raises(InvalidInput):
+        memory.prepare("s1", [TurnInput(user="x" * 500)], now=NOW)
+
+
+def test_prepare_does_not_write(store: InMemoryRecordStore) -> None:
+    memory = make(store)
+    memory.prepare("s1", [TurnInput(user="hi")], now=NOW)
+    assert store.scan(COLL, tenant="t1") == []
+    assert memory.turn_count == 0
+
+
+def test_record_requires_one_vector_per_turn(store: InMemoryRecordStore) -> None:
+    memory = make(store)
+    turns = memory.prepare("s1", [TurnInput(user="a"), TurnInput(user="b")], now=NOW)
+    with pytest.raises(ValueError):
+        memory.record(turns, unit(0)[None])
+    assert store.scan(COLL, tenant="t1") == [] and memory.turn_count == 0
+
+
+# --- record and search ----------------------------------------------------------
+
+
+def _record_topics(memory: EpisodicMemory, embedder: OnnxMiniLMEmbedder, session: str = "s1") -> list[Turn]:
+    inputs = [
+        TurnInput(user=u, agent=a, turn_id=f"topic{n}", timestamp=NOW + n * DAY) for n, (u, a) in enumerate(TOPICS)
+    ]
+    return add(memory, session, inputs, embedder=embedder)
+
+
+@pytest.mark.parametrize(
+    "query, expected",
+    [
+        ("What is the name of my dog?", "topic0"),
+        ("When is my trip to Japan?", "topic1"),
+        ("How do I make bread at home?", "topic2"),
+        ("database schema change", "topic3"),
+        ("musical instrument lessons", "topic4"),
+        ("birthday of an old relative", "topic5"),
+    ],
+)
+def test_search_returns_semantically_closest_first(
+    store: InMemoryRecordStore, embedder: OnnxMiniLMEmbedder, query: str, expected: str
+) -> None:
+    memory = make(store)
+    _record_topics(memory, embedder)
+    hits = memory.search(embedder.embed([query])[0], top_k=3)
+    assert len(hits) == 3
+    assert hits[0].id == expected and hits[0].kind == "turn"
+    assert hits[0].score > hits[1].score
+    assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
+    assert all(-1.0 <= h.score <= 1.0 for h in hits)
+    assert hits[0].text == memory.session_turns("s1")[int(expected[-1])].text
+    assert hits[0].turn_ids == (expected,)
+
+
+def test_search_top_k_and_exclusions(store: InMemoryRecordStore, embedder: OnnxMiniLMEmbedder) -> None:
+    memory = make(store)
+    _record_topics(memory, embedder)
+    query = embedder.embed(["my puppy"])[0]
+    assert len(memory.search(query, top_k=100)) == len(TOPICS)
+    assert len(memory.search(query, top_k=2)) == 2
+    hits = memory.search(query, top_k=3, exclude_turn_ids=frozenset({"topic0"}))
+    assert "topic0" not in [h.id for h in hits] and len(hits) == 3
+    assert make(store, "empty").search(query) == []
+
+
+def test_search_session_filter(store: InMemoryRecordStore, embedder: OnnxMiniLMEmbedder) -> None:
+    memory = make(store)
+    _record_topics(memory, embedder, "s1")
+    add(memory, "s2", [TurnInput(user="My dog Max loves the beach.", turn_id="dog2")], embedder=embedder)
+    query = embedder.embed(["Tell me about my dog"])[0]
+    assert {h.session_id for h in memory.search(query, top_k=10)} == {"s1", "s2"}
+    only_s2 = memory.search(query, top_k=10, session_id="s2")
+    assert [h.id for h in only_s2] == ["dog2"]
+    only_s1 = memory.search(query, top_k=10, session_id="s1")
+    assert {h.session_id for h in only_s1} == {"s1"} and len(only_s1) == len(TOPICS)
+    assert only_s1[0].id == "topic0"
+    assert memory.search(query, session_id="nope") == []
+
+
+def test_search_time_range_is_half_open(store: InMemoryRecordStore) -> None:
+    memory = make(store)
+    # Imported history: caller-given timestamps, one turn a day, recorded out of order.
+    days = [3, 0, 5, 1, 4, 2]
+    inputs = [TurnInput(user=f"day {d}", turn_id=f"d{d}", timestamp=NOW - 30 * DAY + d * DAY) for d in days]
+    add(memory, "s1", inputs, vectors=np.stack([unit(0, (1, 0.1 * d)) for d in days]))
+    q = unit(0)
+    start, end = NOW - 29 * DAY, NOW - 27 * DAY  # day 1 inclusive .. day 3 exclusive
+    assert {h.id for h in memory.search(q, top_k=10, start=start, end=end)} == {"d1", "d2"}
+    assert {h.id for h in memory.search(q, top_k=10, start=start)} == {"d1", "d2", "d3", "d4", "d5"}
+    assert {h.id for h in memory.search(q, top_k=10, end=end)} == {"d0", "d1", "d2"}
+    assert memory.search(q, top_k=10, start=end, end=end + timedelta(milliseconds=1))[0].id == "d3"
+    assert memory.search(q, top_k=10, start=NOW) == []
+    # Naive bounds mean UTC.
+    naive = [h.id for h in memory.search(q, top_k=10, start=start.replace(tzinfo=None), end=end.replace(tzinfo=None))]
+    assert set(naive) == {"d1", "d2"}
+    # top_k counts hits inside the range.
+    assert len(memory.search(q, top_k=2, start=start)) == 2
+
+
+# --- summaries ------------------------------------------------------------------
+
+
+def test_pending_summaries_are_chunks_outside_the_window(store: InMemoryRecordStore) -> None:
+    memory = make(store)
+    turns = plain(memory, "s1", 10)
+    pending = memory.pending_summaries("s1")
+    assert [[t.turn_id for t in c] for c in pending] == [
+        [t.turn_id for t in turns[0:3]],
+        [t.turn_id for t in turns[3:6]],
+    ]
+    assert memory.pending_summaries() == pending
+    assert memory.raw_window("s1") == turns[6:]
+    assert memory.pending_summaries("other") == []
+
+
+def test_pending_waits_for_a_full_chunk(store: InMemoryRecordStore) -> None:
+    memory = make(store)
+    turns = plain(memory, "s1", 6)  # two outside the window: not a chunk yet
+    assert memory.pending_summaries("s1") == []
+    plain(memory, "s1", 1)
+    assert memory.pending_summaries("s1") == [turns[0:3]]
+
+
+def test_summarised_turns_are_never_pending_again(store: InMemoryRecordStore) -> None:
+    memory = make(store)
+    turns = plain(memory, "s1", 10)
+    for chunk in memory.pending_summaries("s1"):
+        summarise(memory, chunk)
+    assert memory.pending_summaries("s1") == []
+    more = plain(memory, "s1", 3, start=NOW + DAY)
+    all_turns = turns + more
+    assert [t.turn_id for t in memory.session_turns("s1")] == [t.turn_id for t in all_turns]
+    assert memory.pending_summaries("s1") == [all_turns[6:9]]
+    summarise(memory, all_turns[6:9])
+    assert memory.pending_summaries("s1") == []
+    summaries = memory.summaries("s1")
+    covered = [tid for s in summaries for tid in s.turn_ids]
+    assert len(covered) == len(set(covered)) == 9  # each turn in at most one summary
+    assert set(covered) == {t.turn_id for t in all_turns[:9]}
+    assert [(s.first_seq, s.last_seq) for s in summaries] == [(0, 2), (3, 5), (6, 8)]
+    assert summaries[0].start == all_turns[0].timestamp and summaries[0].end == all_turns[2].timestamp
+
+
+def test_summaries_are_stored_and_searchable(store: InMemoryRecordStore) -> None:
+    memory = make(store)
+    turns = plain(memory, "s1", 10, axis=0)
+    content = EpisodeSummary(summary="they talked about messages", key_topics=("messages",))
+    record = memory.add_summary(turns[0:3], content, unit(1))
+    rows = store.scan(COLL, tenant="t1", kinds=["summary"])
+    assert len(rows) == 1 and rows[0].session == "s1" and rows[0].text == content.summary
+    hits = memory.search(unit(1), top_k=1)
+    assert hit_keys(hits) == [("summary", "s1", record.summary_id)]
+    assert hits[0].turn_ids == tuple(t.turn_id for t in turns[0:3])
+    assert hits[0].timestamp == turns[0].timestamp and hits[0].end == turns[2].timestamp
+    assert hits[0].score == pytest.approx(1.0)
+    assert all(h.kind == "turn" for h in memory.search(unit(1), top_k=5, include_summaries=False))
+
+
+def test_summary_matches_overlapping_time_range(store: InMemoryRecordStore) -> None:
+    memory = make(store)
+    turns = plain(memory, "s1", 10)  # one a minute from NOW
+    record = memory.add_summary(turns[0:3], EpisodeSummary(summary="first three"), unit(1))
+
+    def summary_ids(start: datetime, end: datetime) -> list[str]:
+        return [h.id for h in memory.search(unit(1), top_k=20, start=start, end=end) if h.kind == "summary"]
+
+    minute = timedelta(minutes=1)
+    assert summary_ids(NOW + 1 * minute, NOW + 2 * minute) == [record.summary_id]  # inside
+    assert summary_ids(NOW - minute, NOW + timedelta(seconds=1)) == [record.summary_id]  # overlaps start
+    assert summary_ids(NOW + 2 * minute, NOW + 9 * minute) == [record.summary_id]  # touches its end
+    assert summary_ids(NOW - minute, NOW) == []  # ends where the summary starts
+    assert summary_ids(NOW + 2 * minute + timedelta(milliseconds=1), NOW + 9 * minute) == []
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="strata/episodic.py search: summaries are cut to the top_k best of ALL sessions/times "
+    "(np.argsort(-sscores)[:top_k]) before the session and time filters, so a matching summary "
+    "is lost whenever top_k summaries of other sessions or times score higher",
+)
+@pytest.mark.parametrize("narrow", ["session", "time"])
+def test_summary_filters_apply_before_top_k(store: InMemoryRecordStore, narrow: str) -> None:
+    memory = make(store)
+    # Session "a" and "b": turns orthogonal to the query, summaries close to it,
+    # a's closer than b's; b's history is a week later.
+    a = plain(memory, "a", 7, axis=0)
+    b = plain(memory, "b", 7, axis=0, start=NOW + 7 * DAY)
+    memory.add_summary(a[0:3], EpisodeSummary(summary="a"), unit(1))
+    wanted = memory.add_summary(b[0:3], EpisodeSummary(summary="b"), unit(1, (2, 1.0)))
+    if narrow == "session":
+        hits = memory.search(unit(1), top_k=1, session_id="b")
+    else:
+        hits = memory.search(unit(1), top_k=1, start=NOW + 6 * DAY)
+    assert hit_keys(hits) == [("summary", "b", wanted.summary_id)]
+
+
+# --- reload -----------------------------------------------------------------------
+
+
+def test_load_restores_turns_search_and_summaries(store: InMemoryRecordStore, embedder: OnnxMiniLMEmbedder) -> None:
+    memory = make(store)
+    topics = _record_topics(memory, embedder)
+    extra = add(
+        memory,
+        "s1",
+        [TurnInput(user=f"Follow-up number {n} about the plans.") for n in range(4)],
+        embedder=embedder,
+        now=NOW + 10 * DAY,
+    )
+    add(memory, "s2", [TurnInput(user="A different session about chess openings.")], embedder=embedder)
+    chunks = memory.pending_summaries("s1")
+    assert [[t.turn_id for t in c] for c in chunks] == [["topic0", "topic1", "topic2"], ["topic3", "topic4", "topic5"]]
+    first = chunks[0]
+    content = ExtractiveSummarizer().summarize(summary_inputs(first))
+    memory.add_summary(first, content, embedder.embed([content.summary])[0])
+
+    reloaded = make(store)
+    reloaded.load()
+    assert reloaded.turn_count == memory.turn_count == len(topics) + len(extra) + 1
+    for session in ("s1", "s2"):
+        assert reloaded.session_turns(session) == memory.session_turns(session)
+    assert reloaded.summaries() == memory.summaries()
+    assert reloaded.summaries("s1")[0].content == content
+    # Already-summarised turns are not pending again; the rest still is.
+    assert [[t.turn_id for t in c] for c in reloaded.pending_summaries()] == [["topic3", "topic4", "topic5"]]
+    for query in ("my dog", "flight to Tokyo", "chess", "plans"):
+        q = embedder.embed([query])[0]
+        before, after = memory.search(q, top_k=5), reloaded.search(q, top_k=5)
+        assert hit_keys(after) == hit_keys(before)
+        np.testing.assert_allclose([h.score for h in after], [h.score for h in before], atol=1e-6)
+    # New turns continue the sequence and cannot reuse a stored id.
+    assert reloaded.prepare("s1", [TurnInput(user="next")], now=NOW)[0].seq == memory.turn_count
+    with pytest.raises(InvalidInput):
+        reloaded.prepare("s1", [TurnInput(user="dup", turn_id="topic0")], now=NOW)
+
+
+def test_load_of_empty_store(store: InMemoryRecordStore) -> None:
+    memory = make(store)
+    memory.load()
+    assert memory.turn_count == 0 and memory.pending_summaries() == [] and memory.search(unit(0)) == []
+
+
+# --- forget -----------------------------------------------------------------------
+
+
+def test_forget_session_removes_turns_and_summaries(store: InMemoryRecordStore) -> None:
+    memory = make(store)
+    gone = plain(memory, "gone", 10, axis=0)
+    kept = plain(memory, "kept", 10, axis=0)
+    for chunk in memory.pending_summaries():
+        summarise(memory, chunk, axis=1)
+    assert len(memory.summaries("gone")) == 2
+    removed = memory.forget_session("gone")
+    assert removed == 10 + 2
+    assert store.scan(COLL, tenant="t1", session="gone") == []
+    assert memory.session_turns("gone") == [] and memory.summaries("gone") == []
+    hits = memory.search(unit(0), top_k=100) + memory.search(unit(1), top_k=100)
+    assert {h.session_id for h in hits} == {"kept"}
+    assert memory.session_turns("kept") == kept
+    assert len(memory.summaries("kept")) == 2
+    assert memory.pending_summaries("gone") == []
+    with pytest.raises(NotFound):
+        memory.forget_session("gone")
+    fresh = make(store)
+    fresh.load()
+    assert fresh.session_turns("gone") == [] and len(fresh.session_turns("kept")) == 10
+    # The session id and its turn ids can be used again, and the index still grows.
+    add(memory, "gone", [TurnInput(user="reused id", turn_id=gone[0].turn_id)], vectors=unit(2)[None])
+    plain(memory, "gone", 39, axis=2)
+    assert len(memory.search(unit(2), top_k=100, session_id="gone", include_summaries=False)) == 40
+    assert len(memory.search(unit(0), top_k=100, session_id="kept", include_summaries=False)) == 10
+
+
+def test_forget_unknown_session_raises(store: InMemoryRecordStore) -> None:
+    memory = make(store)
+    plain(memory, "s1", 2)
+    with pytest.raises(NotFound):
+        memory.forget_session("never")
+    with pytest.raises(InvalidInput):
+        memory.forget_session("bad id")
+    assert memory.turn_count == 2
+
+
+def test_forget_only_the_last_session_then_reuse(store: InMemoryRecordStore) -> None:
+    memory = make(store)
+    plain(memory, "only", 3)
+    assert memory.forget_session("only") == 3
+    assert memory.search(unit(0)) == [] and memory.turn_count == 0
+    plain(memory, "only", 2, axis=3)
+    assert [h.score for h in memory.search(unit(3))] == pytest.approx([1.0, 1.0])
+
+
+# --- tenants -------------------------------------------------------------------------
+
+
+def test_tenants_never_see_each_other(store: InMemoryRecordStore, embedder: OnnxMiniLMEmbedder) -> None:
+    a, b = make(store, "a"), make(store, "b")
+    add(a, "s1", [TurnInput(user="Tenant A's secret project is called Bluebird.", turn_id="x")], embedder=embedder)
+    add(b, "s1", [TurnInput(user="Tenant B is planning a garden party.", turn_id="x")], embedder=embedder)
+    q = embedder.embed(["secret project Bluebird garden party"])[0]
+    assert [h.text for h in a.search(q, top_k=10)] == ["user: Tenant A's secret project is called Bluebird."]
+    assert [h.text for h in b.search(q, top_k=10)] == ["user: Tenant B is planning a garden party."]
+    assert {r.tenant for r in store.scan(COLL, tenant="a")} == {"a"}
+    texts = {"a": "user: Tenant A's secret project is called Bluebird.", "b": "user: Tenant B is planning a garden party."}
+    for tenant, text in texts.items():
+        fresh = make(store, tenant)
+        fresh.load()
+        assert [t.text for t in fresh.session_turns("s1")] == [text]
+        assert [h.text for h in fresh.search(q, top_k=10)] == [text]
+    # Forgetting in one tenant leaves the other alone.
+    a.forget_session("s1")
+    assert len(store.scan(COLL, tenant="b", session="s1")) == 1
+    assert len(b.search(q)) == 1
+    with pytest.raises(NotFound):
+        a.forget_session("s1")
+
+
+def test_bad_tenant_rejected(store: InMemoryRecordStore) -> None:
+    with pytest.raises(InvalidInput):
+        make(store, 'a" or tenant != "')
