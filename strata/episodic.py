@@ -203,6 +203,9 @@ class EpisodicMemory:
         for position, item in enumerate(inputs):
             if not (item.user or "").strip() and not (item.agent or "").strip():
                 raise InvalidInput(f"turn {position}: give user or agent text (both are empty)")
+            limit = self._settings.max_turn_chars
+            if max(len(item.user or ""), len(item.agent or "")) > limit:
+                raise InvalidInput(f"turn {position}: user and agent text are limited to {limit} characters each")
             turn_id = item.turn_id or f"t{seq:06d}-{uuid.uuid4().hex[:6]}"
             validate_id(turn_id, field=f"turns[{position}].turn_id")
             if turn_id in seen or f"{session_id}/{turn_id}" in self._turns:
@@ -380,15 +383,20 @@ class EpisodicMemory:
                 break
         if include_summaries:
             sscores = self._summary_index.scores(query)
-            for i in np.argsort(-sscores)[:top_k] if len(sscores) else []:
+            taken = 0
+            for i in np.argsort(-sscores) if len(sscores) else []:
                 summary = self._summaries[self._summary_index.ids[i]]
                 if session_id and summary.session_id != session_id:
                     continue
                 if (hi is not None and to_ms(summary.start) >= hi) or (lo is not None and to_ms(summary.end) < lo):
                     continue
                 hits.append(
-                    EpisodicHit(SUMMARY, summary.summary_id, summary.session_id, summary.text, summary.start, float(sscores[i]), summary.turn_ids, summary.end)
+                    EpisodicHit(SUMMARY, summary.summary_id, summary.session_id, summary.text, summary.start,
+                                float(sscores[i]), summary.turn_ids, summary.end)
                 )
+                taken += 1
+                if taken >= top_k:
+                    break
         hits.sort(key=lambda h: -h.score)
         return hits[:top_k]
 

@@ -17,7 +17,8 @@ _KIND = "apikey"
 
 
 def hash_key(key: str) -> str:
-    return hashlib.sha256(key.encode()).hexdigest()
+    # surrogatepass: a garbage key with lone surrogates hashes instead of raising.
+    return hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 class KeyStore:

@@ -135,7 +135,7 @@ def complete_json(
         try:
             return validate(_parse_object(reply))
         except ValueError as exc:  # pydantic.ValidationError is a ValueError
-            problem = str(exc).splitlines()[0][:300]
+            problem = (str(exc).splitlines() or [type(exc).__name__])[0][:300]
             prompt = (
                 f"{user}\n\nYour previous reply was not valid ({problem}). "
                 "Reply with one JSON object only, no prose."

@@ -201,8 +201,11 @@ class MilvusRecordStore:
         tenant: str,
         session: str | None = None,
         pks: Sequence[str] | None = None,
+        kinds: Sequence[str] | None = None,
     ) -> int:
         expr = self._scope(tenant, session=session)
+        if kinds is not None:
+            expr += f" and kind in {in_list(list(kinds), field='kind')}"
         if pks is not None:
             if not pks:
                 return 0

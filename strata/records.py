@@ -65,8 +65,9 @@ class RecordStore(Protocol):
         tenant: str,
         session: str | None = None,
         pks: Sequence[str] | None = None,
+        kinds: Sequence[str] | None = None,
     ) -> int:
-        """Delete rows of ``tenant``: all, one session's, or the given primary keys."""
+        """Delete rows of ``tenant``: all, one session's, some kinds, or the given primary keys."""
         ...
 
     def ping(self) -> None:
@@ -122,6 +123,7 @@ class InMemoryRecordStore:
         tenant: str,
         session: str | None = None,
         pks: Sequence[str] | None = None,
+        kinds: Sequence[str] | None = None,
     ) -> int:
         with self._lock:
             table = self._rows[collection]
@@ -131,6 +133,7 @@ class InMemoryRecordStore:
                 if r.tenant == tenant
                 and (session is None or r.session == session)
                 and (pks is None or pk in pks)
+                and (kinds is None or r.kind in kinds)
             ]
             for pk in doomed:
                 del table[pk]

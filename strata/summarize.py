@@ -124,7 +124,9 @@ class ExtractiveSummarizer:
             summary=summary,
             key_topics=topics[: self._max_topics],
             action_items=tuple(_unique(s for _, _, s in sentences if _ACTION.search(s)))[:5],
-            user_preferences=tuple(_unique(s for _, _, s in sentences if _PREFERENCE.search(s)))[:5],
+            user_preferences=tuple(
+                _unique(s for _, speaker, s in sentences if speaker != "assistant" and _PREFERENCE.search(s))
+            )[:5],
             method="extractive",
         )
 

@@ -40,6 +40,9 @@ class WorkingSessions:
         self._settings = settings
         self._counter = counter
         self._sessions: dict[str, WorkingMemory] = {}
+        # Per session: each item's insertion number, never renumbered, so a
+        # reload keeps the order of items with equal timestamps.
+        self._seqs: dict[str, dict[str, int]] = {}
 
     def _new(self) -> WorkingMemory:
         s = self._settings
@@ -59,10 +62,12 @@ class WorkingSessions:
         if memory is None:
             rows = self._store.scan(self._collection, tenant=self.tenant, session=session_id, kinds=[KIND], with_vectors=False)
             memory = self._new()
+            rows.sort(key=lambda r: (r.ts_ms, int(r.payload.get("seq", 0))))
             if rows:
                 state = memory.to_dict()
-                state["items"] = [r.payload for r in sorted(rows, key=lambda r: (r.ts_ms, r.payload.get("seq", 0)))]
+                state["items"] = [{k: v for k, v in r.payload.items() if k != "seq"} for r in rows]
                 memory = WorkingMemory.from_dict(state, counter=self._counter)
+            self._seqs[session_id] = {r.payload["id"]: int(r.payload.get("seq", 0)) for r in rows}
             self._sessions[session_id] = memory
         return memory
 
@@ -127,33 +132,55 @@ class WorkingSessions:
         if not memory.items:
             self._sessions.pop(session_id, None)
             raise NotFound(f"session {session_id!r} has no working memory")
-        removed = self._store.delete(self._collection, tenant=self.tenant, session=session_id)
+        # Only working rows: version counters share the collection.
+        removed = self._store.delete(self._collection, tenant=self.tenant, session=session_id, kinds=[KIND])
         self._sessions.pop(session_id, None)
+        self._seqs.pop(session_id, None)
         return removed
 
     def _persist(self, session_id: str, before: dict[str, WorkingItem], after: dict[str, WorkingItem]) -> None:
         changed = [item for item_id, item in after.items() if before.get(item_id) != item]
         gone = [item_id for item_id in before if item_id not in after]
-        order = {item_id: n for n, item_id in enumerate(after)}
+        seqs = self._seqs.setdefault(session_id, {})
+        next_seq = max(seqs.values(), default=-1) + 1
+        assigned: dict[str, int] = {}
+        for item in changed:
+            if item.id not in seqs:
+                assigned[item.id] = next_seq
+                next_seq += 1
+
+        def pk(item_id: str) -> str:
+            return f"{self.tenant}/{KIND}/{session_id}/{item_id}"
+
         self._store.upsert(
             self._collection,
             [
                 Record(
-                    pk=f"{self.tenant}/{KIND}/{session_id}/{item.id}",
+                    pk=pk(item.id),
                     tenant=self.tenant,
                     session=session_id,
                     kind=KIND,
                     ts_ms=to_ms(item.created_at),
                     text=item.content,
-                    payload={**item.to_dict(), "seq": order[item.id]},
+                    payload={**item.to_dict(), "seq": seqs.get(item.id, assigned.get(item.id))},
                 )
                 for item in changed
             ],
         )
         if gone:
-            self._store.delete(
-                self._collection,
-                tenant=self.tenant,
-                session=session_id,
-                pks=[f"{self.tenant}/{KIND}/{session_id}/{item_id}" for item_id in gone],
-            )
+            try:
+                self._store.delete(
+                    self._collection, tenant=self.tenant, session=session_id, pks=[pk(i) for i in gone]
+                )
+            except BaseException:
+                # Undo the new rows (best effort), so a failed call leaves the store as it was.
+                try:
+                    self._store.delete(
+                        self._collection, tenant=self.tenant, session=session_id, pks=[pk(i) for i in assigned]
+                    )
+                except Exception:  # the store is down; the reload shows what it kept
+                    pass
+                raise
+        seqs.update(assigned)
+        for item_id in gone:
+            seqs.pop(item_id, None)

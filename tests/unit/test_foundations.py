@@ -298,11 +298,6 @@ def test_unknown_or_garbage_key_maps_to_none(store: InMemoryRecordStore, garbage
     assert keys.tenant_of(real + "x") is None
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="strata/keys.py KeyStore.tenant_of: hash_key() does key.encode(), so a key with a lone "
-    "surrogate raises UnicodeEncodeError instead of returning None",
-)
 def test_key_with_lone_surrogate_maps_to_none(store: InMemoryRecordStore) -> None:
     assert KeyStore(store, STATE).tenant_of("sk-strata-\ud800") is None
 

@@ -231,11 +231,6 @@ def test_complete_json_gives_up_after_two_invalid_replies(server: Server) -> Non
     assert len(server.script.requests) == 2
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="strata/llm.py complete_json: str(exc).splitlines()[0] raises IndexError when the validator "
-    "raises a ValueError with an empty message, instead of retrying / raising LLMOutputInvalid",
-)
 def test_complete_json_validator_with_bare_value_error(server: Server) -> None:
     def picky(obj: dict[str, Any]) -> dict[str, Any]:
         if obj.get("ok") is not True:

@@ -108,11 +108,6 @@ def test_caps_and_dedup() -> None:
     assert result.summary.count(": ") <= 2
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="strata/summarize.py ExtractiveSummarizer.summarize: user_preferences is taken from every "
-    "speaker's sentences, so the assistant's 'I love ...' is reported as a user preference",
-)
 def test_assistant_sentences_are_not_user_preferences(summarizer: ExtractiveSummarizer) -> None:
     result = summarizer.summarize(
         [

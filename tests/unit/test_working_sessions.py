@@ -131,12 +131,6 @@ def test_compression_report_names_dropped_items(store: InMemoryRecordStore, coun
     assert [r.payload["id"] for r in rows(store, session="s1")] == list(report.kept_ids)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="strata/working_sessions.py _persist: payload 'seq' is the item's index at write time and "
-    "unchanged items are not rewritten, so after a drop a new item can get a smaller seq than an older "
-    "item with the same ts_ms; session() then reloads them in the wrong order",
-)
 def test_reload_order_after_drop_with_equal_timestamps(store: InMemoryRecordStore, counter: TiktokenCounter) -> None:
     ws = make(store, counter, max_tokens=64, summarize_above=1.0)
     # Same created_at for every item (two calls within one millisecond, or
@@ -218,12 +212,6 @@ def test_forget_empty_session_raises_not_found(store: InMemoryRecordStore, count
         ws.forget("bad id")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="strata/working_sessions.py forget: deletes every row of the session in the shared state "
-    "collection without a kind filter, so session 'version' wipes the tenant's version counters "
-    "(and tenant 'system', session 'apikey' wipes every API key)",
-)
 def test_forget_only_touches_working_rows(store: InMemoryRecordStore, counter: TiktokenCounter) -> None:
     versions = VersionStore(store, STATE)
     versions.put("t1", "working", "other-session", 7)
@@ -233,11 +221,6 @@ def test_forget_only_touches_working_rows(store: InMemoryRecordStore, counter: T
     assert versions.get("t1", "working", "other-session") == 7
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="strata/working_sessions.py forget: tenant 'system' forgetting session 'apikey' deletes "
-    "the KeyStore rows of every tenant (same collection, no kind filter)",
-)
 def test_forget_cannot_delete_api_keys(store: InMemoryRecordStore, counter: TiktokenCounter) -> None:
     keys = KeyStore(store, STATE)
     key = keys.create("tenant-a")
