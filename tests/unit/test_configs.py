@@ -1,0 +1,44 @@
+"""The shipped configuration files parse and mean what they say."""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+
+import yaml
+
+from strata.config import StrataSettings, load_settings
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_default_yaml_is_the_defaults() -> None:
+    assert load_settings(ROOT / "configs" / "default.yaml").to_dict() == StrataSettings().to_dict()
+
+
+def test_milvus_server_profile_points_at_a_server() -> None:
+    settings = load_settings(ROOT / "configs" / "milvus-server.yaml")
+    assert settings.milvus.uri and settings.milvus.address == settings.milvus.uri
+
+
+def test_serve_config_validates_against_serve_schema() -> None:
+    from ray.serve.schema import ServeDeploySchema
+
+    config = ServeDeploySchema.model_validate(yaml.safe_load((ROOT / "configs" / "serve.yaml").read_text()))
+    [app] = config.applications
+    module, _, attr = app.import_path.partition(":")
+    assert callable(getattr(importlib.import_module(module), attr))
+    names = {d.name for d in app.deployments}
+    assert names == {"api", "orchestrator", "embedding"}
+    for deployment in app.deployments:
+        scaling = deployment.autoscaling_config
+        assert scaling["min_replicas"] >= 1 and scaling["max_replicas"] >= scaling["min_replicas"]
+        assert scaling["target_ongoing_requests"] > 0
+
+
+def test_cluster_yaml_has_head_and_autoscaling_workers() -> None:
+    cluster = yaml.safe_load((ROOT / "cluster.yaml").read_text())
+    types = cluster["available_node_types"]
+    assert cluster["head_node_type"] in types
+    workers = [t for name, t in types.items() if name != cluster["head_node_type"]]
+    assert workers and all(0 <= t["min_workers"] <= t["max_workers"] <= cluster["max_workers"] for t in workers)
