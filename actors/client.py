@@ -8,6 +8,8 @@ call costs no HTTP hop and no Serve hop.
 
 from __future__ import annotations
 
+import logging
+
 import asyncio
 from datetime import datetime
 from typing import Any, Coroutine, Sequence, TypeVar
@@ -19,6 +21,7 @@ from strata.config import StrataSettings
 from strata.embedding import make_embedder
 from strata.ids import validate_id
 from strata.schema import (
+    Layer,
     ContextRequest,
     ContextResult,
     ForgetResult,
@@ -60,7 +63,7 @@ class InClusterClient:
             from actors.ray_auth import use_ray_auth
 
             use_ray_auth(recorded.get("ray_auth", {}))
-            ray.init(address=recorded["ray_address"], namespace=settings.ray.namespace, logging_level="ERROR")
+            ray.init(address=recorded["ray_address"], namespace=settings.ray.namespace, logging_level=logging.ERROR)
         return cls(tenant, settings)
 
     async def _embed(self, texts: Sequence[str]) -> np.ndarray:
@@ -84,11 +87,11 @@ class InClusterClient:
                              reference_time=reference_time, top_k=top_k)
         return await self._flow.build_context(self._tenant, req)
 
-    async def search(self, query: str, *, layers: list[str] | None = None, top_k: int = 10,
+    async def search(self, query: str, *, layers: list[Layer] | None = None, top_k: int = 10,
                      session_id: str | None = None, start: datetime | None = None, end: datetime | None = None,
                      reference_time: datetime | None = None) -> SearchResult:
         time_range = TimeRangeIn(start=start, end=end) if (start or end) else None
-        req = SearchRequest(query=query, layers=layers, top_k=top_k, session_id=session_id,  # type: ignore[arg-type]
+        req = SearchRequest(query=query, layers=layers, top_k=top_k, session_id=session_id,
                             time_range=time_range, reference_time=reference_time)
         return await self._flow.search(self._tenant, req)
 

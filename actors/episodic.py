@@ -110,12 +110,12 @@ class EpisodicShard(LayerShard[EpisodicMemory]):
     async def forget_session(
         self, tenant: str, session_id: str, *, expected_version: int | None = None
     ) -> dict[str, Any]:
+        def apply(layer: EpisodicMemory, removed: int) -> int:
+            layer.drop_session(session_id)
+            return removed
+
         removed, version = await self.mutate(
-            tenant,
-            SCOPE,
-            expected_version,
-            lambda layer: layer.delete_session(session_id),
-            lambda layer, n: (layer.drop_session(session_id), n)[1],
+            tenant, SCOPE, expected_version, lambda layer: layer.delete_session(session_id), apply
         )
         return {"removed": removed, "version": version}
 

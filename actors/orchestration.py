@@ -23,6 +23,7 @@ from strata.context import assemble_context
 from strata.errors import InvalidInput, NotFound, StrataError
 from strata.ids import validate_id
 from strata.schema import (
+    Layer,
     ContextItem,
     ContextRequest,
     ContextResult,
@@ -44,7 +45,7 @@ from strata.tokens import TiktokenCounter
 __all__ = ["Orchestration", "Embed"]
 
 Embed = Callable[[Sequence[str]], Awaitable[np.ndarray]]
-AVAILABLE_LAYERS = ("working", "episodic")
+AVAILABLE_LAYERS: tuple[Layer, ...] = ("working", "episodic")
 
 
 async def _call(ref: Any) -> Any:
@@ -177,7 +178,11 @@ class Orchestration:
             else:
                 layer_items[layer], versions[layer] = result
         assembled = assemble_context(
-            working_messages=messages, layer_items=layer_items, max_tokens=max_tokens, counter=self._counter
+            working_messages=messages,
+            layer_items=layer_items,
+            max_tokens=max_tokens,
+            counter=self._counter,
+            min_relative_score=self.settings.context.min_relative_score,
         )
         return ContextResult(
             context=assembled.text,
@@ -197,14 +202,14 @@ class Orchestration:
         actor = self._actor("episodic", tenant)
         start = getattr(time_range, "start", None)
         end = getattr(time_range, "end", None)
-        found = await _call(
+        found: dict[str, Any] = await _call(
             actor.search.remote(tenant, vector=vector, top_k=top_k, session_id=session_id, start=start, end=end)
         )
         return found
 
     async def search(self, tenant: str, req: SearchRequest) -> SearchResult:
-        layers = req.layers or list(AVAILABLE_LAYERS)
-        missing = {layer: "not available in this version of Strata" for layer in layers if layer not in AVAILABLE_LAYERS}
+        layers: list[Layer] = req.layers or list(AVAILABLE_LAYERS)
+        missing: dict[str, str] = {layer: "not available in this version of Strata" for layer in layers if layer not in AVAILABLE_LAYERS}
         reference = req.reference_time or datetime.now(timezone.utc)
         parsed = None if req.time_range else resolve_time_range(req.query, reference)
         start = req.time_range.start if req.time_range else getattr(parsed, "start", None)

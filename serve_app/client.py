@@ -2,15 +2,16 @@
 
 Both have the same method names as the API and as the in-cluster client
 (:class:`actors.client.InClusterClient`) and return the same typed models.
-Each method is written once, as a request spec; the two classes only
-differ in how they send it.
+Each method is written once, as a request spec (a function returning a
+``_Call``); the two classes bind every spec to their transport with
+``_sync`` / ``_async``, which keep the spec's signature for type checkers.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Callable, Generic, Sequence, TypeVar
+from typing import Any, Callable, Concatenate, Coroutine, Generic, ParamSpec, Sequence, TypeVar
 
 import httpx
 from pydantic import BaseModel
@@ -24,6 +25,7 @@ from strata.errors import (
     VersionConflict,
 )
 from strata.schema import (
+    Layer,
     ContextRequest,
     ContextResult,
     ForgetResult,
@@ -42,6 +44,7 @@ from strata.schema import (
 __all__ = ["StrataClient", "AsyncStrataClient"]
 
 M = TypeVar("M", bound=BaseModel)
+P = ParamSpec("P")
 _BY_STATUS: dict[int, type[StrataError]] = {
     401: Unauthorized,
     404: NotFound,
@@ -76,71 +79,116 @@ class _Call(Generic[M]):
         return self.result.model_validate(response.json())
 
 
-class _Calls:
-    """The API, one request spec per method."""
-
-    @staticmethod
-    def record_turn(session_id: str, user: str | None = None, agent: str | None = None, *,
-                    timestamp: datetime | None = None, turn_id: str | None = None, speaker: str | None = None,
-                    metadata: dict[str, Any] | None = None, expected_version: int | None = None) -> _Call[RecordTurnsResult]:
-        body = TurnIn(user=user, agent=agent, timestamp=timestamp, turn_id=turn_id, speaker=speaker, metadata=metadata or {})
-        return _Call("POST", f"/v1/sessions/{session_id}/turns", RecordTurnsResult, body, expected_version)
-
-    @staticmethod
-    def record_turns(session_id: str, turns: Sequence[TurnIn | dict[str, Any]], *,
-                     expected_version: int | None = None) -> _Call[RecordTurnsResult]:
-        body = TurnBatchIn(turns=[t if isinstance(t, TurnIn) else TurnIn(**t) for t in turns])
-        return _Call("POST", f"/v1/sessions/{session_id}/turns/batch", RecordTurnsResult, body, expected_version)
-
-    @staticmethod
-    def build_context(message: str, session_id: str, *, task_type: str = "general", max_tokens: int | None = None,
-                      reference_time: datetime | None = None, top_k: int | None = None) -> _Call[ContextResult]:
-        body = ContextRequest(message=message, session_id=session_id, task_type=task_type, max_tokens=max_tokens,
-                              reference_time=reference_time, top_k=top_k)
-        return _Call("POST", "/v1/context", ContextResult, body)
-
-    @staticmethod
-    def search(query: str, *, layers: list[str] | None = None, top_k: int = 10, session_id: str | None = None,
-               start: datetime | None = None, end: datetime | None = None,
-               reference_time: datetime | None = None) -> _Call[SearchResult]:
-        time_range = TimeRangeIn(start=start, end=end) if (start or end) else None
-        body = SearchRequest(query=query, layers=layers, top_k=top_k, session_id=session_id,  # type: ignore[arg-type]
-                             time_range=time_range, reference_time=reference_time)
-        return _Call("POST", "/v1/search", SearchResult, body)
-
-    @staticmethod
-    def get_working(session_id: str) -> _Call[WorkingState]:
-        return _Call("GET", f"/v1/sessions/{session_id}/working", WorkingState)
-
-    @staticmethod
-    def add_working_items(session_id: str, items: Sequence[WorkingItemIn | dict[str, Any]], *, task: str | None = None,
-                          expected_version: int | None = None) -> _Call[WorkingState]:
-        body = WorkingItemsIn(items=[i if isinstance(i, WorkingItemIn) else WorkingItemIn(**i) for i in items], task=task)
-        return _Call("POST", f"/v1/sessions/{session_id}/working/items", WorkingState, body, expected_version)
-
-    @staticmethod
-    def forget_session(session_id: str) -> _Call[ForgetResult]:
-        return _Call("DELETE", f"/v1/sessions/{session_id}", ForgetResult)
-
-    @staticmethod
-    def health() -> _Call[Health]:
-        return _Call("GET", "/healthz", Health)
+# The API, one request spec per method; the clients below bind each to a transport.
 
 
-def _bind(name: str, spec: Callable[..., _Call[Any]], asynchronous: bool) -> Callable[..., Any]:
-    if asynchronous:
-        async def call_async(self: AsyncStrataClient, *args: Any, **kwargs: Any) -> Any:
-            c = spec(*args, **kwargs)
-            return c.parse(await self._http.request(**c.request()))
-        fn: Callable[..., Any] = call_async
-    else:
-        def call_sync(self: StrataClient, *args: Any, **kwargs: Any) -> Any:
-            c = spec(*args, **kwargs)
-            return c.parse(self._http.request(**c.request()))
-        fn = call_sync
-    fn.__name__ = name
-    fn.__doc__ = f"``{name}`` over HTTP; see the API's OpenAPI page for the fields."
-    return fn
+def record_turn(
+    session_id: str,
+    user: str | None = None,
+    agent: str | None = None,
+    *,
+    timestamp: datetime | None = None,
+    turn_id: str | None = None,
+    speaker: str | None = None,
+    metadata: dict[str, Any] | None = None,
+    expected_version: int | None = None,
+) -> _Call[RecordTurnsResult]:
+    body = TurnIn(
+        user=user, agent=agent, timestamp=timestamp, turn_id=turn_id, speaker=speaker, metadata=metadata or {}
+    )
+    return _Call("POST", f"/v1/sessions/{session_id}/turns", RecordTurnsResult, body, expected_version)
+
+
+def record_turns(
+    session_id: str, turns: Sequence[TurnIn | dict[str, Any]], *, expected_version: int | None = None
+) -> _Call[RecordTurnsResult]:
+    body = TurnBatchIn(turns=[t if isinstance(t, TurnIn) else TurnIn(**t) for t in turns])
+    return _Call("POST", f"/v1/sessions/{session_id}/turns/batch", RecordTurnsResult, body, expected_version)
+
+
+def build_context(
+    message: str,
+    session_id: str,
+    *,
+    task_type: str = "general",
+    max_tokens: int | None = None,
+    reference_time: datetime | None = None,
+    top_k: int | None = None,
+) -> _Call[ContextResult]:
+    body = ContextRequest(
+        message=message,
+        session_id=session_id,
+        task_type=task_type,
+        max_tokens=max_tokens,
+        reference_time=reference_time,
+        top_k=top_k,
+    )
+    return _Call("POST", "/v1/context", ContextResult, body)
+
+
+def search(
+    query: str,
+    *,
+    layers: list[Layer] | None = None,
+    top_k: int = 10,
+    session_id: str | None = None,
+    start: datetime | None = None,
+    end: datetime | None = None,
+    reference_time: datetime | None = None,
+) -> _Call[SearchResult]:
+    time_range = TimeRangeIn(start=start, end=end) if (start or end) else None
+    body = SearchRequest(
+        query=query,
+        layers=layers,
+        top_k=top_k,
+        session_id=session_id,
+        time_range=time_range,
+        reference_time=reference_time,
+    )
+    return _Call("POST", "/v1/search", SearchResult, body)
+
+
+def get_working(session_id: str) -> _Call[WorkingState]:
+    return _Call("GET", f"/v1/sessions/{session_id}/working", WorkingState)
+
+
+def add_working_items(
+    session_id: str,
+    items: Sequence[WorkingItemIn | dict[str, Any]],
+    *,
+    task: str | None = None,
+    expected_version: int | None = None,
+) -> _Call[WorkingState]:
+    body = WorkingItemsIn(items=[i if isinstance(i, WorkingItemIn) else WorkingItemIn(**i) for i in items], task=task)
+    return _Call("POST", f"/v1/sessions/{session_id}/working/items", WorkingState, body, expected_version)
+
+
+def forget_session(session_id: str) -> _Call[ForgetResult]:
+    return _Call("DELETE", f"/v1/sessions/{session_id}", ForgetResult)
+
+
+def health() -> _Call[Health]:
+    return _Call("GET", "/healthz", Health)
+
+
+def _sync(spec: Callable[P, _Call[M]]) -> Callable[Concatenate[StrataClient, P], M]:
+    def method(self: StrataClient, /, *args: P.args, **kwargs: P.kwargs) -> M:
+        call = spec(*args, **kwargs)
+        return call.parse(self._http.request(**call.request()))
+
+    method.__name__ = spec.__name__
+    method.__doc__ = f"``{spec.__name__}`` over HTTP, blocking."
+    return method
+
+
+def _async(spec: Callable[P, _Call[M]]) -> Callable[Concatenate[AsyncStrataClient, P], Coroutine[Any, Any, M]]:
+    async def method(self: AsyncStrataClient, /, *args: P.args, **kwargs: P.kwargs) -> M:
+        call = spec(*args, **kwargs)
+        return call.parse(await self._http.request(**call.request()))
+
+    method.__name__ = spec.__name__
+    method.__doc__ = f"``{spec.__name__}`` over HTTP, awaitable."
+    return method
 
 
 class StrataClient:
@@ -151,6 +199,15 @@ class StrataClient:
 
     def close(self) -> None:
         self._http.close()
+
+    record_turn = _sync(record_turn)
+    record_turns = _sync(record_turns)
+    build_context = _sync(build_context)
+    search = _sync(search)
+    get_working = _sync(get_working)
+    add_working_items = _sync(add_working_items)
+    forget_session = _sync(forget_session)
+    health = _sync(health)
 
     def __enter__(self) -> StrataClient:
         return self
@@ -163,19 +220,24 @@ class AsyncStrataClient:
     """Asynchronous HTTP client with the same methods, each awaitable."""
 
     def __init__(self, base_url: str, api_key: str, *, timeout_s: float = 30.0) -> None:
-        self._http = httpx.AsyncClient(base_url=base_url, headers={"Authorization": f"Bearer {api_key}"}, timeout=timeout_s)
+        self._http = httpx.AsyncClient(
+            base_url=base_url, headers={"Authorization": f"Bearer {api_key}"}, timeout=timeout_s
+        )
 
     async def aclose(self) -> None:
         await self._http.aclose()
+
+    record_turn = _async(record_turn)
+    record_turns = _async(record_turns)
+    build_context = _async(build_context)
+    search = _async(search)
+    get_working = _async(get_working)
+    add_working_items = _async(add_working_items)
+    forget_session = _async(forget_session)
+    health = _async(health)
 
     async def __aenter__(self) -> AsyncStrataClient:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
-
-
-for _name, _spec in vars(_Calls).items():
-    if isinstance(_spec, staticmethod):
-        setattr(StrataClient, _name, _bind(_name, _spec.__func__, False))
-        setattr(AsyncStrataClient, _name, _bind(_name, _spec.__func__, True))

@@ -9,6 +9,8 @@ of hanging.
 
 from __future__ import annotations
 
+import logging
+
 import json
 import os
 import signal
@@ -18,7 +20,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import httpx
 
@@ -211,7 +213,7 @@ class Stack:
             if done.returncode != 0:
                 raise StackError("ray start failed:\n" + (done.stderr or done.stdout)[-2000:])
         if not ray.is_initialized():
-            ray.init(address=self.ray_address, namespace=r.namespace, logging_level="ERROR", log_to_driver=False)
+            ray.init(address=self.ray_address, namespace=r.namespace, logging_level=logging.ERROR, log_to_driver=False)
 
     # -- Serve ----------------------------------------------------------------
 
@@ -267,13 +269,13 @@ class Stack:
             time.sleep(0.5)
         return False
 
-    def _recorded(self) -> dict | None:
+    def _recorded(self) -> dict[str, Any] | None:
         try:
             return json.loads((self.data_dir / "stack.json").read_text())
         except (OSError, ValueError):
             return None
 
-    def healthy_at(self, recorded: dict) -> bool:
+    def healthy_at(self, recorded: dict[str, Any]) -> bool:
         try:
             url = f"http://{self.settings.serve.host}:{recorded['serve_port']}/healthz"
             return httpx.get(url, timeout=3).status_code == 200
@@ -339,7 +341,7 @@ class Stack:
 
         use_ray_auth(self.ray_auth_env())
         if not ray.is_initialized():
-            ray.init(address=self.ray_address, namespace=self.settings.ray.namespace, logging_level="ERROR", log_to_driver=False)
+            ray.init(address=self.ray_address, namespace=self.settings.ray.namespace, logging_level=logging.ERROR, log_to_driver=False)
 
     def status(self) -> dict[str, str]:
         m = self.settings.milvus

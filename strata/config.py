@@ -134,6 +134,8 @@ class ContextSettings(_Section):
     default_top_k: int = Field(default=8, ge=1, le=100)
     #: Share of the budget working memory may take when other layers have hits.
     working_share: float = Field(default=0.5, gt=0, le=1)
+    #: Items scoring below this share of their layer's best hit stay out of the context.
+    min_relative_score: float = Field(default=0.4, ge=0, le=1)
     #: Which layers each task type reads besides working memory (always read).
     policies: dict[str, list[str]] = Field(
         default_factory=lambda: {

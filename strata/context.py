@@ -59,8 +59,13 @@ def assemble_context(
     layer_items: Mapping[str, Sequence[ContextItem]],
     max_tokens: int,
     counter: TokenCounter,
+    min_relative_score: float = 0.0,
 ) -> AssembledContext:
     """Select and render items so the rendered text has at most ``max_tokens`` tokens.
+
+    An item scoring below ``min_relative_score`` × its layer's best score is
+    left out even when it would fit: a spare budget is no reason to pad the
+    context with what barely relates to the message.
 
     Items of each layer are taken best score first; working messages are kept
     newest first. When something must go, the lowest-scored layer item goes
@@ -68,8 +73,16 @@ def assemble_context(
     """
     messages = list(working_messages)
     chosen: dict[str, list[ContextItem]] = {layer: [] for layer in layer_items}
+    floors = {
+        layer: min_relative_score * max((i.score for i in items), default=0.0) for layer, items in layer_items.items()
+    }
     candidates = sorted(
-        ((item.score, layer, n, item) for layer, items in layer_items.items() for n, item in enumerate(items)),
+        (
+            (item.score, layer, n, item)
+            for layer, items in layer_items.items()
+            for n, item in enumerate(items)
+            if item.score >= floors[layer]
+        ),
         key=lambda c: (-c[0], c[1], c[2]),
     )
 

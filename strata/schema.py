@@ -33,9 +33,11 @@ __all__ = [
     "ForgetResult",
     "Health",
     "LAYERS",
+    "Layer",
 ]
 
-LAYERS = ("working", "episodic", "semantic", "procedural")
+Layer = Literal["working", "episodic", "semantic", "procedural"]
+LAYERS: tuple[Layer, ...] = ("working", "episodic", "semantic", "procedural")
 _ID = r"^[A-Za-z0-9][A-Za-z0-9_.:\-]{0,127}$"
 
 
@@ -151,7 +153,7 @@ class ContextResult(_Out):
 
 class SearchRequest(_In):
     query: str = Field(min_length=1, max_length=16000)
-    layers: list[Literal["working", "episodic", "semantic", "procedural"]] | None = None
+    layers: list[Layer] | None = None
     top_k: int = Field(default=10, ge=1, le=100)
     session_id: str | None = Field(default=None, pattern=_ID)
     time_range: TimeRangeIn | None = None

@@ -432,12 +432,12 @@ class WorkingMemory:
         summarized: set[str] = set()
         used = 0
         for item in order:
-            candidate: WorkingItem | None = item
+            candidate = item
             if item.tokens + overhead(item) + used > target:
-                high = item.importance > self._summarize_above
-                candidate = self._summarize(item) if high else None
-                if candidate is None or candidate.tokens + overhead(item) + used > target:
+                summary = self._summarize(item) if item.importance > self._summarize_above else None
+                if summary is None or summary.tokens + overhead(item) + used > target:
                     continue
+                candidate = summary
                 summarized.add(item.id)
             chosen[item.id] = candidate
             used += candidate.tokens + overhead(item)

@@ -235,3 +235,16 @@ def test_layer_item_goes_before_any_working_message(counter: TiktokenCounter) ->
     )
     assert result.messages == messages
     assert result.sections[0].items == []
+
+
+def test_items_far_below_the_best_score_stay_out(counter: TiktokenCounter) -> None:
+    items = [
+        ContextItem(layer="episodic", kind="turn", id=str(n), text=f"fact number {n}", score=score)
+        for n, score in enumerate([0.52, 0.30, 0.14, 0.11])
+    ]
+    result = assemble_context(
+        working_messages=[], layer_items={"episodic": items}, max_tokens=1000, counter=counter, min_relative_score=0.4
+    )
+    assert [i.id for i in result.sections[0].items] == ["0", "1"]
+    everything = assemble_context(working_messages=[], layer_items={"episodic": items}, max_tokens=1000, counter=counter)
+    assert len(everything.sections[0].items) == 4
