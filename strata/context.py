@@ -73,9 +73,11 @@ def assemble_context(
     """
     messages = list(working_messages)
     chosen: dict[str, list[ContextItem]] = {layer: [] for layer in layer_items}
-    floors = {
-        layer: min_relative_score * max((i.score for i in items), default=0.0) for layer, items in layer_items.items()
-    }
+    floors: dict[str, float] = {}
+    for layer, items in layer_items.items():
+        best = max((i.score for i in items), default=0.0)
+        # Cosine scores may be negative: a floor relative to them means nothing.
+        floors[layer] = min_relative_score * best if min_relative_score > 0 and best > 0 else float("-inf")
     candidates = sorted(
         (
             (item.score, layer, n, item)
