@@ -49,6 +49,17 @@ class _Out(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
 
+_METADATA_BYTES_MAX = 8192
+
+
+def _small_json(value: dict[str, Any]) -> dict[str, Any]:
+    import json
+
+    if len(json.dumps(value, ensure_ascii=False).encode()) > _METADATA_BYTES_MAX:
+        raise ValueError(f"metadata is limited to {_METADATA_BYTES_MAX} bytes of JSON")
+    return value
+
+
 def _aware(value: datetime | None) -> datetime | None:
     from datetime import timezone
 
@@ -68,6 +79,7 @@ class TurnIn(_In):
     metadata: dict[str, Any] = Field(default_factory=dict)
 
     _tz = field_validator("timestamp")(classmethod(lambda cls, v: _aware(v)))
+    _meta = field_validator("metadata")(classmethod(lambda cls, v: _small_json(v)))
 
     @model_validator(mode="after")
     def _not_empty(self) -> TurnIn:
@@ -122,7 +134,7 @@ class ContextRequest(_In):
     _tz = field_validator("reference_time")(classmethod(lambda cls, v: _aware(v)))
 
 
-class ContextItem(_Out):
+class SearchHit(_Out):
     layer: str
     kind: str
     id: str
@@ -131,6 +143,10 @@ class ContextItem(_Out):
     timestamp: datetime | None = None
     session_id: str | None = None
     turn_ids: list[str] = Field(default_factory=list)
+
+
+class ContextItem(SearchHit):
+    """A hit as placed in a context section (working items carry their role as ``kind``)."""
 
 
 class ContextSection(_Out):
@@ -162,17 +178,6 @@ class SearchRequest(_In):
     _tz = field_validator("reference_time")(classmethod(lambda cls, v: _aware(v)))
 
 
-class SearchHit(_Out):
-    layer: str
-    kind: str
-    id: str
-    text: str
-    score: float
-    timestamp: datetime | None = None
-    session_id: str | None = None
-    turn_ids: list[str] = Field(default_factory=list)
-
-
 class SearchResult(_Out):
     hits: list[SearchHit]
     time_range: TimeRangeOut | None = None
@@ -188,6 +193,7 @@ class WorkingItemIn(_In):
     metadata: dict[str, Any] = Field(default_factory=dict)
 
     _tz = field_validator("created_at")(classmethod(lambda cls, v: _aware(v)))
+    _meta = field_validator("metadata")(classmethod(lambda cls, v: _small_json(v)))
 
 
 class WorkingItemsIn(_In):
