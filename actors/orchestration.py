@@ -80,16 +80,25 @@ class Orchestration:
             )
         )
         # Working memory follows the episodic write: the turn is durable first.
+        # If working memory fails now, the turn stays recorded (a retry would
+        # record it twice); the result says what is missing instead.
         items = []
         for d, out in zip(dicts, episodic["turns"]):
             for role, text in (("user", d["user"]), ("assistant", d["agent"])):
                 if text and text.strip():
                     items.append({"role": role, "content": text, "created_at": out["timestamp"]})
-        working = await _call(self._actor("working", tenant).add_items.remote(tenant, session_id, items))
+        versions = {"episodic": episodic["version"]}
+        missing: dict[str, str] = {}
+        try:
+            working = await _call(self._actor("working", tenant).add_items.remote(tenant, session_id, items))
+            versions["working"] = working["version"]
+        except StrataError as exc:
+            missing["working"] = exc.message
         return RecordTurnsResult(
             session_id=session_id,
             turns=[TurnOut(**t) for t in episodic["turns"]],
-            versions={"episodic": episodic["version"], "working": working["version"]},
+            versions=versions,
+            missing=missing,
         )
 
     async def add_working_items(

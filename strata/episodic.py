@@ -340,7 +340,9 @@ class EpisodicMemory:
     # -- reading ------------------------------------------------------------
 
     def session_turns(self, session_id: str) -> list[Turn]:
-        return sorted((t for t in self._turns.values() if t.session_id == session_id), key=lambda t: t.seq)
+        """The session's turns in time order (caller-given timestamps first, arrival order on ties)."""
+        turns = (t for t in self._turns.values() if t.session_id == session_id)
+        return sorted(turns, key=lambda t: (t.timestamp, t.seq))
 
     def raw_window(self, session_id: str) -> list[Turn]:
         return self.session_turns(session_id)[-self._settings.raw_window :]

@@ -102,6 +102,9 @@ class RecordTurnsResult(_Out):
     session_id: str
     turns: list[TurnOut]
     versions: dict[str, int]
+    missing: dict[str, str] = Field(
+        default_factory=dict, description="Layers the turns did not reach, and why; the turns are recorded"
+    )
 
 
 class TimeRangeIn(_In):

@@ -288,7 +288,7 @@ def test_pending_waits_for_a_full_chunk(store: InMemoryRecordStore) -> None:
     memory = make(store)
     turns = plain(memory, "s1", 6)  # two outside the window: not a chunk yet
     assert memory.pending_summaries("s1") == []
-    plain(memory, "s1", 1)
+    plain(memory, "s1", 1, start=NOW + timedelta(minutes=6))  # the next minute's turn
     assert memory.pending_summaries("s1") == [turns[0:3]]
 
 
@@ -483,3 +483,17 @@ def test_tenants_never_see_each_other(store: InMemoryRecordStore, embedder: Onnx
 def test_bad_tenant_rejected(store: InMemoryRecordStore) -> None:
     with pytest.raises(InvalidInput):
         make(store, 'a" or tenant != "')
+
+
+def test_imported_history_is_ordered_by_its_timestamps(store: InMemoryRecordStore) -> None:
+    """Turns imported out of order: the window and the summaries follow their timestamps."""
+    memory = make(store)
+    late = [TurnInput(user=f"late {n}", timestamp=NOW + timedelta(hours=n)) for n in range(4)]
+    early = [TurnInput(user=f"early {n}", timestamp=NOW - timedelta(days=1, hours=-n)) for n in range(4)]
+    add(memory, "s1", late, vectors=np.stack([unit(n % DIM) for n in range(4)]))
+    add(memory, "s1", early, vectors=np.stack([unit(n % DIM) for n in range(4)]))
+    ordered = [t.user for t in memory.session_turns("s1")]
+    assert ordered == [f"early {n}" for n in range(4)] + [f"late {n}" for n in range(4)]
+    assert [t.user for t in memory.raw_window("s1")] == [f"late {n}" for n in range(4)]
+    [chunk] = memory.pending_summaries("s1")
+    assert [t.user for t in chunk] == ["early 0", "early 1", "early 2"]
