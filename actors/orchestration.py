@@ -105,7 +105,7 @@ class Orchestration:
         self, tenant: str, session_id: str, body: WorkingItemsIn, *, expected_version: int | None = None
     ) -> WorkingState:
         validate_id(session_id, field="session_id")
-        await _call(
+        state = await _call(
             self._actor("working", tenant).add_items.remote(
                 tenant,
                 session_id,
@@ -114,7 +114,7 @@ class Orchestration:
                 expected_version=expected_version,
             )
         )
-        return await self.working(tenant, session_id)
+        return WorkingState(**state)
 
     async def forget_session(self, tenant: str, session_id: str) -> ForgetResult:
         """Forget a session in every layer; 404 only if no layer knew it."""

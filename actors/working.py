@@ -40,22 +40,22 @@ class WorkingShard(LayerShard[WorkingSessions]):
             tenant, store=store, collection=collections.state, settings=self.settings.working, counter=self._counter
         )
 
+    def _view(self, sessions: WorkingSessions, session_id: str, budget_tokens: int | None) -> dict[str, Any]:
+        memory = sessions.session(session_id)
+        return {
+            "session_id": session_id,
+            "items": [_item(i) for i in memory.items],
+            "messages": memory.messages(budget_tokens=budget_tokens, now=datetime.now(timezone.utc)),
+            "total_tokens": memory.total_tokens,
+            "max_tokens": self.settings.working.max_tokens,
+        }
+
     async def get(self, tenant: str, session_id: str, *, budget_tokens: int | None = None) -> dict[str, Any]:
         """The session's items and its messages (fitted to ``budget_tokens`` if given)."""
-        now = datetime.now(timezone.utc)
-
-        def view(sessions: WorkingSessions) -> dict[str, Any]:
-            memory = sessions.session(session_id)
-            return {
-                "session_id": session_id,
-                "items": [_item(i) for i in memory.items],
-                "messages": memory.messages(budget_tokens=budget_tokens, now=now),
-                "total_tokens": memory.total_tokens,
-                "max_tokens": self.settings.working.max_tokens,
-            }
-
         # Loading a session reads the store: do it under the lock, off the loop.
-        state, version = await self.read(tenant, session_id, view, locked=True)
+        state, version = await self.read(
+            tenant, session_id, lambda s: self._view(s, session_id, budget_tokens), locked=True
+        )
         return {**state, "version": version}
 
     async def add_items(
@@ -68,17 +68,18 @@ class WorkingShard(LayerShard[WorkingSessions]):
         expected_version: int | None = None,
         now: datetime | None = None,
     ) -> dict[str, Any]:
+        """Add items; returns the session's state as of this write, with its version."""
         now = now or datetime.now(timezone.utc)
-        (added, report), version = await self.mutate(
-            tenant, session_id, expected_version, lambda s: s.add(session_id, items, now=now, task=task)
-        )
-        return {
-            "items": [_item(i) for i in added],
-            "version": version,
-            "compression": None
-            if report is None
-            else {"summarized": list(report.summarized_ids), "dropped": list(report.dropped_ids)},
-        }
+
+        def write(sessions: WorkingSessions) -> tuple[Any, dict[str, Any]]:
+            _, report = sessions.add(session_id, items, now=now, task=task)
+            return report, self._view(sessions, session_id, None)
+
+        (report, state), version = await self.mutate(tenant, session_id, expected_version, write)
+        compression = None
+        if report is not None:
+            compression = {"summarized": list(report.summarized_ids), "dropped": list(report.dropped_ids)}
+        return {**state, "version": version, "compression": compression}
 
     async def forget_session(
         self, tenant: str, session_id: str, *, expected_version: int | None = None
