@@ -108,23 +108,21 @@ class LayerShard(Generic[L]):
         finally:
             self._loading.pop(tenant, None)
 
+    async def version(self, tenant: str, scope: str) -> int:
+        """The current version of (tenant, scope)."""
+        return await self._version(tenant, await self._tenant(tenant), scope)
+
     async def _version(self, tenant: str, slot: _Tenant[L], scope: str) -> int:
         if scope not in slot.versions:
             _, _, versions = await self._backend()
             slot.versions[scope] = await asyncio.to_thread(versions.get, tenant, self.layer_name, scope)
         return slot.versions[scope]
 
-    async def read(
-        self, tenant: str, scope: str, fn: Callable[[L], R], *, locked: bool = False
-    ) -> tuple[R, int]:
+    async def read(self, tenant: str, scope: str, fn: Callable[[L], R]) -> tuple[R, int]:
         """Run a read of the tenant's layer on the event loop; returns its result and
-        the version read. ``locked`` waits for running mutations (for layers whose
-        mutations change memory in a worker thread)."""
+        the version read. Layers whose mutations change memory in a worker thread
+        read through :meth:`run_locked` instead."""
         slot = await self._tenant(tenant)
-        if locked:
-            async with slot.lock:
-                version = await self._version(tenant, slot, scope)
-                return fn(slot.layer), version
         version = await self._version(tenant, slot, scope)
         return fn(slot.layer), version
 

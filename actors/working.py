@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from datetime import datetime, timezone
 from typing import Any
 
@@ -52,11 +53,14 @@ class WorkingShard(LayerShard[WorkingSessions]):
 
     async def get(self, tenant: str, session_id: str, *, budget_tokens: int | None = None) -> dict[str, Any]:
         """The session's items and its messages (fitted to ``budget_tokens`` if given)."""
-        # Loading a session reads the store: do it under the lock, off the loop.
-        state, version = await self.read(
-            tenant, session_id, lambda s: self._view(s, session_id, budget_tokens), locked=True
-        )
-        return {**state, "version": version}
+
+        async def view(sessions: WorkingSessions) -> dict[str, Any]:
+            # The first read of a session loads it from the store: off the event loop.
+            await asyncio.to_thread(sessions.session, session_id)
+            # Read under the same lock as the view, so the two belong together.
+            return {**self._view(sessions, session_id, budget_tokens), "version": await self.version(tenant, session_id)}
+
+        return await self.run_locked(tenant, view)
 
     async def add_items(
         self,
