@@ -38,7 +38,7 @@ from strata.schema import (
     WorkingItemsIn,
     WorkingState,
 )
-from strata.summarize import terms
+from strata.importance import extract_terms
 from strata.timeparse import resolve_time_range, strip_time_expression
 from strata.tokens import TiktokenCounter
 
@@ -241,9 +241,9 @@ class Orchestration:
                 missing["working"] = "working memory is per session: give session_id to search it"
                 return
             state = await self.working(tenant, req.session_id)
-            wanted = set(terms(query or req.query))
+            wanted = extract_terms(query or req.query)
             for item in state.items:
-                overlap = len(wanted & set(terms(item.content)))
+                overlap = len(wanted & extract_terms(item.content))
                 if overlap and (start is None or item.created_at >= start) and (end is None or item.created_at < end):
                     score = overlap / max(len(wanted), 1)
                     hits.append(SearchHit(layer="working", kind=item.role, id=item.id, text=item.content, score=score, timestamp=item.created_at, session_id=req.session_id))

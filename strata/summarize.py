@@ -17,6 +17,7 @@ from typing import Any, Protocol, Sequence
 from pydantic import BaseModel, ConfigDict, Field
 
 from strata.errors import LLMError
+from strata.importance import extract_terms
 from strata.llm import LLM, complete_json
 
 __all__ = [
@@ -25,7 +26,6 @@ __all__ = [
     "Summarizer",
     "ExtractiveSummarizer",
     "LLMSummarizer",
-    "terms",
 ]
 
 log = logging.getLogger(__name__)
@@ -66,16 +66,6 @@ class Summarizer(Protocol):
     def summarize(self, turns: Sequence[SummaryInput]) -> EpisodeSummary: ...
 
 
-_STOP = frozenset(
-    """a an the and or but if then so of to in on at for with from by about as is are was were be been
-    being am do does did have has had i you he she it we they me him her us them my your his its our
-    their this that these those what which who whom when where why how not no yes can could will would
-    shall should may might must just also very really too there here than into out up down over again
-    all any some more most other such only own same s t don ok okay oh yeah hi hello thanks thank
-    going get got like know think want said say well let lets sure""".split()
-)
-_WORD = re.compile(r"[A-Za-z][A-Za-z0-9_'\-]+|[0-9]+")
-_CJK_RUN = re.compile(r"[\u4e00-\u9fff]+")
 _SENTENCE = re.compile(r"(?<=[.!?。！？])\s*")
 _ACTION = re.compile(
     r"\b(i will|i'll|we will|we'll|need to|have to|going to|todo|to-do|remind me|"
@@ -88,14 +78,6 @@ _PREFERENCE = re.compile(
     r"|我(很|最|不|特别)?(喜欢|爱|讨厌|偏好|不想|想要)|我对.{0,6}过敏",
     re.IGNORECASE,
 )
-
-
-def terms(text: str) -> list[str]:
-    """Content terms: lowercased English words minus stop words, CJK character bigrams."""
-    found = [w.lower() for w in _WORD.findall(text) if w.lower() not in _STOP and len(w) > 1]
-    for run in _CJK_RUN.findall(text):
-        found.extend(run[i : i + 2] for i in range(max(len(run) - 1, 1)))
-    return found
 
 
 class ExtractiveSummarizer:
@@ -111,10 +93,10 @@ class ExtractiveSummarizer:
             for part in _SENTENCE.split(turn.text.strip()):
                 if part.strip():
                     sentences.append((len(sentences), turn.speaker, part.strip()))
-        counts = Counter(t for _, _, s in sentences for t in set(terms(s)))
+        counts = Counter(t for _, _, s in sentences for t in extract_terms(s))
 
         def weight(sentence: str) -> float:
-            found = set(terms(sentence))
+            found = extract_terms(sentence)
             return sum(counts[t] for t in found) / (1 + len(found)) ** 0.5 if found else 0.0
 
         best = sorted(sentences, key=lambda s: (-weight(s[2]), s[0]))[: self._max_sentences]
