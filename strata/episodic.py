@@ -15,7 +15,7 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -367,38 +367,31 @@ class EpisodicMemory:
         exclude_turn_ids: frozenset[str] = frozenset(),
     ) -> list[EpisodicHit]:
         """Turns and summaries most similar to ``query``, optionally within a session
-        and a time range ``[start, end)``; a summary matches the range if it overlaps it."""
-        hits: list[EpisodicHit] = []
+        and a time range ``[start, end)``; a summary matches the range if it overlaps it.
+        ``exclude_turn_ids`` leaves out turns the caller already has (e.g. in working memory)."""
         lo = to_ms(start) if start else None
         hi = to_ms(end) if end else None
-        scores = self._turn_index.scores(query)
-        for i in np.argsort(-scores) if len(scores) else []:
-            key = self._turn_index.ids[i]
-            turn = self._turns[key]
-            ts = self._turn_index.ts_ms[i]
-            if session_id and turn.session_id != session_id:
-                continue
-            if (lo is not None and ts < lo) or (hi is not None and ts >= hi) or turn.turn_id in exclude_turn_ids:
-                continue
-            hits.append(EpisodicHit(TURN, turn.turn_id, turn.session_id, turn.text, turn.timestamp, float(scores[i]), (turn.turn_id,)))
-            if len(hits) >= top_k:
-                break
+
+        def in_range(first_ms: int, last_ms: int) -> bool:
+            return (lo is None or last_ms >= lo) and (hi is None or first_ms < hi)
+
+        hits = []
+        def turn_matches(key: str) -> bool:
+            t = self._turns[key]
+            ts = to_ms(t.timestamp)
+            return (not session_id or t.session_id == session_id) and in_range(ts, ts) and t.turn_id not in exclude_turn_ids
+
+        for key, score in _best(self._turn_index, query, top_k, turn_matches):
+            t = self._turns[key]
+            hits.append(EpisodicHit(TURN, t.turn_id, t.session_id, t.text, t.timestamp, score, (t.turn_id,)))
         if include_summaries:
-            sscores = self._summary_index.scores(query)
-            taken = 0
-            for i in np.argsort(-sscores) if len(sscores) else []:
-                summary = self._summaries[self._summary_index.ids[i]]
-                if session_id and summary.session_id != session_id:
-                    continue
-                if (hi is not None and to_ms(summary.start) >= hi) or (lo is not None and to_ms(summary.end) < lo):
-                    continue
-                hits.append(
-                    EpisodicHit(SUMMARY, summary.summary_id, summary.session_id, summary.text, summary.start,
-                                float(sscores[i]), summary.turn_ids, summary.end)
-                )
-                taken += 1
-                if taken >= top_k:
-                    break
+            def summary_matches(key: str) -> bool:
+                s = self._summaries[key]
+                return (not session_id or s.session_id == session_id) and in_range(to_ms(s.start), to_ms(s.end))
+
+            for key, score in _best(self._summary_index, query, top_k, summary_matches):
+                s = self._summaries[key]
+                hits.append(EpisodicHit(SUMMARY, s.summary_id, s.session_id, s.text, s.start, score, s.turn_ids, s.end))
         hits.sort(key=lambda h: -h.score)
         return hits[:top_k]
 
@@ -420,6 +413,19 @@ class EpisodicMemory:
         if vector is not None:
             self._summary_index.add(key, vector, summary.session_id, to_ms(summary.start))
         self._summarised.setdefault(summary.session_id, set()).update(summary.turn_ids)
+
+
+def _best(index: _Index, query: np.ndarray, top_k: int, keep: Callable[[str], bool]) -> list[tuple[str, float]]:
+    """The ``top_k`` best-scoring keys of ``index`` that ``keep`` accepts (filter, then cut)."""
+    scores = index.scores(query)
+    found: list[tuple[str, float]] = []
+    for i in np.argsort(-scores):
+        key = index.ids[i]
+        if keep(key):
+            found.append((key, float(scores[i])))
+            if len(found) >= top_k:
+                break
+    return found
 
 
 def summary_inputs(turns: Sequence[Turn]) -> list[SummaryInput]:
