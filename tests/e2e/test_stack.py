@@ -216,6 +216,50 @@ def test_milvus_outage_gives_503_then_up_recovers(stack: Running) -> None:
     assert hits and "violin" in hits[0]["text"]
 
 
+def _ray_core_pids(gcs_port: str) -> list[int]:
+    """The GCS and raylet of this stack's Ray head (its workers die with them)."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if ("gcs_server" in cmdline and f"--gcs_server_port={gcs_port}" in cmdline) or (
+            "raylet/raylet" in cmdline and f":{gcs_port}" in cmdline
+        ):
+            pids.append(int(proc.name))
+    return pids
+
+
+def test_up_recovers_after_ray_is_killed(stack: Running) -> None:
+    import ray
+
+    ray.shutdown()  # this process joined the cluster for the in-cluster client: leave it first
+    pids = _ray_core_pids(stack.env["STRATA_RAY__GCS_PORT"])
+    assert len(pids) == 2, pids
+    for pid in pids:
+        os.kill(pid, 9)
+    _wait_until_silent(stack.url)  # the HTTP proxy dies with its raylet
+    up = stack.cli("up")
+    assert up.returncode == 0, up.stdout + up.stderr
+    assert up.stdout.strip().splitlines()[-1] == stack.key
+    hits = stack.post("/v1/search", {"query": "violin lessons", "layers": ["episodic"]}).json()["hits"]
+    assert hits and "violin" in hits[0]["text"]
+
+
+def _wait_until_silent(url: str, timeout_s: float = 30) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            httpx.get(url + "/healthz", timeout=2)
+        except httpx.HTTPError:
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"{url} still answers {timeout_s:.0f} s after its Ray head was killed")
+
+
 def test_demo_answers_from_earlier_sessions(stack: Running) -> None:
     demo = stack.cli("demo")
     assert demo.returncode == 0, demo.stdout + demo.stderr
