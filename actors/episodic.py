@@ -44,6 +44,7 @@ def _hit(hit: EpisodicHit) -> dict[str, Any]:
         "timestamp": hit.timestamp,
         "session_id": hit.session_id,
         "turn_ids": list(hit.turn_ids),
+        "ranks": hit.ranks,
     }
 
 
@@ -133,7 +134,8 @@ class EpisodicShard(LayerShard[EpisodicMemory]):
         end: datetime | None = None,
         include_summaries: bool = True,
     ) -> dict[str, Any]:
-        """Hits most similar to ``vector`` (or to ``query``, embedded here)."""
+        """Hits for ``query`` (text, for the lexical path) and ``vector`` (its embedding,
+        made here when not given); dense only when no text is given."""
         if vector is None:
             if query is None:
                 raise ValueError("give query or vector")
@@ -143,6 +145,7 @@ class EpisodicShard(LayerShard[EpisodicMemory]):
             SCOPE,
             lambda layer: layer.search(
                 np.asarray(vector, dtype=np.float32),
+                query_text=query,
                 top_k=top_k,
                 session_id=session_id,
                 start=start,

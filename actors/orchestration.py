@@ -162,7 +162,7 @@ class Orchestration:
         async def layer_hits(layer: str) -> tuple[list[ContextItem], int]:
             vector = (await self._embed([query or req.message]))[0]
             found = await self._episodic_search(
-                tenant, vector, top_k=top_k, session_id=None, time_range=time_range
+                tenant, vector, query or req.message, top_k=top_k, session_id=None, time_range=time_range
             )
             return [ContextItem(**h) for h in found["hits"]], found["version"]
 
@@ -206,13 +206,15 @@ class Orchestration:
         )
 
     async def _episodic_search(
-        self, tenant: str, vector: np.ndarray, *, top_k: int, session_id: str | None, time_range: Any
+        self, tenant: str, vector: np.ndarray, text: str, *, top_k: int, session_id: str | None, time_range: Any
     ) -> dict[str, Any]:
         actor = self._actor("episodic", tenant)
         start = getattr(time_range, "start", None)
         end = getattr(time_range, "end", None)
         found: dict[str, Any] = await _call(
-            actor.search.remote(tenant, vector=vector, top_k=top_k, session_id=session_id, start=start, end=end)
+            actor.search.remote(
+                tenant, query=text, vector=vector, top_k=top_k, session_id=session_id, start=start, end=end
+            )
         )
         return found
 
@@ -231,7 +233,10 @@ class Orchestration:
             vector = (await self._embed([query or req.query]))[0]
             actor = self._actor("episodic", tenant)
             found = await _call(
-                actor.search.remote(tenant, vector=vector, top_k=req.top_k, session_id=req.session_id, start=start, end=end)
+                actor.search.remote(
+                    tenant, query=query or req.query, vector=vector, top_k=req.top_k,
+                    session_id=req.session_id, start=start, end=end,
+                )
             )
             hits.extend(SearchHit(**h) for h in found["hits"])
             versions["episodic"] = found["version"]

@@ -22,6 +22,7 @@ import numpy as np
 from strata.config import EpisodicSettings
 from strata.errors import InvalidInput, NotFound
 from strata.ids import validate_id
+from strata.lexical import LexicalIndex, cjk_share, rrf_fuse
 from strata.records import Record, RecordStore
 from strata.summarize import EpisodeSummary, SummaryInput
 
@@ -124,6 +125,8 @@ class EpisodicHit:
     score: float
     turn_ids: tuple[str, ...] = ()
     end: datetime | None = None
+    #: 1-based rank on each retrieval path that found it ("dense", "lexical").
+    ranks: dict[str, int] = field(default_factory=dict)
 
 
 class _Index:
@@ -174,6 +177,8 @@ class EpisodicMemory:
         self._summaries: dict[str, SummaryRecord] = {}
         self._turn_index = _Index()
         self._summary_index = _Index()
+        self._turn_lexical = LexicalIndex()
+        self._summary_lexical = LexicalIndex()
         self._summarised: dict[str, set[str]] = {}  # session -> turn ids covered by a summary
         self._next_seq = 0
 
@@ -331,6 +336,8 @@ class EpisodicMemory:
 
     def drop_session(self, session_id: str) -> None:
         """The in-memory half of :meth:`forget_session`."""
+        self._turn_lexical.remove([k for k, t in self._turns.items() if t.session_id == session_id])
+        self._summary_lexical.remove([k for k, s in self._summaries.items() if s.session_id == session_id])
         self._turns = {k: t for k, t in self._turns.items() if t.session_id != session_id}
         self._summaries = {k: s for k, s in self._summaries.items() if s.session_id != session_id}
         self._summarised.pop(session_id, None)
@@ -359,6 +366,7 @@ class EpisodicMemory:
         self,
         query: np.ndarray,
         *,
+        query_text: str | None = None,
         top_k: int = 8,
         session_id: str | None = None,
         start: datetime | None = None,
@@ -366,34 +374,53 @@ class EpisodicMemory:
         include_summaries: bool = True,
         exclude_turn_ids: frozenset[str] = frozenset(),
     ) -> list[EpisodicHit]:
-        """Turns and summaries most similar to ``query``, optionally within a session
+        """Turns and summaries most relevant to the query, optionally within a session
         and a time range ``[start, end)``; a summary matches the range if it overlaps it.
-        ``exclude_turn_ids`` leaves out turns the caller already has (e.g. in working memory)."""
+
+        With ``query_text``, the dense ranking (cosine to ``query``) and the lexical
+        one (BM25 over ``query_text``) are fused by weighted RRF, and ``score`` is the
+        fused score in [0, 1]; without it, ``score`` is the cosine similarity.
+        ``exclude_turn_ids`` leaves out turns the caller already has (e.g. in working memory).
+        """
         lo = to_ms(start) if start else None
         hi = to_ms(end) if end else None
 
         def in_range(first_ms: int, last_ms: int) -> bool:
             return (lo is None or last_ms >= lo) and (hi is None or first_ms < hi)
 
-        hits = []
         def turn_matches(key: str) -> bool:
             t = self._turns[key]
             ts = to_ms(t.timestamp)
             return (not session_id or t.session_id == session_id) and in_range(ts, ts) and t.turn_id not in exclude_turn_ids
 
-        for key, score in _best(self._turn_index, query, top_k, turn_matches):
+        weights = self._fusion_weights(query_text)
+        hits = []
+        for key, score, ranks in _ranked(self._turn_index, self._turn_lexical, query, query_text, top_k, turn_matches, weights):
             t = self._turns[key]
-            hits.append(EpisodicHit(TURN, t.turn_id, t.session_id, t.text, t.timestamp, score, (t.turn_id,)))
+            hits.append(EpisodicHit(TURN, t.turn_id, t.session_id, t.text, t.timestamp, score, (t.turn_id,), ranks=ranks))
         if include_summaries:
             def summary_matches(key: str) -> bool:
                 s = self._summaries[key]
                 return (not session_id or s.session_id == session_id) and in_range(to_ms(s.start), to_ms(s.end))
 
-            for key, score in _best(self._summary_index, query, top_k, summary_matches):
+            index, lexical = self._summary_index, self._summary_lexical
+            for key, score, ranks in _ranked(index, lexical, query, query_text, top_k, summary_matches, weights):
                 s = self._summaries[key]
-                hits.append(EpisodicHit(SUMMARY, s.summary_id, s.session_id, s.text, s.start, score, s.turn_ids, s.end))
+                hits.append(
+                    EpisodicHit(SUMMARY, s.summary_id, s.session_id, s.text, s.start, score, s.turn_ids, s.end, ranks)
+                )
         hits.sort(key=lambda h: -h.score)
         return hits[:top_k]
+
+    def _fusion_weights(self, query_text: str | None) -> dict[str, float]:
+        s = self._settings
+        if not query_text:
+            return {"dense": 1.0}
+        # The packaged embedder knows English only: the more of the query is
+        # CJK, the more of the fusion the lexical path gets.
+        share = cjk_share(query_text)
+        dense = s.fusion_dense_weight * (1 - share) + s.fusion_dense_weight_cjk * share
+        return {"dense": dense, "lexical": s.fusion_lexical_weight}
 
     # -- internals ----------------------------------------------------------
 
@@ -405,6 +432,7 @@ class EpisodicMemory:
         self._turns[key] = turn
         if vector is not None:
             self._turn_index.add(key, vector, turn.session_id, to_ms(turn.timestamp))
+        self._turn_lexical.add(key, turn.text)
         self._next_seq = max(self._next_seq, turn.seq + 1)
 
     def _index_summary(self, summary: SummaryRecord, vector: np.ndarray | None) -> None:
@@ -412,7 +440,28 @@ class EpisodicMemory:
         self._summaries[key] = summary
         if vector is not None:
             self._summary_index.add(key, vector, summary.session_id, to_ms(summary.start))
+        self._summary_lexical.add(key, " ".join([summary.text, *summary.content.key_topics]))
         self._summarised.setdefault(summary.session_id, set()).update(summary.turn_ids)
+
+
+def _ranked(
+    index: _Index,
+    lexical: LexicalIndex,
+    vector: np.ndarray,
+    text: str | None,
+    top_k: int,
+    keep: Callable[[str], bool],
+    weights: dict[str, float],
+) -> list[tuple[str, float, dict[str, int]]]:
+    """The ``top_k`` best keys that ``keep`` accepts: by cosine alone, or fused with BM25."""
+    if "lexical" not in weights or not text:
+        return [(key, score, {"dense": n}) for n, (key, score) in enumerate(_best(index, vector, top_k, keep), 1)]
+    depth = max(top_k * 4, 50)  # fuse deeper than we return, so agreement can lift an item
+    dense = [key for key, _ in _best(index, vector, depth, keep)]
+    lexical_scores = lexical.scores(text)
+    by_bm25 = sorted(lexical_scores, key=lambda key: (-lexical_scores[key], key))
+    words = [key for key in by_bm25 if keep(key)][:depth]
+    return rrf_fuse({"dense": dense, "lexical": words}, weights)[:top_k]
 
 
 def _best(index: _Index, query: np.ndarray, top_k: int, keep: Callable[[str], bool]) -> list[tuple[str, float]]:

@@ -146,6 +146,7 @@ class SearchHit(_Out):
     timestamp: datetime | None = None
     session_id: str | None = None
     turn_ids: list[str] = Field(default_factory=list)
+    ranks: dict[str, int] = Field(default_factory=dict, description="1-based rank on each path that found it")
 
 
 class ContextItem(SearchHit):

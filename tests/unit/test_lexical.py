@@ -1,0 +1,90 @@
+"""The incremental BM25 index, rank fusion, and hybrid episodic search."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+import numpy as np
+import pytest
+
+from strata.config import EpisodicSettings
+from strata.episodic import EpisodicMemory, TurnInput
+from strata.lexical import LexicalIndex, cjk_share, rrf_fuse
+from strata.records import InMemoryRecordStore
+
+NOW = datetime(2024, 5, 10, 12, 0, tzinfo=timezone.utc)
+
+
+def test_bm25_finds_exact_terms_and_ranks_rarer_terms_higher() -> None:
+    index = LexicalIndex()
+    index.add("a", "The deploy failed with ERR_CONN_RESET on staging")
+    index.add("b", "The deploy went fine on staging")
+    index.add("c", "Lunch was great")
+    scores = index.scores("why ERR_CONN_RESET?")
+    assert max(scores, key=scores.get) == "a" and "c" not in scores
+    both = index.scores("deploy reset")
+    assert both["a"] > both["b"]  # "reset" is rarer than "deploy"
+
+
+def test_bm25_chinese_bigrams_and_removal() -> None:
+    index = LexicalIndex()
+    index.add("t1", "我最喜欢的茶是龙井")
+    index.add("t2", "我昨天去了上海出差")
+    assert set(index.scores("我喜欢什么茶？")) == {"t1"}
+    index.remove(["t1"])
+    assert index.scores("龙井") == {} and len(index) == 1
+    index.add("t2", "今天下雨")  # re-adding replaces
+    assert index.scores("上海") == {} and "t2" in index.scores("下雨")
+
+
+def test_rrf_fuse_weights_and_ranks() -> None:
+    fused = rrf_fuse({"dense": ["x", "y", "z"], "lexical": ["z", "x"]}, {"dense": 0.5, "lexical": 0.5})
+    ids = [doc for doc, _, _ in fused]
+    assert ids[0] == "x" and set(ids) == {"x", "y", "z"}
+    top_score, top_ranks = fused[0][1], fused[0][2]
+    assert top_ranks == {"dense": 1, "lexical": 2} and 0 < top_score <= 1
+    assert rrf_fuse({"dense": ["q"], "lexical": ["q"]}, {"dense": 1, "lexical": 1})[0][1] == pytest.approx(1.0)
+    only_lexical = rrf_fuse({"dense": ["x", "y"], "lexical": ["y"]}, {"dense": 0.0, "lexical": 1.0})
+    assert only_lexical[0][0] == "y"
+
+
+def test_cjk_share() -> None:
+    assert cjk_share("hello") == 0.0 and cjk_share("你好") == 1.0
+    assert cjk_share("我用 Python") == pytest.approx(2 / 8) and cjk_share("123 !") == 0.0
+
+
+def unit(k: int, dim: int = 8) -> np.ndarray:
+    v = np.zeros(dim, np.float32)
+    v[k % dim] = 1.0
+    return v
+
+
+def test_hybrid_search_finds_an_exact_term_the_vectors_miss() -> None:
+    store = InMemoryRecordStore()
+    store.ensure_collection("c", dim=8)
+    memory = EpisodicMemory("t", store=store, collection="c", settings=EpisodicSettings())
+    inputs = [TurnInput(user=f"filler turn {n}", timestamp=NOW + timedelta(minutes=n)) for n in range(20)]
+    inputs.append(TurnInput(user="The upload failed with ERR_CONN_RESET", timestamp=NOW + timedelta(hours=1)))
+    turns = memory.prepare("s", inputs, now=NOW)
+    # The error turn's vector points away from the query; only the lexical path can find it.
+    vectors = np.stack([unit(0)] * 20 + [unit(5)])
+    memory.record(turns, vectors)
+    query = unit(0)
+    dense_only = memory.search(query, top_k=5)
+    assert all("ERR_CONN_RESET" not in h.text for h in dense_only)
+    hybrid = memory.search(query, query_text="what was ERR_CONN_RESET about?", top_k=5)
+    hit = next(h for h in hybrid if "ERR_CONN_RESET" in h.text)
+    assert "lexical" in hit.ranks and hit.ranks["lexical"] == 1
+    assert all(0 <= h.score <= 1 for h in hybrid)
+    memory.forget_session("s")
+    assert memory.search(query, query_text="ERR_CONN_RESET", top_k=5) == []
+
+
+def test_chinese_queries_lean_on_the_lexical_path() -> None:
+    store = InMemoryRecordStore()
+    store.ensure_collection("c", dim=8)
+    memory = EpisodicMemory("t", store=store, collection="c", settings=EpisodicSettings())
+    english = memory._fusion_weights("what tea do I like")
+    chinese = memory._fusion_weights("我喜欢什么茶")
+    assert english["dense"] == pytest.approx(0.5) and chinese["dense"] == pytest.approx(0.1)
+    assert chinese["lexical"] == english["lexical"] == pytest.approx(0.5)
