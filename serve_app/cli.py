@@ -67,6 +67,52 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_eval_retrieval(args: argparse.Namespace) -> int:
+    import json
+
+    from serve_app.evaluate import BASELINES, evaluate, format_table
+    from strata.embedding import make_embedder
+    from strata.evaluation.datasets import load_benchmark
+
+    ks = sorted({int(k) for k in args.k.split(",")})
+    retrievers = [r.strip() for r in args.retriever.split(",") if r.strip()]
+    unknown = set(retrievers) - {*BASELINES, "strata"}
+    if unknown:
+        raise FileNotFoundError(f"unknown retriever(s) {sorted(unknown)}; choose from bm25, dense, rrf, strata")
+    benchmark = load_benchmark(args.dataset, args.format)
+    categories = None if args.categories == "all" else (
+        set(args.categories.split(",")) if args.categories else
+        {q.category for c in benchmark.conversations for q in c.questions} - {"adversarial"}
+    )
+    settings = _settings(args)
+    make_client = None
+    if "strata" in retrievers:
+        from actors.client import InClusterClient
+
+        stack = _stack(args)
+        if not stack.healthy() or not stack.key_file.exists():
+            stack.up()
+        InClusterClient.for_running_stack("demo", data_dir=str(stack.data_dir))
+        make_client = lambda tenant: InClusterClient(tenant, stack.settings)  # noqa: E731
+    document = evaluate(
+        benchmark, retrievers=retrievers, ks=ks, categories=categories,
+        embedder=make_embedder(settings.embedding), make_client=make_client,
+    )
+    print(f"{benchmark.name}: {sum(len(c.questions) for c in benchmark.conversations)} questions "
+          f"({benchmark.skipped_questions} skipped for empty evidence), categories: "
+          f"{'all' if categories is None else ', '.join(sorted(categories))}")
+    print(format_table(document, ks))
+    if args.json:
+        Path(args.json).write_text(json.dumps(document, indent=2))
+        print(f"\nwrote {args.json}")
+    if args.plot:
+        from strata.evaluation.plot import plot_results
+
+        plot_results(document, args.plot)
+        print(f"wrote {args.plot}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="strata", description="Strata: a four-layer memory runtime for AI agents")
     parser.add_argument("--config", help="YAML settings file (default: $STRATA_CONFIG, else built-in defaults)")
@@ -82,6 +128,18 @@ def main(argv: list[str] | None = None) -> int:
         if name in ("up", "demo"):
             p.add_argument("--port", type=int, help="HTTP port (default 8000)")
         p.set_defaults(fn=fn)
+    evaluation = sub.add_parser("eval", help="measure memory quality on a benchmark")
+    kinds = evaluation.add_subparsers(dest="kind", required=True)
+    retrieval = kinds.add_parser("retrieval", help="turn-level recall@k of Strata and baselines")
+    retrieval.add_argument("--dataset", required=True, help="LoCoMo JSON or Strata's neutral format")
+    retrieval.add_argument("--format", choices=["locomo", "strata"], help="default: detected")
+    retrieval.add_argument("--k", default="1,5,10,20", help="comma-separated cut-offs")
+    retrieval.add_argument("--categories", help="comma-separated; default all but adversarial; 'all' for every one")
+    retrieval.add_argument("--retriever", default="bm25,dense,rrf,strata", help="comma-separated")
+    retrieval.add_argument("--json", help="write the results here")
+    retrieval.add_argument("--plot", help="write a bar chart (PNG) here")
+    retrieval.add_argument("--data-dir", help="the stack's data dir (default ./.strata)")
+    retrieval.set_defaults(fn=cmd_eval_retrieval)
     args = parser.parse_args(argv)
     from serve_app.stack import StackError
     from strata.errors import StrataError

@@ -1,0 +1,180 @@
+"""``strata eval retrieval``: Strata against plain baselines on a conversation benchmark.
+
+Each conversation goes into a fresh tenant through Strata's own write path
+(the in-cluster client runs the same orchestration as the HTTP API), each
+question through its own retrieval path (the code behind ``/v1/search``),
+with the question's date, or the last session's, as the reference time.
+The baselines index the same turns directly, without Strata, so every
+comparison is measured side by side in one run. Tenants are removed after.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import statistics
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any, Callable, Sequence
+
+from strata.evaluation.baselines import BM25Retriever, DenseRetriever, Retriever, RRFRetriever, turn_document
+from strata.evaluation.datasets import Benchmark, EvalConversation, reference_time
+from strata.evaluation.metrics import Scoreboard
+
+__all__ = ["RetrieverRun", "evaluate", "BASELINES"]
+
+BASELINES = ("bm25", "dense", "rrf")
+_ID_UNSAFE = re.compile(r"[^A-Za-z0-9_.:\-]")
+
+
+@dataclass
+class RetrieverRun:
+    name: str
+    board: Scoreboard = field(default_factory=Scoreboard)
+    ingest_s: float = 0.0
+    turns: int = 0
+    query_ms: list[float] = field(default_factory=list)
+
+    def report(self, ks: Sequence[int]) -> dict[str, Any]:
+        ordered = sorted(self.query_ms)
+        return {
+            **self.board.report(ks),
+            "ingest_turns_per_s": round(self.turns / self.ingest_s, 1) if self.ingest_s else None,
+            "query_p50_ms": round(statistics.median(ordered), 2) if ordered else None,
+            "query_p95_ms": round(ordered[min(len(ordered) - 1, int(len(ordered) * 0.95))], 2) if ordered else None,
+        }
+
+
+def _progress(total: int, desc: str) -> Any:
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=desc, unit="", file=sys.stderr, leave=False, dynamic_ncols=True)
+
+
+def _wanted(conversation: EvalConversation, categories: set[str] | None) -> list[Any]:
+    return [q for q in conversation.questions if categories is None or q.category in categories]
+
+
+def run_baseline(
+    name: str, benchmark: Benchmark, ks: Sequence[int], categories: set[str] | None, make: Callable[[], Retriever]
+) -> RetrieverRun:
+    run = RetrieverRun(name)
+    depth = max(ks)
+    for conversation in benchmark.conversations:
+        turns = [t for s in conversation.sessions for t in s.turns]
+        retriever = make()
+        started = time.perf_counter()
+        retriever.index([t.id for t in turns], [turn_document(t) for t in turns])
+        run.ingest_s += time.perf_counter() - started
+        run.turns += len(turns)
+        questions = _wanted(conversation, categories)
+        bar = _progress(len(questions), f"{name} {conversation.id}")
+        for q in questions:
+            started = time.perf_counter()
+            found = retriever.search(q.question, depth)
+            run.query_ms.append((time.perf_counter() - started) * 1000)
+            run.board.add(q.category, q.evidence, found)
+            bar.update()
+        bar.close()
+    return run
+
+
+async def run_strata(
+    benchmark: Benchmark, ks: Sequence[int], categories: set[str] | None, make_client: Callable[[str], Any]
+) -> RetrieverRun:
+    """Ingest through the write path, ask through the search path, then forget."""
+    run = RetrieverRun("strata")
+    depth = max(ks)
+    for conversation in benchmark.conversations:
+        client = make_client(f"eval-{uuid.uuid4().hex[:10]}")
+        sessions: list[str] = []
+        bar = _progress(sum(len(s.turns) for s in conversation.sessions), f"ingest {conversation.id}")
+        started = time.perf_counter()
+        for session in conversation.sessions:
+            session_id = _ID_UNSAFE.sub("_", session.id)[:128]
+            sessions.append(session_id)
+            turns = [
+                {
+                    "user": t.text + (f" [shared an image: {t.image_caption}]" if t.image_caption else ""),
+                    "speaker": t.speaker[:64],
+                    "turn_id": _ID_UNSAFE.sub("_", t.id)[:128],
+                    # Turns of a session share its date; seconds keep their order.
+                    "timestamp": session.date + timedelta(seconds=n) if session.date else None,
+                }
+                for n, t in enumerate(session.turns)
+            ]
+            for start in range(0, len(turns), 500):
+                await client.record_turns(session_id, turns[start : start + 500])
+                bar.update(len(turns[start : start + 500]))
+            run.turns += len(turns)
+        run.ingest_s += time.perf_counter() - started
+        bar.close()
+        unsafe = {_ID_UNSAFE.sub("_", t.id)[:128]: t.id for s in conversation.sessions for t in s.turns}
+        questions = _wanted(conversation, categories)
+        bar = _progress(len(questions), f"ask {conversation.id}")
+        for q in questions:
+            started = time.perf_counter()
+            result = await client.search(
+                q.question, layers=["episodic"], top_k=min(depth * 2, 100),
+                reference_time=reference_time(conversation, q),
+            )
+            run.query_ms.append((time.perf_counter() - started) * 1000)
+            found = [unsafe.get(h.id, h.id) for h in result.hits if h.kind == "turn"][:depth]
+            run.board.add(q.category, q.evidence, found)
+            bar.update()
+        bar.close()
+        for session_id in sessions:
+            try:
+                await client.forget_session(session_id)
+            except Exception:  # a session that had no turns has nothing to forget
+                pass
+    return run
+
+
+def evaluate(
+    benchmark: Benchmark,
+    *,
+    retrievers: Sequence[str],
+    ks: Sequence[int],
+    categories: set[str] | None,
+    embedder: Any,
+    make_client: Callable[[str], Any] | None,
+) -> dict[str, Any]:
+    """Run each named retriever; returns the ``--json`` document."""
+    factories: dict[str, Callable[[], Retriever]] = {
+        "bm25": BM25Retriever,
+        "dense": lambda: DenseRetriever(embedder),
+        "rrf": lambda: RRFRetriever([BM25Retriever(), DenseRetriever(embedder)]),
+    }
+    results: dict[str, Any] = {}
+    for name in retrievers:
+        if name == "strata":
+            if make_client is None:
+                raise ValueError("the strata retriever needs a running stack")
+            run = asyncio.run(run_strata(benchmark, ks, categories, make_client))
+        else:
+            run = run_baseline(name, benchmark, ks, categories, factories[name])
+        results[name] = run.report(ks)
+    return {"dataset": benchmark.name, "skipped_questions": benchmark.skipped_questions, "retrievers": results}
+
+
+def format_table(document: dict[str, Any], ks: Sequence[int]) -> str:
+    """The results as a plain-text table: one block per retriever, a row per category."""
+    lines = []
+    header = f"{'category':<14}{'n':>6}" + "".join(f"{'R@' + str(k):>8}" for k in ks) + "".join(
+        f"{'any@' + str(k):>8}" for k in ks
+    )
+    for name, result in document["retrievers"].items():
+        lines.append(
+            f"\n{name}  (ingest {result['ingest_turns_per_s']} turns/s, "
+            f"query p50 {result['query_p50_ms']} ms, p95 {result['query_p95_ms']} ms)"
+        )
+        lines.append(header)
+        rows = [*result["categories"].items(), ("overall", result["overall"])]
+        for category, row in rows:
+            cells = "".join(f"{row[f'recall@{k}']:>8.3f}" for k in ks) + "".join(f"{row[f'any@{k}']:>8.3f}" for k in ks)
+            lines.append(f"{category:<14}{row['questions']:>6}{cells}")
+    return "\n".join(lines)
