@@ -12,7 +12,10 @@ writer of both, so they never disagree.
 
 from __future__ import annotations
 
+import bisect
+import re
 import uuid
+from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Callable, Sequence
@@ -137,9 +140,11 @@ class _Index:
         self.sessions: list[str] = []
         self.ts_ms: list[int] = []
         self._matrix: np.ndarray | None = None
+        self._pos: dict[str, int] = {}
 
     def add(self, item_id: str, vector: np.ndarray, session: str, ts_ms: int) -> None:
         n = len(self.ids)
+        self._pos[item_id] = n
         if self._matrix is None:
             self._matrix = np.zeros((16, vector.shape[-1]), dtype=np.float32)
         elif n == len(self._matrix):
@@ -156,6 +161,12 @@ class _Index:
         self.ts_ms = [self.ts_ms[i] for i in keep]
         if self._matrix is not None:
             self._matrix = self._matrix[keep] if keep else None
+        self._pos = {item_id: n for n, item_id in enumerate(self.ids)}
+
+    def set(self, item_id: str, vector: np.ndarray) -> None:
+        """Replace the indexed vector of an item already in the index."""
+        assert self._matrix is not None
+        self._matrix[self._pos[item_id]] = vector
 
     def scores(self, query: np.ndarray) -> np.ndarray:
         if self._matrix is None or not self.ids:
@@ -179,6 +190,11 @@ class EpisodicMemory:
         self._summary_index = _Index()
         self._turn_lexical = LexicalIndex()
         self._summary_lexical = LexicalIndex()
+        # Derived search state: each turn's own vector, and the sessions' turns in
+        # time order, so a turn's indexed vector can include its neighbours'.
+        self._raw: dict[str, np.ndarray] = {}
+        self._order: dict[str, list[tuple[tuple[datetime, int], str]]] = {}
+        self._speakers: Counter[str] = Counter()
         self._summarised: dict[str, set[str]] = {}  # session -> turn ids covered by a summary
         self._next_seq = 0
 
@@ -336,7 +352,15 @@ class EpisodicMemory:
 
     def drop_session(self, session_id: str) -> None:
         """The in-memory half of :meth:`forget_session`."""
-        self._turn_lexical.remove([k for k, t in self._turns.items() if t.session_id == session_id])
+        gone = [k for k, t in self._turns.items() if t.session_id == session_id]
+        self._turn_lexical.remove(gone)
+        for key in gone:
+            self._raw.pop(key, None)
+            speaker = self._turns[key].speaker
+            if speaker:
+                self._speakers[speaker] -= 1
+        self._speakers = +self._speakers  # drop speakers with no turns left
+        self._order.pop(session_id, None)
         self._summary_lexical.remove([k for k, s in self._summaries.items() if s.session_id == session_id])
         self._turns = {k: t for k, t in self._turns.items() if t.session_id != session_id}
         self._summaries = {k: s for k, s in self._summaries.items() if s.session_id != session_id}
@@ -394,8 +418,19 @@ class EpisodicMemory:
             return (not session_id or t.session_id == session_id) and in_range(ts, ts) and t.turn_id not in exclude_turn_ids
 
         weights = self._fusion_weights(query_text)
+        named = self._speakers_named(query_text or "")
+        boost = self._settings.speaker_boost
+
+        def speaker_factor(key: str) -> float:
+            # A person named in the query: their own turns are the likelier evidence.
+            return (1 + boost) if named and self._turns[key].speaker in named else 1.0
+
         hits = []
-        for key, score, ranks in _ranked(self._turn_index, self._turn_lexical, query, query_text, top_k, turn_matches, weights):
+        ranked = _ranked(
+            self._turn_index, self._turn_lexical, query, query_text, top_k, turn_matches, weights,
+            factor=speaker_factor if named and boost else None,
+        )
+        for key, score, ranks in ranked:
             t = self._turns[key]
             hits.append(EpisodicHit(TURN, t.turn_id, t.session_id, t.text, t.timestamp, score, (t.turn_id,), ranks=ranks))
         if include_summaries:
@@ -411,6 +446,19 @@ class EpisodicMemory:
                 )
         hits.sort(key=lambda h: -h.score)
         return hits[:top_k]
+
+    def _speakers_named(self, text: str) -> set[str]:
+        """Speaker labels of this tenant that ``text`` mentions (whole words; CJK names as substrings)."""
+        lowered = text.lower()
+        found = set()
+        for speaker in self._speakers:
+            label = speaker.lower()
+            if cjk_share(label) > 0.5:
+                if label in lowered:
+                    found.add(speaker)
+            elif re.search(r"(?<![\w])" + re.escape(label) + r"(?![\w])", lowered):
+                found.add(speaker)
+        return found
 
     def _fusion_weights(self, query_text: str | None) -> dict[str, float]:
         s = self._settings
@@ -430,10 +478,30 @@ class EpisodicMemory:
     def _index_turn(self, turn: Turn, vector: np.ndarray | None) -> None:
         key = f"{turn.session_id}/{turn.turn_id}"
         self._turns[key] = turn
+        if turn.speaker:
+            self._speakers[turn.speaker] += 1
         if vector is not None:
-            self._turn_index.add(key, vector, turn.session_id, to_ms(turn.timestamp))
+            order = self._order.setdefault(turn.session_id, [])
+            position = bisect.bisect(order, ((turn.timestamp, turn.seq), key))
+            order.insert(position, ((turn.timestamp, turn.seq), key))
+            self._raw[key] = np.asarray(vector, dtype=np.float32)
+            self._turn_index.add(key, self._context_vector(order, position), turn.session_id, to_ms(turn.timestamp))
+            for neighbour in (position - 1, position + 1):
+                if 0 <= neighbour < len(order):
+                    self._turn_index.set(order[neighbour][1], self._context_vector(order, neighbour))
         self._turn_lexical.add(key, turn.text)
         self._next_seq = max(self._next_seq, turn.seq + 1)
+
+    def _context_vector(self, order: list[tuple[tuple[datetime, int], str]], position: int) -> np.ndarray:
+        """A turn's own vector plus a share of its neighbours' in the session: a
+        reply such as "yes, twice last year" is found through what it answers."""
+        weight = self._settings.context_neighbour_weight
+        vector = self._raw[order[position][1]].copy()
+        for neighbour in (position - 1, position + 1):
+            if weight and 0 <= neighbour < len(order):
+                vector += weight * self._raw[order[neighbour][1]]
+        norm = float(np.linalg.norm(vector))
+        return vector / norm if norm else vector
 
     def _index_summary(self, summary: SummaryRecord, vector: np.ndarray | None) -> None:
         key = f"{summary.session_id}/{summary.summary_id}"
@@ -452,16 +520,29 @@ def _ranked(
     top_k: int,
     keep: Callable[[str], bool],
     weights: dict[str, float],
+    *,
+    factor: Callable[[str], float] | None = None,
 ) -> list[tuple[str, float, dict[str, int]]]:
-    """The ``top_k`` best keys that ``keep`` accepts: by cosine alone, or fused with BM25."""
+    """The ``top_k`` best keys that ``keep`` accepts: by cosine alone, or fused with BM25.
+
+    ``factor`` (at least 1) reweighs candidates before the cut; scores are divided
+    by its largest value, so they stay in the range of the unweighted ones."""
+    depth = max(top_k * 4, 50)  # rank deeper than we return, so agreement or a factor can lift an item
     if "lexical" not in weights or not text:
-        return [(key, score, {"dense": n}) for n, (key, score) in enumerate(_best(index, vector, top_k, keep), 1)]
-    depth = max(top_k * 4, 50)  # fuse deeper than we return, so agreement can lift an item
-    dense = [key for key, _ in _best(index, vector, depth, keep)]
-    lexical_scores = lexical.scores(text)
-    by_bm25 = sorted(lexical_scores, key=lambda key: (-lexical_scores[key], key))
-    words = [key for key in by_bm25 if keep(key)][:depth]
-    return rrf_fuse({"dense": dense, "lexical": words}, weights)[:top_k]
+        fused = [(key, score, {"dense": n}) for n, (key, score) in enumerate(_best(index, vector, depth, keep), 1)]
+    else:
+        dense = [key for key, _ in _best(index, vector, depth, keep)]
+        lexical_scores = lexical.scores(text)
+        by_bm25 = sorted(lexical_scores, key=lambda key: (-lexical_scores[key], key))
+        words = [key for key in by_bm25 if keep(key)][:depth]
+        fused = rrf_fuse({"dense": dense, "lexical": words}, weights)
+    if factor is not None:
+        factors = {key: factor(key) for key, _, _ in fused}
+        top = max(factors.values(), default=1.0)
+        fused = sorted(
+            ((key, score * factors[key] / top, ranks) for key, score, ranks in fused), key=lambda h: (-h[1], h[0])
+        )
+    return fused[:top_k]
 
 
 def _best(index: _Index, query: np.ndarray, top_k: int, keep: Callable[[str], bool]) -> list[tuple[str, float]]:
