@@ -133,6 +133,7 @@ class EpisodicShard(LayerShard[EpisodicMemory]):
         start: datetime | None = None,
         end: datetime | None = None,
         include_summaries: bool = True,
+        prefer: tuple[datetime, datetime] | None = None,
     ) -> dict[str, Any]:
         """Hits for ``query`` (text, for the lexical path) and ``vector`` (its embedding,
         made here when not given); dense only when no text is given."""
@@ -151,6 +152,7 @@ class EpisodicShard(LayerShard[EpisodicMemory]):
                 start=start,
                 end=end,
                 include_summaries=include_summaries,
+                prefer=prefer,
             ),
         )
         return {"hits": [_hit(h) for h in hits], "version": version}

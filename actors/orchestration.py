@@ -39,7 +39,7 @@ from strata.schema import (
     WorkingState,
 )
 from strata.importance import extract_terms
-from strata.timeparse import resolve_time_range, strip_time_expression
+from strata.timeparse import resolve_time_range
 from strata.tokens import TiktokenCounter
 
 __all__ = ["Orchestration", "Embed"]
@@ -152,17 +152,19 @@ class Orchestration:
         max_tokens = req.max_tokens or self.settings.context.default_max_tokens
         top_k = req.top_k or self.settings.context.default_top_k
         reference = req.reference_time or datetime.now(timezone.utc)
+        # A time expression read off the message is a preference, not a filter,
+        # and its words stay in the query: a date is often content.
         time_range = resolve_time_range(req.message, reference)
-        query = strip_time_expression(req.message, time_range) if time_range else req.message
+        query = req.message
         wanted = [layer for layer in policies[req.task_type] if layer != "working"]
         missing = {layer: "not available in this version of Strata" for layer in wanted if layer not in AVAILABLE_LAYERS}
         fetch = [layer for layer in wanted if layer in AVAILABLE_LAYERS]
         working_budget = int(max_tokens * (self.settings.context.working_share if fetch else 1.0))
 
         async def layer_hits(layer: str) -> tuple[list[ContextItem], int]:
-            vector = (await self._embed([query or req.message]))[0]
+            vector = (await self._embed([query]))[0]
             found = await self._episodic_search(
-                tenant, vector, query or req.message, top_k=top_k, session_id=None, time_range=time_range
+                tenant, vector, query, top_k=top_k, session_id=None, prefer=time_range
             )
             return [ContextItem(**h) for h in found["hits"]], found["version"]
 
@@ -206,14 +208,13 @@ class Orchestration:
         )
 
     async def _episodic_search(
-        self, tenant: str, vector: np.ndarray, text: str, *, top_k: int, session_id: str | None, time_range: Any
+        self, tenant: str, vector: np.ndarray, text: str, *, top_k: int, session_id: str | None, prefer: Any
     ) -> dict[str, Any]:
         actor = self._actor("episodic", tenant)
-        start = getattr(time_range, "start", None)
-        end = getattr(time_range, "end", None)
         found: dict[str, Any] = await _call(
             actor.search.remote(
-                tenant, query=text, vector=vector, top_k=top_k, session_id=session_id, start=start, end=end
+                tenant, query=text, vector=vector, top_k=top_k, session_id=session_id,
+                prefer=(prefer.start, prefer.end) if prefer else None,
             )
         )
         return found
@@ -222,20 +223,22 @@ class Orchestration:
         layers: list[Layer] = req.layers or list(AVAILABLE_LAYERS)
         missing: dict[str, str] = {layer: "not available in this version of Strata" for layer in layers if layer not in AVAILABLE_LAYERS}
         reference = req.reference_time or datetime.now(timezone.utc)
+        # An explicit time_range filters; one read off the query only prefers (see build_context).
         parsed = None if req.time_range else resolve_time_range(req.query, reference)
-        start = req.time_range.start if req.time_range else getattr(parsed, "start", None)
-        end = req.time_range.end if req.time_range else getattr(parsed, "end", None)
-        query = strip_time_expression(req.query, parsed) if parsed else req.query
+        start = req.time_range.start if req.time_range else None
+        end = req.time_range.end if req.time_range else None
+        prefer = (parsed.start, parsed.end) if parsed else None
+        query = req.query
         hits: list[SearchHit] = []
         versions: dict[str, int] = {}
 
         async def episodic() -> None:
-            vector = (await self._embed([query or req.query]))[0]
+            vector = (await self._embed([query]))[0]
             actor = self._actor("episodic", tenant)
             found = await _call(
                 actor.search.remote(
-                    tenant, query=query or req.query, vector=vector, top_k=req.top_k,
-                    session_id=req.session_id, start=start, end=end,
+                    tenant, query=query, vector=vector, top_k=req.top_k,
+                    session_id=req.session_id, start=start, end=end, prefer=prefer,
                 )
             )
             hits.extend(SearchHit(**h) for h in found["hits"])
@@ -246,7 +249,7 @@ class Orchestration:
                 missing["working"] = "working memory is per session: give session_id to search it"
                 return
             state = await self.working(tenant, req.session_id)
-            wanted = extract_terms(query or req.query)
+            wanted = extract_terms(query)
             for item in state.items:
                 overlap = len(wanted & extract_terms(item.content))
                 if overlap and (start is None or item.created_at >= start) and (end is None or item.created_at < end):

@@ -137,6 +137,8 @@ class EpisodicSettings(_Section):
     context_neighbour_weight: float = Field(default=0.3, ge=0, le=1)
     #: Score factor 1 + this for turns by a speaker the query names.
     speaker_boost: float = Field(default=0.3, ge=0, le=5)
+    #: Score factor 1 + this for turns inside a time range read off the query.
+    time_boost: float = Field(default=1.0, ge=0, le=10)
 
 
 class ContextSettings(_Section):

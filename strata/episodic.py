@@ -397,9 +397,15 @@ class EpisodicMemory:
         end: datetime | None = None,
         include_summaries: bool = True,
         exclude_turn_ids: frozenset[str] = frozenset(),
+        prefer: tuple[datetime, datetime] | None = None,
     ) -> list[EpisodicHit]:
         """Turns and summaries most relevant to the query, optionally within a session
         and a time range ``[start, end)``; a summary matches the range if it overlaps it.
+
+        ``prefer`` is a softer range, for one read off the query's own words ("last
+        week"): turns inside it score ``1 + time_boost`` times higher, those outside
+        still compete. A date in a question is as often content ("whose birthday is
+        on June 8") as a limit on when something was said.
 
         With ``query_text``, the dense ranking (cosine to ``query``) and the lexical
         one (BM25 over ``query_text``) are fused by weighted RRF, and ``score`` is the
@@ -419,16 +425,24 @@ class EpisodicMemory:
 
         weights = self._fusion_weights(query_text)
         named = self._speakers_named(query_text or "")
-        boost = self._settings.speaker_boost
+        speaker_boost, time_boost = self._settings.speaker_boost, self._settings.time_boost
+        soft = (to_ms(prefer[0]), to_ms(prefer[1])) if prefer else None
 
-        def speaker_factor(key: str) -> float:
+        def factor(key: str) -> float:
+            turn = self._turns[key]
+            value = 1.0
             # A person named in the query: their own turns are the likelier evidence.
-            return (1 + boost) if named and self._turns[key].speaker in named else 1.0
+            if named and turn.speaker in named:
+                value *= 1 + speaker_boost
+            if soft is not None and soft[0] <= to_ms(turn.timestamp) < soft[1]:
+                value *= 1 + time_boost
+            return value
 
+        use_factor = bool(named and speaker_boost) or bool(soft and time_boost)
         hits = []
         ranked = _ranked(
             self._turn_index, self._turn_lexical, query, query_text, top_k, turn_matches, weights,
-            factor=speaker_factor if named and boost else None,
+            factor=factor if use_factor else None,
         )
         for key, score, ranks in ranked:
             t = self._turns[key]
