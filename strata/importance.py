@@ -177,14 +177,15 @@ def _stem(word: str) -> str:
 def extract_terms(text: str) -> frozenset[str]:
     """Return the distinctive terms of ``text`` used for overlap rules.
 
-    Latin words are lower-cased, stop words and one-letter words removed and
+    Latin words are lower-cased, stop words and one-letter words (not digits) removed and
     plurals folded; CJK runs become character bigrams (bigrams made only of
     function characters are dropped; a lone character counts as a unigram).
     """
     lowered = _normalise(text)
     terms: set[str] = set()
     for word in _LATIN_WORD.findall(lowered):
-        if len(word) < 2 or word in ENGLISH_STOP_WORDS:
+        # Single digits stay: "6月8日" and "May 8" are found by their numbers.
+        if (len(word) < 2 and not word.isdigit()) or word in ENGLISH_STOP_WORDS:
             continue
         terms.add(_stem(word))
     for run in _CJK_RUN.findall(lowered):
