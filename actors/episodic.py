@@ -136,11 +136,16 @@ class EpisodicShard(LayerShard[EpisodicMemory]):
         prefer: tuple[datetime, datetime] | None = None,
     ) -> dict[str, Any]:
         """Hits for ``query`` (text, for the lexical path) and ``vector`` (its embedding,
-        made here when not given); dense only when no text is given."""
-        if vector is None:
-            if query is None:
-                raise ValueError("give query or vector")
-            vector = (await self._embed([query]))[0]
+        made here when not given); dense only when no text is given. A query that
+        names speakers is embedded here again without the names (see
+        :meth:`EpisodicMemory.dense_query`)."""
+        if vector is None and query is None:
+            raise ValueError("give query or vector")
+        if query is not None:
+            slot = await self._tenant(tenant)
+            dense_text = slot.layer.dense_query(query)
+            if vector is None or dense_text != query:
+                vector = (await self._embed([dense_text]))[0]
         hits, version = await self.read(
             tenant,
             SCOPE,

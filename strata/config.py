@@ -128,8 +128,8 @@ class EpisodicSettings(_Section):
     summary_threshold: int = Field(default=10, ge=1)
     max_turn_chars: int = Field(default=16000, ge=100)
     #: Weighted RRF of the dense and the lexical (BM25) rankings.
-    fusion_dense_weight: float = Field(default=0.4, ge=0)
-    fusion_lexical_weight: float = Field(default=0.6, ge=0)
+    fusion_dense_weight: float = Field(default=0.6, ge=0)
+    fusion_lexical_weight: float = Field(default=0.4, ge=0)
     #: Dense weight for a query written in CJK: the packaged MiniLM knows English
     #: only; set it to fusion_dense_weight for a multilingual embedder.
     fusion_dense_weight_cjk: float = Field(default=0.1, ge=0)

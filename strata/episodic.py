@@ -461,6 +461,22 @@ class EpisodicMemory:
         hits.sort(key=lambda h: -h.score)
         return hits[:top_k]
 
+    def dense_query(self, text: str) -> str:
+        """The query to embed: ``text`` without the speaker names it mentions.
+
+        Speakers are matched by the speaker-aware factor in :meth:`search`; left
+        in a short question, a name dominates its embedding and pulls in every
+        turn near that name instead of the ones about the question's content.
+        """
+        stripped = text
+        for speaker in self._speakers_named(text):
+            if cjk_share(speaker) > 0.5:
+                stripped = stripped.replace(speaker, " ")
+            else:
+                stripped = re.sub(r"(?<![\w])" + re.escape(speaker) + r"(?:'s|’s)?(?![\w])", " ", stripped, flags=re.IGNORECASE)
+        stripped = " ".join(stripped.split())
+        return stripped if stripped.strip(" ?!.,") else text
+
     def _speakers_named(self, text: str) -> set[str]:
         """Speaker labels of this tenant that ``text`` mentions (whole words; CJK names as substrings)."""
         lowered = text.lower()

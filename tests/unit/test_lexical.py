@@ -86,5 +86,19 @@ def test_chinese_queries_lean_on_the_lexical_path() -> None:
     memory = EpisodicMemory("t", store=store, collection="c", settings=EpisodicSettings())
     english = memory._fusion_weights("what tea do I like")
     chinese = memory._fusion_weights("我喜欢什么茶")
-    assert english["dense"] == pytest.approx(0.4) and chinese["dense"] == pytest.approx(0.1)
-    assert chinese["lexical"] == english["lexical"] == pytest.approx(0.6)
+    assert english["dense"] == pytest.approx(0.6) and chinese["dense"] == pytest.approx(0.1)
+    assert chinese["lexical"] == english["lexical"] == pytest.approx(0.4)
+
+
+def test_dense_query_drops_the_speakers_it_names() -> None:
+    store = InMemoryRecordStore()
+    store.ensure_collection("c", dim=8)
+    memory = EpisodicMemory("t", store=store, collection="c", settings=EpisodicSettings())
+    turns = memory.prepare(
+        "s", [TurnInput(user="I love pottery", speaker="Caroline"), TurnInput(user="我喜欢茶", speaker="小明")], now=NOW
+    )
+    memory.record(turns, np.stack([unit(0), unit(1)]))
+    assert memory.dense_query("What did Caroline's sister research?") == "What did sister research?"
+    assert memory.dense_query("小明喜欢什么？") == "喜欢什么？"
+    assert memory.dense_query("What about Carolineville?") == "What about Carolineville?"
+    assert memory.dense_query("Caroline?") == "Caroline?"  # nothing left: keep the query
