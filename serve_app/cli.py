@@ -139,6 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     retrieval.add_argument("--json", help="write the results here")
     retrieval.add_argument("--plot", help="write a bar chart (PNG) here")
     retrieval.add_argument("--data-dir", help="the stack's data dir (default ./.strata)")
+    retrieval.add_argument("--config", default=argparse.SUPPRESS, help="YAML settings (as `strata --config`)")
     retrieval.set_defaults(fn=cmd_eval_retrieval)
     args = parser.parse_args(argv)
     from serve_app.stack import StackError

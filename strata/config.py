@@ -132,7 +132,7 @@ class EpisodicSettings(_Section):
     fusion_lexical_weight: float = Field(default=0.4, ge=0)
     #: Dense weight for a query written in CJK: the packaged MiniLM knows English
     #: only; set it to fusion_dense_weight for a multilingual embedder.
-    fusion_dense_weight_cjk: float = Field(default=0.1, ge=0)
+    fusion_dense_weight_cjk: float = Field(default=0.05, ge=0)
     #: Share of each neighbouring turn's vector in a turn's indexed vector.
     context_neighbour_weight: float = Field(default=0.3, ge=0, le=1)
     #: Score factor 1 + this for turns by a speaker the query names.

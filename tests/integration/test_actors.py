@@ -178,3 +178,46 @@ async def test_llm_summaries_fall_back_and_never_lose_turns(milvus: MilvusServer
         assert summary["method"] == "llm" and summary["summary"] == "The user described two walks."
     else:
         assert summary["method"] == "extractive" and summary["fallback_reason"] and summary["summary"]
+
+
+def test_eval_harness_runs_strata_and_baselines_side_by_side(settings: Any, tmp_path: Any) -> None:
+    """`strata eval retrieval`'s core on a tiny neutral-format benchmark, Strata included."""
+    import json
+
+    from serve_app.evaluate import evaluate, format_table
+    from strata.embedding import make_embedder
+    from strata.evaluation.datasets import load_benchmark
+
+    data = {"conversations": [{
+        "id": "tiny",
+        "sessions": [
+            {"id": "s1", "date": "2024-03-04T10:00:00", "turns": [
+                {"id": "t1", "speaker": "Ana", "text": "I adopted a grey cat called Pixel."},
+                {"id": "t2", "speaker": "Ben", "text": "Nice! I am training for a marathon in Lisbon."},
+            ]},
+            {"id": "s2", "date": "2024-03-11T10:00:00", "turns": [
+                {"id": "t3", "speaker": "Ana", "text": "My new job at the bakery starts Monday."},
+                {"id": "t4", "speaker": "Ben", "text": "Error ERR_CONN_RESET broke my upload again."},
+            ]},
+        ],
+        "questions": [
+            {"id": "q1", "question": "What is the name of Ana's cat?", "evidence": ["t1"], "category": "single-hop"},
+            {"id": "q2", "question": "Where is Ben's marathon?", "evidence": ["t2"], "category": "single-hop"},
+            {"id": "q3", "question": "Which error broke the upload?", "evidence": ["t4"], "category": "keyword"},
+            {"id": "q4", "question": "Unanswerable", "evidence": [], "category": "keyword"},
+        ],
+    }]}
+    path = tmp_path / "tiny.json"
+    path.write_text(json.dumps(data))
+    benchmark = load_benchmark(path, "strata")
+    assert benchmark.skipped_questions == 1
+    document = evaluate(
+        benchmark, retrievers=["bm25", "dense", "rrf", "strata"], ks=[1, 2], categories=None,
+        embedder=make_embedder(settings.embedding), make_client=lambda tenant: InClusterClient(tenant, settings),
+    )
+    strata = document["retrievers"]["strata"]
+    assert strata["overall"]["questions"] == 3 and strata["overall"]["recall@2"] == 1.0
+    assert set(strata["categories"]) == {"single-hop", "keyword"}
+    assert strata["ingest_turns_per_s"] > 0 and strata["query_p50_ms"] > 0
+    assert set(document["retrievers"]) == {"bm25", "dense", "rrf", "strata"}
+    assert "strata" in format_table(document, [1, 2])

@@ -86,7 +86,7 @@ def test_chinese_queries_lean_on_the_lexical_path() -> None:
     memory = EpisodicMemory("t", store=store, collection="c", settings=EpisodicSettings())
     english = memory._fusion_weights("what tea do I like")
     chinese = memory._fusion_weights("我喜欢什么茶")
-    assert english["dense"] == pytest.approx(0.6) and chinese["dense"] == pytest.approx(0.1)
+    assert english["dense"] == pytest.approx(0.6) and chinese["dense"] == pytest.approx(0.05)
     assert chinese["lexical"] == english["lexical"] == pytest.approx(0.4)
 
 
@@ -102,3 +102,16 @@ def test_dense_query_drops_the_speakers_it_names() -> None:
     assert memory.dense_query("小明喜欢什么？") == "喜欢什么？"
     assert memory.dense_query("What about Carolineville?") == "What about Carolineville?"
     assert memory.dense_query("Caroline?") == "Caroline?"  # nothing left: keep the query
+
+
+def test_chinese_words_join_the_bigrams() -> None:
+    from strata.lexical import lexical_terms
+
+    terms = lexical_terms("他下周过生日")
+    assert "w:过生日" in terms and "生日" in terms  # jieba's word beside the bigrams
+    assert lexical_terms("deploy failed") == frozenset({"deploy", "failed"})  # no CJK: content terms only
+    index = LexicalIndex()
+    index.add("a", "我的上司生日是6月8号")
+    index.add("b", "我的上司喜欢听音乐会")
+    scores = index.scores("那个6月8日过生日的人是做什么的")
+    assert max(scores, key=scores.get) == "a"
