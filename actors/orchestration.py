@@ -164,7 +164,8 @@ class Orchestration:
         async def layer_hits(layer: str) -> tuple[list[ContextItem], int]:
             vector = (await self._embed([query]))[0]
             found = await self._episodic_search(
-                tenant, vector, query, top_k=top_k, session_id=None, prefer=time_range
+                tenant, vector, query, top_k=top_k, session_id=None,
+                prefer=(time_range.start, time_range.end) if time_range else None,
             )
             return [ContextItem(**h) for h in found["hits"]], found["version"]
 
@@ -208,13 +209,21 @@ class Orchestration:
         )
 
     async def _episodic_search(
-        self, tenant: str, vector: np.ndarray, text: str, *, top_k: int, session_id: str | None, prefer: Any
+        self,
+        tenant: str,
+        vector: np.ndarray,
+        text: str,
+        *,
+        top_k: int,
+        session_id: str | None,
+        start: datetime | None = None,
+        end: datetime | None = None,
+        prefer: tuple[datetime, datetime] | None = None,
     ) -> dict[str, Any]:
-        actor = self._actor("episodic", tenant)
         found: dict[str, Any] = await _call(
-            actor.search.remote(
+            self._actor("episodic", tenant).search.remote(
                 tenant, query=text, vector=vector, top_k=top_k, session_id=session_id,
-                prefer=(prefer.start, prefer.end) if prefer else None,
+                start=start, end=end, prefer=prefer,
             )
         )
         return found
@@ -234,12 +243,8 @@ class Orchestration:
 
         async def episodic() -> None:
             vector = (await self._embed([query]))[0]
-            actor = self._actor("episodic", tenant)
-            found = await _call(
-                actor.search.remote(
-                    tenant, query=query, vector=vector, top_k=req.top_k,
-                    session_id=req.session_id, start=start, end=end, prefer=prefer,
-                )
+            found = await self._episodic_search(
+                tenant, vector, query, top_k=req.top_k, session_id=req.session_id, start=start, end=end, prefer=prefer
             )
             hits.extend(SearchHit(**h) for h in found["hits"])
             versions["episodic"] = found["version"]

@@ -55,6 +55,15 @@ def _alive(pid: int) -> bool:
         return True
 
 
+def _read_stack_json(data_dir: Path) -> dict[str, Any] | None:
+    """What ``up`` recorded in the data dir, or None when there is nothing readable."""
+    try:
+        recorded = json.loads((data_dir / "stack.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return recorded if isinstance(recorded, dict) else None
+
+
 def _wait(what: str, check: Callable[[], bool], timeout_s: float, log: Path | None = None) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -79,11 +88,10 @@ class Stack:
     @classmethod
     def recorded(cls, data_dir: Path, *, say: Callable[[str], None] = print) -> Stack | None:
         """The stack that ``up`` last started with this data dir, with its settings."""
-        try:
-            recorded = json.loads((data_dir / "stack.json").read_text())
-            return cls(StrataSettings.from_dict(recorded["settings"]), say=say)
-        except (OSError, ValueError, KeyError):
+        recorded = _read_stack_json(data_dir)
+        if recorded is None or "settings" not in recorded:
             return None
+        return cls(StrataSettings.from_dict(recorded["settings"]), say=say)
 
     @property
     def data_dir(self) -> Path:
@@ -237,7 +245,7 @@ class Stack:
     def up(self) -> str:
         """Start what is not running; return the development API key."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        running = self._recorded()
+        running = _read_stack_json(self.data_dir)
         if running and running.get("serve_port") != self.settings.serve.port and self.healthy_at(running):
             raise StackError(
                 f"a stack with this data dir already serves on port {running['serve_port']}; "
@@ -271,12 +279,6 @@ class Stack:
                 return True
             time.sleep(0.5)
         return False
-
-    def _recorded(self) -> dict[str, Any] | None:
-        try:
-            return json.loads((self.data_dir / "stack.json").read_text())
-        except (OSError, ValueError):
-            return None
 
     def healthy_at(self, recorded: dict[str, Any]) -> bool:
         try:

@@ -138,11 +138,10 @@ class _Index:
     def __init__(self) -> None:
         self.ids: list[str] = []
         self.sessions: list[str] = []
-        self.ts_ms: list[int] = []
         self._matrix: np.ndarray | None = None
         self._pos: dict[str, int] = {}
 
-    def add(self, item_id: str, vector: np.ndarray, session: str, ts_ms: int) -> None:
+    def add(self, item_id: str, vector: np.ndarray, session: str) -> None:
         n = len(self.ids)
         self._pos[item_id] = n
         if self._matrix is None:
@@ -152,13 +151,11 @@ class _Index:
         self._matrix[n] = vector
         self.ids.append(item_id)
         self.sessions.append(session)
-        self.ts_ms.append(ts_ms)
 
     def remove_session(self, session: str) -> None:
         keep = [i for i, s in enumerate(self.sessions) if s != session]
         self.ids = [self.ids[i] for i in keep]
         self.sessions = [self.sessions[i] for i in keep]
-        self.ts_ms = [self.ts_ms[i] for i in keep]
         if self._matrix is not None:
             self._matrix = self._matrix[keep] if keep else None
         self._pos = {item_id: n for n, item_id in enumerate(self.ids)}
@@ -515,7 +512,7 @@ class EpisodicMemory:
             position = bisect.bisect(order, ((turn.timestamp, turn.seq), key))
             order.insert(position, ((turn.timestamp, turn.seq), key))
             self._raw[key] = np.asarray(vector, dtype=np.float32)
-            self._turn_index.add(key, self._context_vector(order, position), turn.session_id, to_ms(turn.timestamp))
+            self._turn_index.add(key, self._context_vector(order, position), turn.session_id)
             for neighbour in (position - 1, position + 1):
                 if 0 <= neighbour < len(order):
                     self._turn_index.set(order[neighbour][1], self._context_vector(order, neighbour))
@@ -537,7 +534,7 @@ class EpisodicMemory:
         key = f"{summary.session_id}/{summary.summary_id}"
         self._summaries[key] = summary
         if vector is not None:
-            self._summary_index.add(key, vector, summary.session_id, to_ms(summary.start))
+            self._summary_index.add(key, vector, summary.session_id)
         self._summary_lexical.add(key, " ".join([summary.text, *summary.content.key_topics]))
         self._summarised.setdefault(summary.session_id, set()).update(summary.turn_ids)
 
