@@ -112,8 +112,8 @@ class BM25Retriever:
         b: float = 0.75,
         name: str = "bm25",
     ) -> None:
-        # bm25s is an evaluation-only dependency: import it only when used.
-        import bm25s  # type: ignore[import-untyped]
+        # Imported when used: only the evaluation needs it.
+        import bm25s
 
         self.name = name
         self._bm25s = bm25s
