@@ -33,6 +33,9 @@ __all__ = [
     "WorkingSettings",
     "EpisodicSettings",
     "ContextSettings",
+    "ChunkingSettings",
+    "SemanticSettings",
+    "SemanticTenantSettings",
     "StrataSettings",
     "load_settings",
 ]
@@ -108,6 +111,7 @@ class ActorSettings(_Section):
     #: Actors per layer; a tenant lives on shard ``crc32(tenant) % shards``.
     working_shards: int = Field(default=2, ge=1, le=1024)
     episodic_shards: int = Field(default=2, ge=1, le=1024)
+    semantic_shards: int = Field(default=2, ge=1, le=1024)
     #: Tenants whose in-memory state is evicted after this long without a call.
     idle_evict_s: float = Field(default=900.0, gt=0)
     max_restarts: int = Field(default=-1, ge=-1)
@@ -139,6 +143,90 @@ class EpisodicSettings(_Section):
     speaker_boost: float = Field(default=0.3, ge=0, le=5)
     #: Score factor 1 + this for turns inside a time range read off the query.
     time_boost: float = Field(default=1.0, ge=0, le=10)
+
+
+ChunkingStrategy = Literal["fixed", "recursive", "sentence", "semantic", "parent_child"]
+
+
+class ChunkingSettings(_Section):
+    """How a document is cut (sizes in tokens of ``working.encoding``).
+
+    ``parent_child`` matches children and returns their parents; the other
+    strategies cut one level, of ``child_tokens`` / ``child_overlap``.
+    """
+
+    strategy: ChunkingStrategy = "parent_child"
+    child_tokens: int = Field(default=256, ge=16, le=8192)
+    child_overlap: int = Field(default=30, ge=0, le=4096)
+    parent_tokens: int = Field(default=1024, ge=16, le=16384)
+    parent_overlap: int = Field(default=100, ge=0, le=8192)
+    #: ``semantic``: a chunk ends where the distance between neighbouring
+    #: sentences' embeddings is above this percentile of the document's distances.
+    semantic_breakpoint_percentile: float = Field(default=90.0, gt=0, lt=100)
+
+    @model_validator(mode="after")
+    def _check(self) -> ChunkingSettings:
+        if self.child_overlap >= self.child_tokens:
+            raise ValueError("chunking.child_overlap must be smaller than child_tokens")
+        if self.parent_overlap >= self.parent_tokens:
+            raise ValueError("chunking.parent_overlap must be smaller than parent_tokens")
+        if self.strategy == "parent_child" and self.parent_tokens < self.child_tokens:
+            raise ValueError("chunking.parent_tokens must be at least child_tokens")
+        return self
+
+
+RETRIEVAL_PATHS = ("dense", "lexical", "graph")
+
+
+def _check_weights(weights: Mapping[str, float] | None) -> None:
+    if weights is None:
+        return
+    unknown = set(weights) - set(RETRIEVAL_PATHS)
+    if unknown:
+        raise ValueError(f"unknown retrieval path(s) {sorted(unknown)}; known: {', '.join(RETRIEVAL_PATHS)}")
+    if any(w < 0 for w in weights.values()) or not any(w > 0 for w in weights.values()):
+        raise ValueError("fusion weights must be >= 0 and at least one > 0")
+
+
+class SemanticTenantSettings(_Section):
+    """One tenant's departures from the semantic defaults."""
+
+    chunking: ChunkingSettings | None = None
+    fusion_weights: dict[str, float] | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> SemanticTenantSettings:
+        _check_weights(self.fusion_weights)
+        return self
+
+
+class SemanticSettings(_Section):
+    chunking: ChunkingSettings = ChunkingSettings()
+    #: Weighted RRF of the paths: dense = vector search, lexical = BM25, graph = entities.
+    fusion_weights: dict[str, float] = Field(
+        default_factory=lambda: {"dense": 0.5, "lexical": 0.3, "graph": 0.2}
+    )
+    rrf_k: int = Field(default=60, ge=1, le=1000)
+    #: Children each path ranks before fusion.
+    candidates: int = Field(default=100, ge=1, le=10_000)
+    #: Graph expansion: entities this many relations away from the query's also count.
+    graph_hops: int = Field(default=1, ge=0, le=3)
+    max_document_chars: int = Field(default=20_000_000, ge=1000)
+    #: Per-tenant chunking and fusion weights, by tenant id.
+    tenants: dict[str, SemanticTenantSettings] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _check(self) -> SemanticSettings:
+        _check_weights(self.fusion_weights)
+        return self
+
+    def chunking_for(self, tenant: str) -> ChunkingSettings:
+        override = self.tenants.get(tenant)
+        return override.chunking if override and override.chunking else self.chunking
+
+    def weights_for(self, tenant: str) -> dict[str, float]:
+        override = self.tenants.get(tenant)
+        return dict(override.fusion_weights) if override and override.fusion_weights else dict(self.fusion_weights)
 
 
 class ContextSettings(_Section):
@@ -177,6 +265,7 @@ class StrataSettings(BaseSettings):
     actors: ActorSettings = ActorSettings()
     working: WorkingSettings = WorkingSettings()
     episodic: EpisodicSettings = EpisodicSettings()
+    semantic: SemanticSettings = SemanticSettings()
     context: ContextSettings = ContextSettings()
 
     @model_validator(mode="after")
