@@ -27,6 +27,7 @@ from strata.errors import InvalidInput, NotFound
 from strata.ids import validate_id
 from strata.lexical import LexicalIndex, cjk_share, rrf_fuse
 from strata.records import Record, RecordStore
+from strata.vectors import VectorIndex, best
 from strata.summarize import EpisodeSummary, SummaryInput
 
 __all__ = [
@@ -132,45 +133,6 @@ class EpisodicHit:
     ranks: dict[str, int] = field(default_factory=dict)
 
 
-class _Index:
-    """Row ids plus a matrix of their vectors, grown by doubling (appends are O(1))."""
-
-    def __init__(self) -> None:
-        self.ids: list[str] = []
-        self.sessions: list[str] = []
-        self._matrix: np.ndarray | None = None
-        self._pos: dict[str, int] = {}
-
-    def add(self, item_id: str, vector: np.ndarray, session: str) -> None:
-        n = len(self.ids)
-        self._pos[item_id] = n
-        if self._matrix is None:
-            self._matrix = np.zeros((16, vector.shape[-1]), dtype=np.float32)
-        elif n == len(self._matrix):
-            self._matrix = np.vstack([self._matrix, np.zeros_like(self._matrix)])
-        self._matrix[n] = vector
-        self.ids.append(item_id)
-        self.sessions.append(session)
-
-    def remove_session(self, session: str) -> None:
-        keep = [i for i, s in enumerate(self.sessions) if s != session]
-        self.ids = [self.ids[i] for i in keep]
-        self.sessions = [self.sessions[i] for i in keep]
-        if self._matrix is not None:
-            self._matrix = self._matrix[keep] if keep else None
-        self._pos = {item_id: n for n, item_id in enumerate(self.ids)}
-
-    def set(self, item_id: str, vector: np.ndarray) -> None:
-        """Replace the indexed vector of an item already in the index."""
-        assert self._matrix is not None
-        self._matrix[self._pos[item_id]] = vector
-
-    def scores(self, query: np.ndarray) -> np.ndarray:
-        if self._matrix is None or not self.ids:
-            return np.zeros(0, dtype=np.float32)
-        return self._matrix[: len(self.ids)] @ query.astype(np.float32)
-
-
 class EpisodicMemory:
     """All episodic state of one tenant, persisted through a :class:`RecordStore`."""
 
@@ -183,8 +145,8 @@ class EpisodicMemory:
         self._settings = settings
         self._turns: dict[str, Turn] = {}  # key: session/turn_id
         self._summaries: dict[str, SummaryRecord] = {}
-        self._turn_index = _Index()
-        self._summary_index = _Index()
+        self._turn_index = VectorIndex()
+        self._summary_index = VectorIndex()
         self._turn_lexical = LexicalIndex()
         self._summary_lexical = LexicalIndex()
         # Derived search state: each turn's own vector, and the sessions' turns in
@@ -362,8 +324,8 @@ class EpisodicMemory:
         self._turns = {k: t for k, t in self._turns.items() if t.session_id != session_id}
         self._summaries = {k: s for k, s in self._summaries.items() if s.session_id != session_id}
         self._summarised.pop(session_id, None)
-        self._turn_index.remove_session(session_id)
-        self._summary_index.remove_session(session_id)
+        self._turn_index.remove_group(session_id)
+        self._summary_index.remove_group(session_id)
 
     # -- reading ------------------------------------------------------------
 
@@ -540,7 +502,7 @@ class EpisodicMemory:
 
 
 def _ranked(
-    index: _Index,
+    index: VectorIndex,
     lexical: LexicalIndex,
     vector: np.ndarray,
     text: str | None,
@@ -556,9 +518,9 @@ def _ranked(
     by its largest value, so they stay in the range of the unweighted ones."""
     depth = max(top_k * 4, 50)  # rank deeper than we return, so agreement or a factor can lift an item
     if "lexical" not in weights or not text:
-        fused = [(key, score, {"dense": n}) for n, (key, score) in enumerate(_best(index, vector, depth, keep), 1)]
+        fused = [(key, score, {"dense": n}) for n, (key, score) in enumerate(best(index, vector, depth, keep), 1)]
     else:
-        dense = [key for key, _ in _best(index, vector, depth, keep)]
+        dense = [key for key, _ in best(index, vector, depth, keep)]
         lexical_scores = lexical.scores(text)
         by_bm25 = sorted(lexical_scores, key=lambda key: (-lexical_scores[key], key))
         words = [key for key in by_bm25 if keep(key)][:depth]
@@ -570,19 +532,6 @@ def _ranked(
             ((key, score * factors[key] / top, ranks) for key, score, ranks in fused), key=lambda h: (-h[1], h[0])
         )
     return fused[:top_k]
-
-
-def _best(index: _Index, query: np.ndarray, top_k: int, keep: Callable[[str], bool]) -> list[tuple[str, float]]:
-    """The ``top_k`` best-scoring keys of ``index`` that ``keep`` accepts (filter, then cut)."""
-    scores = index.scores(query)
-    found: list[tuple[str, float]] = []
-    for i in np.argsort(-scores):
-        key = index.ids[i]
-        if keep(key):
-            found.append((key, float(scores[i])))
-            if len(found) >= top_k:
-                break
-    return found
 
 
 def summary_inputs(turns: Sequence[Turn]) -> list[SummaryInput]:
