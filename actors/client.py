@@ -24,8 +24,14 @@ from strata.schema import (
     Layer,
     ContextRequest,
     ContextResult,
+    DocumentDeleted,
+    DocumentIn,
+    DocumentList,
+    DocumentOut,
+    EntityOut,
     ForgetResult,
     RecordTurnsResult,
+    RetrievalPath,
     SearchRequest,
     SearchResult,
     TimeRangeIn,
@@ -89,10 +95,12 @@ class InClusterClient:
 
     async def search(self, query: str, *, layers: list[Layer] | None = None, top_k: int = 10,
                      session_id: str | None = None, start: datetime | None = None, end: datetime | None = None,
-                     reference_time: datetime | None = None) -> SearchResult:
+                     reference_time: datetime | None = None, weights: dict[RetrievalPath, float] | None = None,
+                     min_cosine: float | None = None, doc_ids: list[str] | None = None) -> SearchResult:
         time_range = TimeRangeIn(start=start, end=end) if (start or end) else None
         req = SearchRequest(query=query, layers=layers, top_k=top_k, session_id=session_id,
-                            time_range=time_range, reference_time=reference_time)
+                            time_range=time_range, reference_time=reference_time, weights=weights,
+                            min_cosine=min_cosine, doc_ids=doc_ids)
         return await self._flow.search(self._tenant, req)
 
     async def get_working(self, session_id: str) -> WorkingState:
@@ -105,6 +113,24 @@ class InClusterClient:
 
     async def forget_session(self, session_id: str) -> ForgetResult:
         return await self._flow.forget_session(self._tenant, session_id)
+
+    async def index_document(self, text: str, *, doc_id: str | None = None, title: str | None = None,
+                             metadata: dict[str, Any] | None = None, expected_version: int | None = None,
+                             wait: bool = True) -> DocumentOut:
+        body = DocumentIn(text=text, doc_id=doc_id, title=title, metadata=metadata or {})
+        return await self._flow.index_document(self._tenant, body, expected_version=expected_version, wait=wait)
+
+    async def get_document(self, doc_id: str, *, include_text: bool = False) -> DocumentOut:
+        return await self._flow.get_document(self._tenant, doc_id, include_text=include_text)
+
+    async def list_documents(self, *, after: str | None = None, limit: int = 50) -> DocumentList:
+        return await self._flow.list_documents(self._tenant, after=after, limit=limit)
+
+    async def delete_document(self, doc_id: str, *, expected_version: int | None = None) -> DocumentDeleted:
+        return await self._flow.delete_document(self._tenant, doc_id, expected_version=expected_version)
+
+    async def entity(self, name: str) -> EntityOut:
+        return EntityOut(**await self._flow.entity(self._tenant, name))
 
 
 class _Sync:

@@ -27,6 +27,10 @@ from strata.schema import (
     ContextItem,
     ContextRequest,
     ContextResult,
+    DocumentDeleted,
+    DocumentIn,
+    DocumentList,
+    DocumentOut,
     ForgetResult,
     RecordTurnsResult,
     SearchHit,
@@ -45,7 +49,9 @@ from strata.tokens import TiktokenCounter
 __all__ = ["Orchestration", "Embed"]
 
 Embed = Callable[[Sequence[str]], Awaitable[np.ndarray]]
-AVAILABLE_LAYERS: tuple[Layer, ...] = ("working", "episodic")
+AVAILABLE_LAYERS: tuple[Layer, ...] = ("working", "episodic", "semantic")
+#: Layers that keep memory per session (forgetting a session reaches these).
+SESSION_LAYERS: tuple[Layer, ...] = ("working", "episodic")
 
 
 async def _call(ref: Any) -> Any:
@@ -120,12 +126,12 @@ class Orchestration:
         """Forget a session in every layer; 404 only if no layer knew it."""
         validate_id(session_id, field="session_id")
         results = await asyncio.gather(
-            *(_call(self._actor(layer, tenant).forget_session.remote(tenant, session_id)) for layer in AVAILABLE_LAYERS),
+            *(_call(self._actor(layer, tenant).forget_session.remote(tenant, session_id)) for layer in SESSION_LAYERS),
             return_exceptions=True,
         )
         removed: dict[str, int] = {}
         versions: dict[str, int] = {}
-        for layer, result in zip(AVAILABLE_LAYERS, results):
+        for layer, result in zip(SESSION_LAYERS, results):
             if isinstance(result, NotFound):
                 continue
             if isinstance(result, BaseException):
@@ -135,7 +141,45 @@ class Orchestration:
             raise NotFound(f"session {session_id!r} has no memory to forget")
         return ForgetResult(session_id=session_id, removed=removed, versions=versions)
 
+    async def index_document(
+        self, tenant: str, body: DocumentIn, *, expected_version: int | None = None, wait: bool = True
+    ) -> DocumentOut:
+        """Index or re-index a document (atomically: searches see one version)."""
+        out = await _call(
+            self._actor("semantic", tenant).index_document.remote(
+                tenant, body.model_dump(), expected_version=expected_version, wait=wait
+            )
+        )
+        return DocumentOut(**out)
+
+    async def delete_document(self, tenant: str, doc_id: str, *, expected_version: int | None = None) -> DocumentDeleted:
+        validate_id(doc_id, field="doc_id")
+        out = await _call(
+            self._actor("semantic", tenant).delete_document.remote(tenant, doc_id, expected_version=expected_version)
+        )
+        return DocumentDeleted(**out)
+
     # -- reads ----------------------------------------------------------------
+
+    async def get_document(self, tenant: str, doc_id: str, *, include_text: bool = False) -> DocumentOut:
+        validate_id(doc_id, field="doc_id")
+        out = await _call(self._actor("semantic", tenant).get_document.remote(tenant, doc_id, with_text=include_text))
+        return DocumentOut(**out)
+
+    async def list_documents(self, tenant: str, *, after: str | None = None, limit: int = 50) -> DocumentList:
+        if after is not None:
+            validate_id(after, field="after")
+        if not 1 <= limit <= 1000:
+            raise InvalidInput(f"limit must be between 1 and 1000, got {limit}", field="limit")
+        out = await _call(self._actor("semantic", tenant).list_documents.remote(tenant, after=after, limit=limit))
+        return DocumentList(**out)
+
+    async def entity(self, tenant: str, name: str) -> dict[str, Any]:
+        """What the semantic layer's knowledge graph knows of an entity."""
+        if not name.strip() or len(name) > 200:
+            raise InvalidInput("give an entity name of 1 to 200 characters", field="name")
+        found: dict[str, Any] = await _call(self._actor("semantic", tenant).entity.remote(tenant, name))
+        return found
 
     async def working(self, tenant: str, session_id: str) -> WorkingState:
         validate_id(session_id, field="session_id")
@@ -161,8 +205,15 @@ class Orchestration:
         fetch = [layer for layer in wanted if layer in AVAILABLE_LAYERS]
         working_budget = int(max_tokens * (self.settings.context.working_share if fetch else 1.0))
 
-        async def layer_hits(layer: str) -> tuple[list[ContextItem], int]:
-            vector = (await self._embed([query]))[0]
+        # The query is embedded once, and only if a layer needs it; every layer gets the vector.
+        vector_task = asyncio.ensure_future(self._embed([query])) if fetch else None
+
+        async def layer_hits(layer: str) -> tuple[list[ContextItem], int | None]:
+            assert vector_task is not None
+            vector = (await vector_task)[0]
+            if layer == "semantic":
+                found = await self._semantic_search(tenant, vector, query, top_k=top_k)
+                return [ContextItem(**h) for h in found["hits"]], None
             found = await self._episodic_search(
                 tenant, vector, query, top_k=top_k, session_id=None,
                 prefer=(time_range.start, time_range.end) if time_range else None,
@@ -188,7 +239,9 @@ class Orchestration:
             elif isinstance(result, BaseException):
                 raise result
             else:
-                layer_items[layer], versions[layer] = result
+                layer_items[layer], version = result
+                if version is not None:
+                    versions[layer] = version
         assembled = assemble_context(
             working_messages=messages,
             layer_items=layer_items,
@@ -228,6 +281,24 @@ class Orchestration:
         )
         return found
 
+    async def _semantic_search(
+        self,
+        tenant: str,
+        vector: np.ndarray,
+        text: str,
+        *,
+        top_k: int,
+        weights: dict[str, float] | None = None,
+        min_cosine: float | None = None,
+        doc_ids: list[str] | None = None,
+    ) -> dict[str, Any]:
+        found: dict[str, Any] = await _call(
+            self._actor("semantic", tenant).search.remote(
+                tenant, query=text, vector=vector, top_k=top_k, weights=weights, min_cosine=min_cosine, doc_ids=doc_ids
+            )
+        )
+        return found
+
     async def search(self, tenant: str, req: SearchRequest) -> SearchResult:
         layers: list[Layer] = req.layers or list(AVAILABLE_LAYERS)
         missing: dict[str, str] = {layer: "not available in this version of Strata" for layer in layers if layer not in AVAILABLE_LAYERS}
@@ -241,8 +312,13 @@ class Orchestration:
         hits: list[SearchHit] = []
         versions: dict[str, int] = {}
 
+        vector_task = (
+            asyncio.ensure_future(self._embed([query])) if {"episodic", "semantic"} & set(layers) else None
+        )
+
         async def episodic() -> None:
-            vector = (await self._embed([query]))[0]
+            assert vector_task is not None
+            vector = (await vector_task)[0]
             found = await self._episodic_search(
                 tenant, vector, query, top_k=req.top_k, session_id=req.session_id, start=start, end=end, prefer=prefer
             )
@@ -262,7 +338,15 @@ class Orchestration:
                     hits.append(SearchHit(layer="working", kind=item.role, id=item.id, text=item.content, score=score, timestamp=item.created_at, session_id=req.session_id))
             versions["working"] = state.version
 
-        jobs = {"episodic": episodic, "working": working}
+        async def semantic() -> None:
+            assert vector_task is not None
+            vector = (await vector_task)[0]
+            found = await self._semantic_search(
+                tenant, vector, query, top_k=req.top_k, weights=req.weights, min_cosine=req.min_cosine, doc_ids=req.doc_ids
+            )
+            hits.extend(SearchHit(**h) for h in found["hits"])
+
+        jobs = {"episodic": episodic, "working": working, "semantic": semantic}
         await asyncio.gather(*(jobs[layer]() for layer in layers if layer in jobs))
         hits.sort(key=lambda h: -h.score)
         time_range = _range_out(parsed) if parsed else (

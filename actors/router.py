@@ -18,13 +18,14 @@ from typing import Any
 import ray
 
 from actors.episodic import EpisodicShard
+from actors.semantic import SemanticShard
 from actors.working import WorkingShard
 from strata.config import StrataSettings
 from strata.ids import validate_id
 
 __all__ = ["LayerRouter", "LAYER_CLASSES", "actor_name"]
 
-LAYER_CLASSES: dict[str, type] = {"working": WorkingShard, "episodic": EpisodicShard}
+LAYER_CLASSES: dict[str, type] = {"working": WorkingShard, "episodic": EpisodicShard, "semantic": SemanticShard}
 
 
 def actor_name(layer: str, shard: int) -> str:

@@ -12,7 +12,7 @@ import asyncio
 import time
 from typing import Any
 
-from fastapi import FastAPI, Header, Path, Response
+from fastapi import FastAPI, Header, Path, Query, Response
 from ray import serve
 
 from actors.errors import unwrap
@@ -23,6 +23,11 @@ from strata.keys import KeyStore
 from strata.schema import (
     ContextRequest,
     ContextResult,
+    DocumentDeleted,
+    DocumentIn,
+    DocumentList,
+    DocumentOut,
+    EntityOut,
     ForgetResult,
     Health,
     RecordTurnsResult,
@@ -37,6 +42,7 @@ from strata.storage import open_store
 
 __all__ = ["Api", "app"]
 
+DOC_ID = Path(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:\-]{0,127}$", description="Document id")
 SESSION = Path(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:\-]{0,127}$", description="Session id")
 _KEY_CACHE_S = 30.0
 
@@ -167,3 +173,67 @@ class Api:
         """Forget the session in every layer: turns, vectors, summaries, working memory."""
         tenant = await self._tenant(authorization)
         return await self._call("forget_session", tenant, session_id)
+
+    @app.post("/v1/documents", status_code=201, response_model=DocumentOut, tags=["documents"])
+    async def index_document(
+        self,
+        body: DocumentIn,
+        response: Response,
+        wait: bool = Query(default=True, description="false: return at once (202) and index in the background"),
+        authorization: str | None = Header(default=None),
+        if_match: str | None = Header(default=None),
+    ) -> DocumentOut:
+        """Index a document, or re-index it by its ``doc_id`` (atomically: a search sees
+        the old version or the new one). ``If-Match``: the document's expected version.
+        A large document is better sent with ``wait=false``; poll ``GET /v1/documents/{id}``."""
+        tenant = await self._tenant(authorization)
+        doc: DocumentOut = await self._call("index_document", tenant, body, _if_match(if_match), wait)
+        response.status_code = 201 if doc.status == "ready" else 202
+        response.headers["ETag"] = f'"{doc.version}"'
+        return doc
+
+    @app.get("/v1/documents", response_model=DocumentList, tags=["documents"])
+    async def list_documents(
+        self,
+        after: str | None = Query(default=None, description="The last doc_id of the previous page"),
+        limit: int = Query(default=50, ge=1, le=1000),
+        authorization: str | None = Header(default=None),
+    ) -> DocumentList:
+        """Documents by id, a page at a time."""
+        tenant = await self._tenant(authorization)
+        return await self._call("list_documents", tenant, after, limit)
+
+    @app.get("/v1/documents/{doc_id}", response_model=DocumentOut, tags=["documents"])
+    async def get_document(
+        self,
+        response: Response,
+        doc_id: str = DOC_ID,
+        include_text: bool = Query(default=False),
+        authorization: str | None = Header(default=None),
+    ) -> DocumentOut:
+        """The document's metadata, version (ETag) and status; its text with ``include_text=true``."""
+        tenant = await self._tenant(authorization)
+        doc: DocumentOut = await self._call("get_document", tenant, doc_id, include_text)
+        response.headers["ETag"] = f'"{doc.version}"'
+        return doc
+
+    @app.delete("/v1/documents/{doc_id}", response_model=DocumentDeleted, tags=["documents"])
+    async def delete_document(
+        self,
+        doc_id: str = DOC_ID,
+        authorization: str | None = Header(default=None),
+        if_match: str | None = Header(default=None),
+    ) -> DocumentDeleted:
+        """Remove the document: its passages, vectors, BM25 entries and graph edges."""
+        tenant = await self._tenant(authorization)
+        return await self._call("delete_document", tenant, doc_id, _if_match(if_match))
+
+    @app.get("/v1/entities", response_model=EntityOut, tags=["documents"])
+    async def entity(
+        self,
+        name: str = Query(min_length=1, max_length=200, description="An entity name or alias, any case"),
+        authorization: str | None = Header(default=None),
+    ) -> EntityOut:
+        """What the knowledge graph of your documents knows of an entity."""
+        tenant = await self._tenant(authorization)
+        return EntityOut(**await self._call("entity", tenant, name))

@@ -28,9 +28,15 @@ from strata.schema import (
     Layer,
     ContextRequest,
     ContextResult,
+    DocumentDeleted,
+    DocumentIn,
+    DocumentList,
+    DocumentOut,
+    EntityOut,
     ForgetResult,
     Health,
     RecordTurnsResult,
+    RetrievalPath,
     SearchRequest,
     SearchResult,
     TimeRangeIn,
@@ -61,11 +67,13 @@ class _Call(Generic[M]):
     result: type[M]
     body: BaseModel | None = None
     if_match: int | None = None
+    params: dict[str, Any] | None = None
 
     def request(self) -> dict[str, Any]:
         headers = {"If-Match": f'"{self.if_match}"'} if self.if_match is not None else {}
         body = self.body.model_dump(mode="json", exclude_none=True) if self.body is not None else None
-        return {"method": self.method, "url": self.path, "json": body, "headers": headers}
+        params = {k: _param(v) for k, v in (self.params or {}).items() if v is not None}
+        return {"method": self.method, "url": self.path, "json": body, "headers": headers, "params": params}
 
     def parse(self, response: httpx.Response) -> M:
         if response.status_code >= 400:
@@ -77,6 +85,10 @@ class _Call(Generic[M]):
             details = {k: v for k, v in data.items() if k not in ("message", "error")}
             raise _BY_STATUS.get(response.status_code, StrataError)(message, status=response.status_code, **details)
         return self.result.model_validate(response.json())
+
+
+def _param(value: Any) -> Any:
+    return str(value).lower() if isinstance(value, bool) else value
 
 
 # The API, one request spec per method; the clients below bind each to a transport.
@@ -135,6 +147,9 @@ def search(
     start: datetime | None = None,
     end: datetime | None = None,
     reference_time: datetime | None = None,
+    weights: dict[RetrievalPath, float] | None = None,
+    min_cosine: float | None = None,
+    doc_ids: list[str] | None = None,
 ) -> _Call[SearchResult]:
     time_range = TimeRangeIn(start=start, end=end) if (start or end) else None
     body = SearchRequest(
@@ -144,8 +159,40 @@ def search(
         session_id=session_id,
         time_range=time_range,
         reference_time=reference_time,
+        weights=weights,
+        min_cosine=min_cosine,
+        doc_ids=doc_ids,
     )
     return _Call("POST", "/v1/search", SearchResult, body)
+
+
+def index_document(
+    text: str,
+    *,
+    doc_id: str | None = None,
+    title: str | None = None,
+    metadata: dict[str, Any] | None = None,
+    expected_version: int | None = None,
+    wait: bool = True,
+) -> _Call[DocumentOut]:
+    body = DocumentIn(text=text, doc_id=doc_id, title=title, metadata=metadata or {})
+    return _Call("POST", "/v1/documents", DocumentOut, body, expected_version, {"wait": wait})
+
+
+def get_document(doc_id: str, *, include_text: bool = False) -> _Call[DocumentOut]:
+    return _Call("GET", f"/v1/documents/{doc_id}", DocumentOut, params={"include_text": include_text})
+
+
+def list_documents(*, after: str | None = None, limit: int = 50) -> _Call[DocumentList]:
+    return _Call("GET", "/v1/documents", DocumentList, params={"after": after, "limit": limit})
+
+
+def delete_document(doc_id: str, *, expected_version: int | None = None) -> _Call[DocumentDeleted]:
+    return _Call("DELETE", f"/v1/documents/{doc_id}", DocumentDeleted, if_match=expected_version)
+
+
+def entity(name: str) -> _Call[EntityOut]:
+    return _Call("GET", "/v1/entities", EntityOut, params={"name": name})
 
 
 def get_working(session_id: str) -> _Call[WorkingState]:
@@ -207,6 +254,11 @@ class StrataClient:
     get_working = _sync(get_working)
     add_working_items = _sync(add_working_items)
     forget_session = _sync(forget_session)
+    index_document = _sync(index_document)
+    get_document = _sync(get_document)
+    list_documents = _sync(list_documents)
+    delete_document = _sync(delete_document)
+    entity = _sync(entity)
     health = _sync(health)
 
     def __enter__(self) -> StrataClient:
@@ -234,6 +286,11 @@ class AsyncStrataClient:
     get_working = _async(get_working)
     add_working_items = _async(add_working_items)
     forget_session = _async(forget_session)
+    index_document = _async(index_document)
+    get_document = _async(get_document)
+    list_documents = _async(list_documents)
+    delete_document = _async(delete_document)
+    entity = _async(entity)
     health = _async(health)
 
     async def __aenter__(self) -> AsyncStrataClient:

@@ -16,7 +16,7 @@ from ray import serve
 from actors.orchestration import Orchestration
 from strata.config import StrataSettings
 from strata.embedding import Embedder, make_embedder
-from strata.schema import ContextRequest, SearchRequest, TurnIn, WorkingItemsIn
+from strata.schema import DocumentIn, ContextRequest, SearchRequest, TurnIn, WorkingItemsIn
 
 __all__ = ["Embedding", "Orchestrator"]
 
@@ -71,6 +71,23 @@ class Orchestrator:
 
     async def forget_session(self, tenant: str, session_id: str) -> Any:
         return await self._flow.forget_session(tenant, session_id)
+
+    async def index_document(
+        self, tenant: str, body: DocumentIn, expected_version: int | None = None, wait: bool = True
+    ) -> Any:
+        return await self._flow.index_document(tenant, body, expected_version=expected_version, wait=wait)
+
+    async def get_document(self, tenant: str, doc_id: str, include_text: bool = False) -> Any:
+        return await self._flow.get_document(tenant, doc_id, include_text=include_text)
+
+    async def list_documents(self, tenant: str, after: str | None = None, limit: int = 50) -> Any:
+        return await self._flow.list_documents(tenant, after=after, limit=limit)
+
+    async def delete_document(self, tenant: str, doc_id: str, expected_version: int | None = None) -> Any:
+        return await self._flow.delete_document(tenant, doc_id, expected_version=expected_version)
+
+    async def entity(self, tenant: str, name: str) -> Any:
+        return await self._flow.entity(tenant, name)
 
     async def health(self) -> dict[str, Any]:
         return await self._flow.health()

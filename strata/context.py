@@ -38,6 +38,8 @@ def _item_line(item: ContextItem) -> str:
     prefix = f"[{when}] " if when else ""
     if item.kind == "summary":
         prefix += "(summary) "
+    if item.source is not None:
+        prefix += f"[{item.source.title or item.source.doc_id}] "
     return "- " + prefix + " ".join(item.text.split())
 
 

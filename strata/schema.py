@@ -31,9 +31,16 @@ __all__ = [
     "WorkingItemOut",
     "WorkingState",
     "ForgetResult",
+    "SourceRef",
+    "DocumentIn",
+    "DocumentOut",
+    "DocumentList",
+    "DocumentDeleted",
+    "EntityOut",
     "Health",
     "LAYERS",
     "Layer",
+    "RetrievalPath",
 ]
 
 Layer = Literal["working", "episodic", "semantic", "procedural"]
@@ -137,6 +144,13 @@ class ContextRequest(_In):
     _tz = field_validator("reference_time")(classmethod(lambda cls, v: _aware(v)))
 
 
+class SourceRef(_Out):
+    doc_id: str
+    title: str | None = None
+    start: int = Field(description="Character offset of the passage in the document")
+    end: int
+
+
 class SearchHit(_Out):
     layer: str
     kind: str
@@ -147,6 +161,7 @@ class SearchHit(_Out):
     session_id: str | None = None
     turn_ids: list[str] = Field(default_factory=list)
     ranks: dict[str, int] = Field(default_factory=dict, description="1-based rank on each path that found it")
+    source: SourceRef | None = Field(default=None, description="Semantic passages: the document span it comes from")
 
 
 class ContextItem(SearchHit):
@@ -171,6 +186,9 @@ class ContextResult(_Out):
     missing: dict[str, str] = Field(default_factory=dict, description="Layers left out, and why")
 
 
+RetrievalPath = Literal["dense", "lexical", "graph"]
+
+
 class SearchRequest(_In):
     query: str = Field(min_length=1, max_length=16000)
     layers: list[Layer] | None = None
@@ -178,6 +196,32 @@ class SearchRequest(_In):
     session_id: str | None = Field(default=None, pattern=_ID)
     time_range: TimeRangeIn | None = None
     reference_time: datetime | None = None
+    weights: dict[RetrievalPath, float] | None = Field(
+        default=None,
+        description="Semantic layer: fusion weight per path (dense = vector, lexical = BM25, graph); "
+        'a path left out is not run, so {"dense": 1} is plain vector top-k',
+    )
+    min_cosine: float | None = Field(
+        default=None, ge=-1, le=1, description="Semantic layer: children below this cosine are not ranked by the dense path"
+    )
+    doc_ids: list[str] | None = Field(default=None, max_length=100, description="Semantic layer: only these documents")
+
+    @field_validator("weights")
+    @classmethod
+    def _weights(cls, v: dict[str, float] | None) -> dict[str, float] | None:
+        if v is not None and (any(w < 0 for w in v.values()) or not any(w > 0 for w in v.values())):
+            raise ValueError("weights must be >= 0 with at least one above 0")
+        return v
+
+    @field_validator("doc_ids")
+    @classmethod
+    def _doc_ids(cls, v: list[str] | None) -> list[str] | None:
+        import re
+
+        for doc_id in v or []:
+            if not re.fullmatch(_ID, doc_id):
+                raise ValueError(f"doc id {doc_id[:60]!r} is not a valid id")
+        return v
 
     _tz = field_validator("reference_time")(classmethod(lambda cls, v: _aware(v)))
 
@@ -229,6 +273,70 @@ class ForgetResult(_Out):
     session_id: str
     removed: dict[str, int]
     versions: dict[str, int]
+
+
+_DOC_CHARS_MAX = 20_000_000
+
+
+class DocumentIn(_In):
+    """A document to index: plain text or Markdown."""
+
+    text: str = Field(min_length=1, max_length=_DOC_CHARS_MAX)
+    doc_id: str | None = Field(default=None, pattern=_ID, description="Default: a new id; an existing id re-indexes it")
+    title: str | None = Field(default=None, max_length=500)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+    _meta = field_validator("metadata")(classmethod(lambda cls, v: _small_json(v)))
+
+    @model_validator(mode="after")
+    def _not_blank(self) -> DocumentIn:
+        if not self.text.strip():
+            raise ValueError("text is blank")
+        return self
+
+
+class DocumentProgress(_Out):
+    stage: str
+    children_done: int
+    children_total: int
+
+
+class DocumentOut(_Out):
+    doc_id: str
+    version: int
+    status: Literal["indexing", "ready", "failed"]
+    title: str | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    strategy: str | None = Field(default=None, description="The chunking strategy it was cut with")
+    chars: int | None = None
+    parents: int | None = None
+    children: int | None = None
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+    progress: DocumentProgress | None = Field(default=None, description="While indexing")
+    error: str | None = Field(default=None, description="Why the last indexing failed")
+    text: str | None = Field(default=None, description="With ?include_text=true")
+
+
+class DocumentList(_Out):
+    documents: list[DocumentOut]
+    total: int
+    next_after: str | None = Field(description="Pass as ?after= for the next page; null on the last")
+
+
+class DocumentDeleted(_Out):
+    doc_id: str
+    removed: int = Field(description="Durable rows removed (passages, chunks, the document row)")
+    version: int
+
+
+class EntityOut(_Out):
+    key: str
+    name: str
+    type: str
+    aliases: list[str] = Field(default_factory=list)
+    relations: list[dict[str, Any]] = Field(default_factory=list)
+    sources: int = Field(description="Passages that mention it")
 
 
 class Health(_Out):

@@ -19,6 +19,7 @@ class Collections:
     so switching embedders never mixes vectors of two models."""
 
     episodic: str
+    semantic: str
     state: str
     dim: int
 
@@ -26,7 +27,12 @@ class Collections:
     def for_settings(cls, settings: StrataSettings) -> Collections:
         prefix = settings.milvus.collection_prefix
         dim = embedding_dim(settings.embedding)
-        return cls(episodic=f"{prefix}_episodic_d{dim}", state=f"{prefix}_state", dim=dim)
+        return cls(
+            episodic=f"{prefix}_episodic_d{dim}",
+            semantic=f"{prefix}_semantic_d{dim}",
+            state=f"{prefix}_state",
+            dim=dim,
+        )
 
 
 def open_store(settings: StrataSettings) -> tuple[RecordStore, Collections]:
@@ -39,5 +45,6 @@ def open_store(settings: StrataSettings) -> tuple[RecordStore, Collections]:
     store = MilvusRecordStore(m.address, token=m.token, db_name=m.db_name, timeout_s=m.timeout_s)
     names = Collections.for_settings(settings)
     store.ensure_collection(names.episodic, dim=names.dim)
+    store.ensure_collection(names.semantic, dim=names.dim)
     store.ensure_collection(names.state, dim=STATE_DIM)
     return store, names

@@ -103,7 +103,8 @@ async def test_context_fits_budget_and_reads_layers_concurrently(alice: InCluste
     assert "Oslo" in big.context and big.messages  # working memory of the session is included
     assert big.missing == {}
     debugging = await alice.build_context("why does it crash", "trip", task_type="debugging")
-    assert "semantic" in debugging.missing and "procedural" in debugging.missing
+    assert "procedural" in debugging.missing and "semantic" not in debugging.missing
+    assert not [s for s in debugging.sections if s.layer == "semantic" and s.items]  # alice has no documents
 
 
 async def test_summaries_cover_each_turn_once(settings: Any, alice: InClusterClient) -> None:

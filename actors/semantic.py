@@ -1,0 +1,291 @@
+"""The semantic layer's shard actor: documents in, passages out.
+
+Indexing a document is CPU work (cutting, extracting entities, embedding
+every child) followed by one durable write. The CPU part runs outside the
+tenant's lock, so searches and other tenants go on meanwhile; the write and
+the in-memory swap run under it (see :meth:`LayerShard.mutate`), so a
+search sees the old version of a document or the new one.
+
+A large document may be indexed in the background (``wait=False``): the
+call returns at once, :meth:`get_document` reports progress, and the old
+version stays searchable until the new one is committed. A background job
+lives in this actor's memory only: if the actor dies, the job is gone and
+the document is at its previous version; the caller re-sends it (the CLI
+import does).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Sequence
+
+import numpy as np
+
+from actors.shard import LayerShard
+from strata.chunking import make_chunker
+from strata.embedding import Embedder, embedding_dim, make_embedder
+from strata.errors import NotFound, StrataError, VersionConflict
+from strata.graph import EntityExtractor, make_extractor
+from strata.ids import validate_id
+from strata.llm import make_llm
+from strata.records import RecordStore
+from strata.semantic import Document, DocumentInput, SemanticHit, SemanticMemory
+from strata.storage import Collections
+from strata.tokens import TiktokenCounter
+
+__all__ = ["SemanticShard"]
+
+log = logging.getLogger(__name__)
+_EMBED_BATCH = 64
+_JOB_KEEP_S = 600.0
+
+
+@dataclass
+class _Job:
+    doc_id: str
+    status: str = "indexing"  # indexing | ready | failed
+    stage: str = "chunking"  # chunking | embedding | writing | done
+    done: int = 0
+    total: int = 0
+    error: str | None = None
+    started: float = field(default_factory=time.monotonic)
+    finished: float | None = None
+
+    def view(self) -> dict[str, Any]:
+        return {
+            "status": self.status,
+            "progress": {"stage": self.stage, "children_done": self.done, "children_total": self.total},
+            "error": self.error,
+        }
+
+
+def _hit(hit: SemanticHit) -> dict[str, Any]:
+    return {
+        "layer": "semantic",
+        "kind": "passage",
+        "id": hit.id,
+        "text": hit.text,
+        "score": hit.score,
+        "ranks": hit.ranks,
+        "source": {"doc_id": hit.doc_id, "title": hit.title, "start": hit.start, "end": hit.end},
+        "matched": hit.matched,
+    }
+
+
+class SemanticShard(LayerShard[SemanticMemory]):
+    layer_name = "semantic"
+
+    def __init__(self, settings: dict[str, Any], shard: int) -> None:
+        super().__init__(settings, shard)
+        self._embedder: Embedder | None = None
+        self._counter = TiktokenCounter(self.settings.working.encoding)
+        self._extractor: EntityExtractor = make_extractor(make_llm(self.settings.llm))
+        self._jobs: dict[tuple[str, str], _Job] = {}
+
+    def make_layer(self, tenant: str, store: RecordStore, collections: Collections) -> SemanticMemory:
+        chunker = make_chunker(
+            self.settings.semantic.chunking_for(tenant), self._counter, embed=lambda texts: self._embedder_now().embed(texts)
+        )
+        return SemanticMemory(
+            tenant,
+            store=store,
+            collection=collections.semantic,
+            settings=self.settings.semantic,
+            chunker=chunker,
+            extractor=self._extractor,
+        )
+
+    def load_layer(self, layer: SemanticMemory) -> None:
+        layer.load()
+
+    def _embedder_now(self) -> Embedder:
+        if self._embedder is None:
+            self._embedder = make_embedder(self.settings.embedding)
+        return self._embedder
+
+    async def _embed(self, texts: Sequence[str]) -> np.ndarray:
+        embedder = await asyncio.to_thread(self._embedder_now)
+        return await asyncio.to_thread(embedder.embed, list(texts))
+
+    # -- writes ---------------------------------------------------------------
+
+    async def index_document(
+        self,
+        tenant: str,
+        doc: dict[str, Any],
+        *,
+        expected_version: int | None = None,
+        wait: bool = True,
+    ) -> dict[str, Any]:
+        """Index (or re-index) a document: fields of :class:`DocumentInput`.
+
+        Returns the document and its new version when ``wait``; otherwise at
+        once, with ``status: indexing`` (poll :meth:`get_document`).
+
+        Raises:
+            VersionConflict: ``expected_version`` is not the document's version,
+                or the document is being indexed already.
+        """
+        doc_id = doc.get("doc_id") or f"doc-{uuid.uuid4().hex[:12]}"
+        validate_id(doc_id, field="doc_id")
+        await self._tenant(tenant)
+        current = await self.version(tenant, doc_id)
+        if expected_version is not None and expected_version != current:
+            raise VersionConflict(
+                f"document {doc_id!r} is at version {current}, not {expected_version}: read it again and retry",
+                current_version=current,
+                layer=self.layer_name,
+            )
+        self._forget_old_jobs()
+        running = self._jobs.get((tenant, doc_id))
+        if running is not None and running.status == "indexing":
+            raise VersionConflict(
+                f"document {doc_id!r} is being indexed already: wait until GET shows it ready",
+                current_version=current,
+                layer=self.layer_name,
+            )
+        job = self._jobs[(tenant, doc_id)] = _Job(doc_id)
+        task = asyncio.get_running_loop().create_task(
+            self._run(tenant, DocumentInput(**{**doc, "doc_id": doc_id}), expected_version, job)
+        )
+        if wait:
+            return await asyncio.shield(task)
+        task.add_done_callback(lambda t: t.exception())  # retrieved: a failure is on the job
+        return {"doc_id": doc_id, "version": current, **job.view()}
+
+    async def _run(self, tenant: str, doc: DocumentInput, expected_version: int | None, job: _Job) -> dict[str, Any]:
+        try:
+            slot = await self._tenant(tenant)
+            now = datetime.now(timezone.utc)
+            prepared = await asyncio.to_thread(slot.layer.prepare, doc, now=now)
+            texts = prepared.embed_texts()
+            job.stage, job.total = "embedding", len(texts)
+            batches = []
+            for i in range(0, len(texts), _EMBED_BATCH):
+                batches.append(await self._embed(texts[i : i + _EMBED_BATCH]))
+                job.done += len(texts[i : i + _EMBED_BATCH])
+            dim = embedding_dim(self.settings.embedding)
+            vectors = np.vstack(batches) if batches else np.zeros((0, dim), np.float32)
+            job.stage = "writing"
+            document, version = await self.mutate(
+                tenant,
+                prepared.document.doc_id,
+                expected_version,
+                lambda layer: layer.write(prepared, vectors),
+                lambda layer, _: layer.index(prepared, vectors),
+            )
+            job.status, job.stage = "ready", "done"
+            return {**document.to_dict(), "version": version, **job.view()}
+        except BaseException as exc:
+            job.status = "failed"
+            job.error = exc.message if isinstance(exc, StrataError) else f"{type(exc).__name__}: {exc}"
+            raise
+        finally:
+            job.finished = time.monotonic()
+
+    def _forget_old_jobs(self) -> None:
+        cutoff = time.monotonic() - _JOB_KEEP_S
+        for key, job in list(self._jobs.items()):
+            if job.finished is not None and job.finished < cutoff:
+                del self._jobs[key]
+
+    async def delete_document(
+        self, tenant: str, doc_id: str, *, expected_version: int | None = None
+    ) -> dict[str, Any]:
+        """Remove the document from every store and index; returns rows removed and the new version."""
+        slot = await self._tenant(tenant)
+        slot.layer.document(doc_id)  # NotFound before claiming a version
+        removed, version = await self.mutate(
+            tenant,
+            doc_id,
+            expected_version,
+            lambda layer: layer.delete(doc_id),
+            lambda layer, removed: (layer.drop(doc_id), removed)[1],
+        )
+        return {"doc_id": doc_id, "removed": removed, "version": version}
+
+    # -- reads ----------------------------------------------------------------
+
+    async def get_document(self, tenant: str, doc_id: str, *, with_text: bool = False) -> dict[str, Any]:
+        """The document's metadata and version (and text); while a background job
+        runs, its status and progress.
+
+        Raises:
+            NotFound: no such document and no job indexing it.
+        """
+        validate_id(doc_id, field="doc_id")
+        slot = await self._tenant(tenant)
+        job = self._jobs.get((tenant, doc_id))
+        version = await self.version(tenant, doc_id)
+        try:
+            document = slot.layer.document(doc_id)
+        except NotFound:
+            if job is None or job.status == "ready":
+                raise
+            return {"doc_id": doc_id, "version": version, **job.view()}
+        out = {**document.to_dict(), "version": version, "status": "ready", "progress": None, "error": None}
+        if job is not None and job.status != "ready":
+            out.update(job.view())  # a newer version is being indexed, or failed
+        if with_text:
+            out["text"] = slot.layer.text(doc_id)
+        return out
+
+    async def list_documents(self, tenant: str, *, after: str | None = None, limit: int = 50) -> dict[str, Any]:
+        slot = await self._tenant(tenant)
+        docs = slot.layer.documents(after=after, limit=limit + 1)
+        page = docs[:limit]
+        out = []
+        for d in page:
+            out.append({**d.to_dict(), "version": await self.version(tenant, d.doc_id), "status": "ready"})
+        return {
+            "documents": out,
+            "total": len(slot.layer),
+            "next_after": page[-1].doc_id if len(docs) > limit else None,
+        }
+
+    async def search(
+        self,
+        tenant: str,
+        *,
+        query: str | None = None,
+        vector: np.ndarray | None = None,
+        top_k: int = 8,
+        weights: dict[str, float] | None = None,
+        min_cosine: float | None = None,
+        doc_ids: list[str] | None = None,
+    ) -> dict[str, Any]:
+        """Passages for ``query`` (BM25 and graph paths) and ``vector`` (its embedding,
+        made here when not given)."""
+        if vector is None and query is None:
+            raise ValueError("give query or vector")
+        if vector is None:
+            vector = (await self._embed([query or ""]))[0]
+        weights = weights or self.settings.semantic.weights_for(tenant)
+        slot = await self._tenant(tenant)
+        hits = slot.layer.search(
+            np.asarray(vector, dtype=np.float32),
+            query,
+            top_k=top_k,
+            weights=weights,
+            min_cosine=min_cosine,
+            doc_ids=doc_ids,
+        )
+        return {"hits": [_hit(h) for h in hits], "stats": slot.layer.stats()}
+
+    async def entity(self, tenant: str, name: str) -> dict[str, Any]:
+        """What the graph knows of an entity: its aliases, relations and mentions."""
+        slot = await self._tenant(tenant)
+        found = slot.layer.entity(name)
+        if found is None:
+            raise NotFound(f"no entity named {name[:80]!r} in this tenant's documents")
+        return found
+
+    async def stats(self, tenant: str) -> dict[str, int]:
+        slot = await self._tenant(tenant)
+        return slot.layer.stats()
+
