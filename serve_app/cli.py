@@ -67,6 +67,47 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_import(args: argparse.Namespace) -> int:
+    import os
+
+    from tqdm import tqdm
+
+    from serve_app.client import StrataClient
+    from serve_app.importer import collect_files, import_paths
+
+    collect_files(args.paths)  # a missing path fails before anything is sent
+    url, key = args.url, args.api_key or os.environ.get("STRATA_API_KEY")
+    if url is None or key is None:
+        stack = _stack(args, running=True)
+        if not stack.healthy():
+            raise FileNotFoundError(f"no running Strata at {stack.url}: run `strata up` or pass --url and --api-key")
+        url = url or stack.url
+        key = key or stack.key_file.read_text().strip()
+    bars: list[Any] = []
+
+    def progress(n: int, name: str) -> Any:
+        for bar in bars:
+            bar.close()
+        bar = tqdm(total=0, desc=f"{n} {name}"[-60:], unit="chunk", leave=True)
+        bars[:] = [bar]
+
+        def update(done: int, total: int) -> None:
+            bar.total = total
+            bar.n = done
+            bar.refresh()
+
+        return update
+
+    with StrataClient(url, key, timeout_s=60.0) as client:
+        report = import_paths(client, args.paths, progress=progress)
+    for bar in bars:
+        bar.close()
+    print(f"indexed {len(report.indexed)} document(s), {report.children} chunks, in {report.seconds:.1f} s")
+    for name, why in report.failed.items():
+        print(f"  failed: {name}: {why}", file=sys.stderr)
+    return 1 if report.failed else 0
+
+
 def cmd_eval_retrieval(args: argparse.Namespace) -> int:
     import json
 
@@ -128,6 +169,12 @@ def main(argv: list[str] | None = None) -> int:
         if name in ("up", "demo"):
             p.add_argument("--port", type=int, help="HTTP port (default 8000)")
         p.set_defaults(fn=fn)
+    importing = sub.add_parser("import", help="index files and folders (Markdown, text) as documents")
+    importing.add_argument("paths", nargs="+", help="files, or folders searched for .md .markdown .txt .rst .adoc")
+    importing.add_argument("--url", help="Strata's HTTP address (default: the stack running in --data-dir)")
+    importing.add_argument("--api-key", help="default: $STRATA_API_KEY, else the stack's dev key")
+    importing.add_argument("--data-dir", help="the stack's data dir (default ./.strata)")
+    importing.set_defaults(fn=cmd_import)
     evaluation = sub.add_parser("eval", help="measure memory quality on a benchmark")
     kinds = evaluation.add_subparsers(dest="kind", required=True)
     retrieval = kinds.add_parser("retrieval", help="turn-level recall@k of Strata and baselines")

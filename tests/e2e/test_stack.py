@@ -190,10 +190,55 @@ def test_forget_session_over_http(stack: Running) -> None:
     assert again.status_code == 404
 
 
+def test_documents_over_http(stack: Running) -> None:
+    auth = {"Authorization": f"Bearer {stack.key}"}
+    text = "# Cache notes\n\nThe session cache uses Redis 7. Redis depends on the `maxmemory` setting.\n"
+    created = stack.post("/v1/documents", {"doc_id": "cache", "text": text, "title": "Cache notes"})
+    assert created.status_code == 201, created.text
+    assert created.headers["ETag"] == '"1"' and created.json()["status"] == "ready"
+    stale = stack.post("/v1/documents", {"doc_id": "cache", "text": text + "More."}, headers={"If-Match": '"0"'})
+    assert stale.status_code == 409 and stale.json()["current_version"] == 1
+    hits = stack.post("/v1/search", {"query": "maxmemory", "layers": ["semantic"], "weights": {"lexical": 1}}).json()
+    assert hits["hits"][0]["source"]["doc_id"] == "cache" and hits["hits"][0]["ranks"] == {"lexical": 1}
+    got = httpx.get(stack.url + "/v1/documents/cache", params={"include_text": "true"}, headers=auth, timeout=10)
+    assert got.status_code == 200 and got.json()["text"].strip() == text.strip()
+    entity = httpx.get(stack.url + "/v1/entities", params={"name": "redis"}, headers=auth, timeout=10)
+    assert entity.status_code == 200 and entity.json()["name"].lower() == "redis"
+    assert httpx.get(stack.url + "/v1/documents", headers=auth, timeout=10).json()["total"] >= 1
+    for bad, phrase in (({"text": "  "}, "blank"), ({"text": "x", "doc_id": "../x"}, "doc_id"), ({"txt": "x"}, "txt")):
+        r = stack.post("/v1/documents", bad)
+        assert r.status_code == 422 and phrase in r.json()["message"], r.text
+    r = stack.post("/v1/search", {"query": "x", "weights": {"sparse": 1}})
+    assert r.status_code == 422 and "weights" in r.json()["message"]
+    assert httpx.get(stack.url + "/v1/documents/nope", headers=auth, timeout=10).status_code == 404
+    deleted = httpx.delete(stack.url + "/v1/documents/cache", headers=auth, timeout=10)
+    assert deleted.status_code == 200 and deleted.json()["removed"] > 0
+    hits = stack.post("/v1/search", {"query": "Redis maxmemory", "layers": ["semantic"], "top_k": 50}).json()
+    assert all(h["source"]["doc_id"] != "cache" for h in hits["hits"])
+
+
+def test_import_indexes_a_folder_with_progress(stack: Running, tmp_path: Path) -> None:
+    docs = tmp_path / "docs"
+    (docs / "ops").mkdir(parents=True)
+    (docs / "ops" / "deploy.md").write_text("# Deploying\n\nRun `make release` and watch the canary for ERR_CANARY_7.\n")
+    (docs / "notes.txt").write_text("Plain notes: the VPN endpoint is vpn.example.internal.\n")
+    (docs / "image.png").write_bytes(b"\x89PNG")
+    result = stack.cli("import", str(docs))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "indexed 2 document(s)" in result.stdout
+    with StrataClient(stack.url, stack.key) as client:
+        doc = client.get_document("ops-deploy.md")
+        assert doc.title == "Deploying" and doc.metadata["path"].endswith("ops/deploy.md")
+        found = client.search("ERR_CANARY_7", layers=["semantic"], top_k=1)
+        assert found.hits[0].source is not None and found.hits[0].source.doc_id == "ops-deploy.md"
+    missing = stack.cli("import", str(tmp_path / "nowhere"))
+    assert missing.returncode == 2 and "does not exist" in missing.stderr
+
+
 def test_openapi_docs(stack: Running) -> None:
     assert httpx.get(stack.url + "/docs", timeout=10).status_code == 200
     paths = httpx.get(stack.url + "/openapi.json", timeout=10).json()["paths"]
-    assert {"/v1/context", "/v1/search", "/v1/sessions/{session_id}/turns", "/healthz"} <= set(paths)
+    assert {"/v1/context", "/v1/search", "/v1/sessions/{session_id}/turns", "/healthz", "/v1/documents"} <= set(paths)
 
 
 def test_milvus_outage_gives_503_then_up_recovers(stack: Running) -> None:
