@@ -85,6 +85,9 @@ ROWS: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
     ("− speaker-aware factor (speaker_boost 0)", {"speaker_boost": 0}, {}),
     ("− neighbour-aware vectors (context_neighbour_weight 0)", {"context_neighbour_weight": 0}, {}),
     ("− BM25 path (fusion_lexical_weight 0)", {"fusion_lexical_weight": 0}, {}),
+    ("+ graph path, weight 0.1 (fusion_graph_weight)", {"fusion_graph_weight": 0.1}, {}),
+    ("+ graph path, weight 0.2", {"fusion_graph_weight": 0.2}, {}),
+    ("+ graph path, weight 0.4", {"fusion_graph_weight": 0.4}, {}),
     ("− time preference (no time expressions)", {}, {"time_mode": "none"}),
     ("time expression as a hard filter instead", {}, {"time_mode": "hard"}),
 ]

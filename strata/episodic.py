@@ -16,7 +16,7 @@ import bisect
 import re
 import uuid
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Any, Callable, Sequence
 
@@ -25,6 +25,7 @@ import numpy as np
 from strata.config import EpisodicSettings
 from strata.errors import InvalidInput, NotFound
 from strata.ids import validate_id
+from strata.graph import EntityExtractor, Extraction, KnowledgeGraph, RuleExtractor
 from strata.lexical import LexicalIndex, cjk_share, rrf_fuse
 from strata.records import Record, RecordStore
 from strata.vectors import VectorIndex, best
@@ -78,6 +79,14 @@ class Turn:
     agent: str | None
     speaker: str | None
     metadata: dict[str, Any]
+    #: What the entity extractor found in the turn (``Extraction.to_dict()``);
+    #: None for rows written before extraction existed.
+    entities: dict[str, Any] | None = None
+
+    @property
+    def said(self) -> str:
+        """What was said, without the speaker labels (entities are extracted from this)."""
+        return "\n".join(part for part in (self.user, self.agent) if part)
 
     @property
     def text(self) -> str:
@@ -98,6 +107,7 @@ class Turn:
             "agent": self.agent,
             "speaker": self.speaker,
             "metadata": self.metadata,
+            "graph": self.entities,
         }
 
 
@@ -137,12 +147,20 @@ class EpisodicMemory:
     """All episodic state of one tenant, persisted through a :class:`RecordStore`."""
 
     def __init__(
-        self, tenant: str, *, store: RecordStore, collection: str, settings: EpisodicSettings
+        self,
+        tenant: str,
+        *,
+        store: RecordStore,
+        collection: str,
+        settings: EpisodicSettings,
+        extractor: EntityExtractor | None = None,
     ) -> None:
         self.tenant = validate_id(tenant, field="tenant")
         self._store = store
         self._collection = collection
         self._settings = settings
+        self._extractor = extractor or RuleExtractor()
+        self._graph = KnowledgeGraph()
         self._turns: dict[str, Turn] = {}  # key: session/turn_id
         self._summaries: dict[str, SummaryRecord] = {}
         self._turn_index = VectorIndex()
@@ -195,6 +213,7 @@ class EpisodicMemory:
             if timestamp.tzinfo is None:
                 timestamp = timestamp.replace(tzinfo=timezone.utc)
             turn = Turn(session_id, turn_id, seq, timestamp, item.user, item.agent, item.speaker, dict(item.metadata))
+            turn = replace(turn, entities=self._extractor.extract(turn.said).to_dict())
             if len(turn.text.encode()) > _TEXT_BYTES_MAX:
                 raise InvalidInput(f"turn {position}: text is over {_TEXT_BYTES_MAX} bytes")
             turns.append(turn)
@@ -313,6 +332,7 @@ class EpisodicMemory:
         """The in-memory half of :meth:`forget_session`."""
         gone = [k for k, t in self._turns.items() if t.session_id == session_id]
         self._turn_lexical.remove(gone)
+        self._graph.remove(gone)
         for key in gone:
             self._raw.pop(key, None)
             speaker = self._turns[key].speaker
@@ -401,7 +421,7 @@ class EpisodicMemory:
         hits = []
         ranked = _ranked(
             self._turn_index, self._turn_lexical, query, query_text, top_k, turn_matches, weights,
-            factor=factor if use_factor else None,
+            factor=factor if use_factor else None, graph=self._graph,
         )
         for key, score, ranks in ranked:
             t = self._turns[key]
@@ -457,7 +477,7 @@ class EpisodicMemory:
         # CJK, the more of the fusion the lexical path gets.
         share = cjk_share(query_text)
         dense = s.fusion_dense_weight * (1 - share) + s.fusion_dense_weight_cjk * share
-        return {"dense": dense, "lexical": s.fusion_lexical_weight}
+        return {"dense": dense, "lexical": s.fusion_lexical_weight, "graph": s.fusion_graph_weight}
 
     # -- internals ----------------------------------------------------------
 
@@ -479,6 +499,8 @@ class EpisodicMemory:
                 if 0 <= neighbour < len(order):
                     self._turn_index.set(order[neighbour][1], self._context_vector(order, neighbour))
         self._turn_lexical.add(key, turn.text)
+        extraction = Extraction.from_dict(turn.entities) if turn.entities is not None else self._extractor.extract(turn.said)
+        self._graph.add(key, extraction)
         self._next_seq = max(self._next_seq, turn.seq + 1)
 
     def _context_vector(self, order: list[tuple[tuple[datetime, int], str]], position: int) -> np.ndarray:
@@ -511,8 +533,10 @@ def _ranked(
     weights: dict[str, float],
     *,
     factor: Callable[[str], float] | None = None,
+    graph: KnowledgeGraph | None = None,
 ) -> list[tuple[str, float, dict[str, int]]]:
-    """The ``top_k`` best keys that ``keep`` accepts: by cosine alone, or fused with BM25.
+    """The ``top_k`` best keys that ``keep`` accepts: by cosine alone, or fused with
+    BM25 and (given ``graph``) the entities the text names.
 
     ``factor`` (at least 1) reweighs candidates before the cut; scores are divided
     by its largest value, so they stay in the range of the unweighted ones."""
@@ -524,7 +548,12 @@ def _ranked(
         lexical_scores = lexical.scores(text)
         by_bm25 = sorted(lexical_scores, key=lambda key: (-lexical_scores[key], key))
         words = [key for key in by_bm25 if keep(key)][:depth]
-        fused = rrf_fuse({"dense": dense, "lexical": words}, weights)
+        rankings = {"dense": dense, "lexical": words}
+        if graph is not None and weights.get("graph", 0) > 0:
+            mentions = [key for key, _ in graph.rank(text, limit=depth * 2) if keep(key)][:depth]
+            if mentions:  # a query naming no known entity leaves the other paths' scale alone
+                rankings["graph"] = mentions
+        fused = rrf_fuse(rankings, weights)
     if factor is not None:
         factors = {key: factor(key) for key, _, _ in fused}
         top = max(factors.values(), default=1.0)
@@ -556,6 +585,7 @@ def _turn_from_record(row: Record) -> Turn:
         agent=p.get("agent"),
         speaker=p.get("speaker"),
         metadata=p.get("metadata") or {},
+        entities=p.get("graph"),
     )
 
 

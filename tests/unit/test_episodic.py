@@ -497,3 +497,22 @@ def test_imported_history_is_ordered_by_its_timestamps(store: InMemoryRecordStor
     assert [t.user for t in memory.raw_window("s1")] == [f"late {n}" for n in range(4)]
     [chunk] = memory.pending_summaries("s1")
     assert [t.user for t in chunk] == ["early 0", "early 1", "early 2"]
+
+
+def test_graph_path_finds_turns_naming_the_querys_entities(store: InMemoryRecordStore) -> None:
+    settings = EpisodicSettings(fusion_graph_weight=1.0, fusion_dense_weight=0.0, fusion_lexical_weight=0.0)
+    memory = make(store, settings=settings)
+    turns = add(memory, "s1", [
+        TurnInput(user="We moved the billing jobs to Kubernetes last spring."),
+        TurnInput(user="Kubernetes depends on Calico for networking here."),
+        TurnInput(user="Lunch was great today."),
+    ], vectors=np.stack([unit(0), unit(1), unit(2)]))
+    assert turns[0].entities is not None  # extracted at write, stored with the turn
+    hits = memory.search(unit(3), query_text="what runs on Calico?", top_k=3)
+    assert [h.id for h in hits][:2] == [turns[1].turn_id, turns[0].turn_id]  # Calico, then one hop to Kubernetes
+    assert all("graph" in h.ranks for h in hits[:2])
+    reloaded = make(store, settings=settings)
+    reloaded.load()
+    assert [h.id for h in reloaded.search(unit(3), query_text="Calico", top_k=1)] == [turns[1].turn_id]
+    memory.forget_session("s1")
+    assert memory.search(unit(3), query_text="Calico Kubernetes", top_k=3) == []
