@@ -43,6 +43,21 @@ def _item_line(item: ContextItem) -> str:
     return "- " + prefix + " ".join(item.text.split())
 
 
+def _narrower(item: ContextItem) -> list[ContextItem]:
+    """Smaller stand-ins for a passage that does not fit: the children that matched,
+    best first, cut out of it (a parent is returned for context, but a child is
+    what matched, and it is a quarter of the size)."""
+    if item.source is None or not item.matched:
+        return []
+    out = []
+    for child in item.matched:
+        lo, hi = child.start - item.source.start, child.end - item.source.start
+        if 0 <= lo < hi <= len(item.text):
+            source = item.source.model_copy(update={"start": child.start, "end": child.end})
+            out.append(item.model_copy(update={"text": item.text[lo:hi], "source": source, "matched": []}))
+    return out
+
+
 def _render(sections: Sequence[tuple[str, Sequence[ContextItem]]], messages: Sequence[dict[str, str]]) -> str:
     blocks = []
     for layer, items in sections:
@@ -100,10 +115,13 @@ def assemble_context(
     # few tokens that joining lines may add or save.
     left = max_tokens - size()
     for _, layer, _, item in candidates:
-        cost = counter.count(_item_line(item)) + 1 + (counter.count(LAYER_TITLES.get(layer, layer)) + 4 if not chosen[layer] else 0)
-        if cost <= left:
-            chosen[layer].append(item)
-            left -= cost
+        header = counter.count(LAYER_TITLES.get(layer, layer)) + 4 if not chosen[layer] else 0
+        for version in (item, *_narrower(item)):
+            cost = counter.count(_item_line(version)) + 1 + header
+            if cost <= left:
+                chosen[layer].append(version)
+                left -= cost
+                break
     while size() > max_tokens:
         worst = min(
             ((item.score, layer) for layer, items in chosen.items() for item in items), default=None

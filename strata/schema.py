@@ -32,6 +32,7 @@ __all__ = [
     "WorkingState",
     "ForgetResult",
     "SourceRef",
+    "MatchedSpan",
     "DocumentIn",
     "DocumentOut",
     "DocumentList",
@@ -151,6 +152,13 @@ class SourceRef(_Out):
     end: int
 
 
+class MatchedSpan(_Out):
+    id: str
+    start: int
+    end: int
+    score: float
+
+
 class SearchHit(_Out):
     layer: str
     kind: str
@@ -162,6 +170,9 @@ class SearchHit(_Out):
     turn_ids: list[str] = Field(default_factory=list)
     ranks: dict[str, int] = Field(default_factory=dict, description="1-based rank on each path that found it")
     source: SourceRef | None = Field(default=None, description="Semantic passages: the document span it comes from")
+    matched: list[MatchedSpan] = Field(
+        default_factory=list, description="Semantic passages: the children that matched, best first"
+    )
 
 
 class ContextItem(SearchHit):

@@ -248,3 +248,23 @@ def test_items_far_below_the_best_score_stay_out(counter: TiktokenCounter) -> No
     assert [i.id for i in result.sections[0].items] == ["0", "1"]
     everything = assemble_context(working_messages=[], layer_items={"episodic": items}, max_tokens=1000, counter=counter)
     assert len(everything.sections[0].items) == 4
+
+
+def test_a_passage_too_big_for_the_budget_gives_way_to_its_matched_child(counter: TiktokenCounter) -> None:
+    from strata.schema import MatchedSpan, SourceRef
+
+    filler = " ".join(EN_WORDS * 30)
+    key = "The restart procedure is: drain the node, then run `make restart`."
+    text = filler + " " + key + " " + filler
+    start = len(filler) + 1
+    passage = ContextItem(
+        layer="semantic", kind="passage", id="runbook#0", text=text, score=1.0,
+        source=SourceRef(doc_id="runbook", title="Runbook", start=1000, end=1000 + len(text)),
+        matched=[MatchedSpan(id="runbook/c3", start=1000 + start, end=1000 + start + len(key), score=1.0)],
+    )
+    assert counter.count(text) > 300
+    out = assemble_context(working_messages=[], layer_items={"semantic": [passage]}, max_tokens=100, counter=counter)
+    assert out.tokens <= 100
+    (item,) = out.sections[0].items
+    assert item.text == key and item.source is not None and item.source.start == 1000 + start
+    assert "[Runbook]" in out.text and "make restart" in out.text
