@@ -253,6 +253,7 @@ def _record(extraction: Extraction) -> _Record:
 
 #: Ranking: how far one hub may fan out, and the bonus for a stated relation.
 _RANK_FANOUT = 32
+_MIN_SOURCES_FOR_HUBS = 4
 _RANK_REACH = 256
 _HOP_SOURCE_BUDGET = 5000
 _HOP_DECAY = 0.5
@@ -665,20 +666,29 @@ class KnowledgeGraph:
         """Sources relevant to the entities ``query`` mentions, best first.
 
         A source scores, for each matched entity it mentions, the entity's
-        weight ``log(1 + sources / sources_of_entity)``; for each entity ``d``
+        weight, BM25's idf ``log(1 + (N - n + 0.5) / (n + 0.5))`` for an entity
+        that ``n`` of the ``N`` sources mention (near 0 for an entity nearly every
+        source mentions, such as a conversation's speakers); for each entity ``d``
         relation steps from a matched one, that entity's weight times 0.5**d;
         and half the smaller weight for each relation it states between two
         matched entities. Scores are positive, higher is better, comparable
-        within one call only; ties go to the smaller source id.
+        within one call only. Sources tied at the cut are all left out when
+        they do not all fit: an order among equals would be arbitrary, and a
+        fused ranking would take it for evidence.
 
         Work is bounded for hubs: each node expands to its strongest
         ``_RANK_FANOUT`` neighbours, and neighbours together contribute at most
         ``_HOP_SOURCE_BUDGET`` sources (the most specific first).
         """
-        matched = self.match(query)
+        total = len(self._records)
+        # An entity that more than half of the sources mention tells them apart no
+        # better than chance (where classic IDF turns negative), e.g. the speakers
+        # of a conversation: it is neither matched nor expanded from.
+        matched = [
+            key for key in self.match(query) if total < _MIN_SOURCES_FOR_HUBS or 2 * len(self._sources_of(key)) <= total
+        ]
         if not matched or limit <= 0:
             return []
-        total = len(self._records)
         scores: dict[int, float] = {}
         weights: dict[str, float] = {}
         budget = _HOP_SOURCE_BUDGET
@@ -692,7 +702,7 @@ class KnowledgeGraph:
                 if len(sources) > budget:
                     continue
                 budget -= len(sources)
-            weight = math.log1p(total / len(sources))
+            weight = math.log1p((total - len(sources) + 0.5) / (len(sources) + 0.5))
             if dist == 0:
                 weights[node] = weight
             weight *= _HOP_DECAY**dist
@@ -714,9 +724,7 @@ class KnowledgeGraph:
         if len(scores) > limit:
             cutoff = heapq.nlargest(limit, scores.values())[-1]
             above = [(_id(ids[slot]), score) for slot, score in scores.items() if score > cutoff]
-            tied = heapq.nsmallest(
-                limit - len(above), (_id(ids[slot]) for slot, score in scores.items() if score == cutoff)
-            )
+            tied: list[str] = []  # more sources share the cut-off score than fit: none of them is preferred
         else:
             above, tied, cutoff = [(_id(ids[slot]), score) for slot, score in scores.items()], [], 0.0
         above.sort(key=lambda kv: (-kv[1], kv[0]))
