@@ -265,7 +265,6 @@ class SemanticShard(LayerShard[SemanticMemory]):
             raise ValueError("give query or vector")
         if vector is None:
             vector = (await self._embed([query or ""]))[0]
-        weights = weights or self.settings.semantic.weights_for(tenant)
         slot = await self._tenant(tenant)
         hits = slot.layer.search(
             np.asarray(vector, dtype=np.float32),

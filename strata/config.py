@@ -210,6 +210,9 @@ class SemanticSettings(_Section):
     fusion_weights: dict[str, float] = Field(
         default_factory=lambda: {"dense": 0.5, "lexical": 0.3, "graph": 0.2}
     )
+    #: Dense weight for a CJK query (scaled by its share of CJK text): the
+    #: packaged MiniLM knows English only; raise it for a multilingual embedder.
+    fusion_dense_weight_cjk: float = Field(default=0.05, ge=0)
     rrf_k: int = Field(default=60, ge=1, le=1000)
     #: Children each path ranks before fusion.
     candidates: int = Field(default=100, ge=1, le=10_000)

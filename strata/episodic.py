@@ -26,7 +26,7 @@ from strata.config import EpisodicSettings
 from strata.errors import InvalidInput, NotFound
 from strata.ids import validate_id
 from strata.graph import EntityExtractor, Extraction, KnowledgeGraph, RuleExtractor
-from strata.lexical import LexicalIndex, cjk_share, rrf_fuse
+from strata.lexical import LexicalIndex, cjk_share, language_weights, rrf_fuse
 from strata.records import Record, RecordStore
 from strata.vectors import VectorIndex, best
 from strata.summarize import EpisodeSummary, SummaryInput
@@ -473,11 +473,8 @@ class EpisodicMemory:
         s = self._settings
         if not query_text:
             return {"dense": 1.0}
-        # The packaged embedder knows English only: the more of the query is
-        # CJK, the more of the fusion the lexical path gets.
-        share = cjk_share(query_text)
-        dense = s.fusion_dense_weight * (1 - share) + s.fusion_dense_weight_cjk * share
-        return {"dense": dense, "lexical": s.fusion_lexical_weight, "graph": s.fusion_graph_weight}
+        configured = {"dense": s.fusion_dense_weight, "lexical": s.fusion_lexical_weight, "graph": s.fusion_graph_weight}
+        return language_weights(configured, query_text, dense_cjk=s.fusion_dense_weight_cjk)
 
     # -- internals ----------------------------------------------------------
 

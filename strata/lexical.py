@@ -25,7 +25,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from strata.importance import CJK_STOP_CHARS, extract_terms
 
-__all__ = ["LexicalIndex", "lexical_terms", "rrf_fuse", "cjk_share"]
+__all__ = ["LexicalIndex", "lexical_terms", "rrf_fuse", "cjk_share", "language_weights"]
 
 _CJK_RUN = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]+")
 
@@ -136,3 +136,14 @@ def cjk_share(text: str) -> float:
     if not letters:
         return 0.0
     return sum(1 for c in letters if "\u3400" <= c <= "\u9fff" or "\uf900" <= c <= "\ufaff") / len(letters)
+
+
+def language_weights(weights: Mapping[str, float], query: str, *, dense_cjk: float) -> dict[str, float]:
+    """Fusion weights for ``query``: the ``dense`` weight moves toward ``dense_cjk``
+    as the query's share of CJK text grows. The packaged MiniLM knows English
+    only; for a multilingual embedder, set ``dense_cjk`` to the dense weight."""
+    out = dict(weights)
+    share = cjk_share(query)
+    if share and "dense" in out:
+        out["dense"] = out["dense"] * (1 - share) + dense_cjk * share
+    return out

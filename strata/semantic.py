@@ -40,7 +40,7 @@ from strata.episodic import from_ms, to_ms
 from strata.errors import InvalidInput, NotFound
 from strata.graph import EntityExtractor, Extraction, KnowledgeGraph
 from strata.ids import validate_id
-from strata.lexical import LexicalIndex, rrf_fuse
+from strata.lexical import LexicalIndex, language_weights, rrf_fuse
 from strata.records import Record, RecordStore
 from strata.vectors import VectorIndex, best
 
@@ -194,6 +194,7 @@ class SemanticMemory:
         self._store = store
         self._collection = collection
         self._settings = settings
+        self._weights = settings.weights_for(tenant)
         self._chunker = chunker
         self._extractor = extractor
         self._docs: dict[str, Document] = {}
@@ -440,11 +441,17 @@ class SemanticMemory:
         Args:
             weights: per path (``dense``, ``lexical``, ``graph``); a path weighted 0
                 or left out is not run, so ``{"dense": 1}`` is plain vector top-k.
+                None: the tenant's configured weights, with the dense weight moved
+                toward ``fusion_dense_weight_cjk`` for a CJK query.
             min_cosine: children below this cosine similarity are not ranked by the
                 dense path (a plain cosine threshold, for comparison).
             doc_ids: only passages of these documents.
         """
-        weights = dict(weights) if weights is not None else dict(self._settings.fusion_weights)
+        if weights is None:  # the tenant's configured fusion, shifted away from dense for CJK queries
+            weights = language_weights(
+                self._weights, query_text or "", dense_cjk=self._settings.fusion_dense_weight_cjk
+            )
+        weights = dict(weights)
         unknown = set(weights) - set(PATHS)
         if unknown:
             raise InvalidInput(f"unknown retrieval path(s) {sorted(unknown)}; known: {', '.join(PATHS)}", field="weights")
