@@ -154,6 +154,12 @@ def cmd_eval_retrieval(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_eval_chunking(args: argparse.Namespace) -> int:
+    from serve_app.evaluate_documents import run
+
+    return run(args, _settings(args).semantic)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="strata", description="Strata: a four-layer memory runtime for AI agents")
     parser.add_argument("--config", help="YAML settings file (default: $STRATA_CONFIG, else built-in defaults)")
@@ -188,6 +194,14 @@ def main(argv: list[str] | None = None) -> int:
     retrieval.add_argument("--data-dir", help="the stack's data dir (default ./.strata)")
     retrieval.add_argument("--config", default=argparse.SUPPRESS, help="YAML settings (as `strata --config`)")
     retrieval.set_defaults(fn=cmd_eval_retrieval)
+    from serve_app.evaluate_documents import add_arguments
+
+    chunking = kinds.add_parser(
+        "chunking", help="chunking strategies and retrieval paths of the semantic layer, on documents made from a benchmark"
+    )
+    add_arguments(chunking)
+    chunking.add_argument("--config", default=argparse.SUPPRESS, help="YAML settings (as `strata --config`)")
+    chunking.set_defaults(fn=cmd_eval_chunking)
     args = parser.parse_args(argv)
     from serve_app.stack import StackError
     from strata.errors import StrataError
