@@ -30,7 +30,8 @@ from actors.shard import LayerShard
 from strata.chunking import make_chunker
 from strata.embedding import Embedder, embedding_dim, make_embedder
 from strata.errors import NotFound, StrataError, VersionConflict
-from strata.graph import EntityExtractor, make_extractor
+from strata.entities import make_extractor
+from strata.graph import EntityExtractor
 from strata.ids import validate_id
 from strata.llm import make_llm
 from strata.records import RecordStore

@@ -34,7 +34,7 @@ from strata.chunking import STRATEGIES, make_chunker
 from strata.config import ChunkingSettings, SemanticSettings
 from strata.evaluation.datasets import Benchmark
 from strata.evaluation.documents import DocumentCorpus, DocumentSet, PassageBoard, document_set
-from strata.graph import RuleExtractor
+from strata.entities import RuleExtractor
 from strata.records import InMemoryRecordStore
 from strata.semantic import CHILD, PARENT, DocumentInput, SemanticMemory
 from strata.tokens import TiktokenCounter, TokenCounter

@@ -25,7 +25,8 @@ import numpy as np
 from strata.config import EpisodicSettings
 from strata.errors import InvalidInput, NotFound
 from strata.ids import validate_id
-from strata.graph import EntityExtractor, Extraction, KnowledgeGraph, RuleExtractor
+from strata.entities import RuleExtractor
+from strata.graph import EntityExtractor, Extraction, KnowledgeGraph
 from strata.lexical import LexicalIndex, cjk_share, language_weights, rrf_fuse
 from strata.records import Record, RecordStore
 from strata.vectors import VectorIndex, best

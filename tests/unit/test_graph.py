@@ -15,16 +15,14 @@ import pytest
 
 import strata.graph as graph_module
 from strata.config import LLMSettings
+from strata.entities import LLMExtractor, RuleExtractor, make_extractor
 from strata.graph import (
     MAX_ENTITIES_PER_TEXT,
     Entity,
     Extraction,
     KnowledgeGraph,
-    LLMExtractor,
     Relation,
-    RuleExtractor,
     entity_key,
-    make_extractor,
 )
 from strata.llm import OpenAIChatLLM
 from tests.llm_server import chat_body, llm_server

@@ -12,7 +12,7 @@ from strata.chunking import make_chunker
 from strata.config import ChunkingSettings, SemanticSettings
 from strata.embedding import OnnxMiniLMEmbedder
 from strata.errors import InvalidInput, NotFound, StoreUnavailable
-from strata.graph import RuleExtractor
+from strata.entities import RuleExtractor
 from strata.records import InMemoryRecordStore
 from strata.semantic import CHILD, DOC, PARENT, DocumentInput, SemanticMemory
 from strata.tokens import TiktokenCounter
