@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import math
 import re
-from collections import defaultdict
+from collections import Counter, defaultdict
 from functools import lru_cache
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -54,33 +54,52 @@ def lexical_terms(text: str) -> frozenset[str]:
 
 
 class LexicalIndex:
-    """Okapi BM25 over documents added and removed one by one."""
+    """Okapi BM25 over documents added and removed one by one.
 
-    def __init__(self, *, k1: float = 1.2, b: float = 0.75) -> None:
+    A term counts once per text by default (turns are short, and a word
+    repeated in one turn is more often noise than signal). With
+    ``per_line=True`` it counts once per line, so a term that recurs through
+    a longer text (a document chunk) weighs more: on the semantic layer's
+    children, +0.019 R@10 on LoCoMo and +0.025 on MemSim (serve_app.bm25_compare).
+    """
+
+    def __init__(self, *, k1: float = 1.2, b: float = 0.75, per_line: bool = False) -> None:
         self._k1 = k1
         self._b = b
+        self._per_line = per_line
         self._postings: dict[str, set[str]] = defaultdict(set)
-        self._terms: dict[str, frozenset[str]] = {}
+        self._counts: dict[str, dict[str, int]] = {}
+        self._lengths: dict[str, int] = {}
         self._total_length = 0
 
     def __len__(self) -> int:
-        return len(self._terms)
+        return len(self._counts)
+
+    def _count(self, text: str) -> dict[str, int]:
+        if not self._per_line:
+            return dict.fromkeys(lexical_terms(text), 1)
+        counts: Counter[str] = Counter()
+        for line in text.splitlines():
+            if line.strip():
+                counts.update(lexical_terms(line))
+        return dict(counts)
 
     def add(self, doc_id: str, text: str) -> None:
         self.remove([doc_id])
-        terms = lexical_terms(text)
-        self._terms[doc_id] = terms
-        self._total_length += len(terms)
-        for term in terms:
+        counts = self._count(text)
+        self._counts[doc_id] = counts
+        self._lengths[doc_id] = length = sum(counts.values())
+        self._total_length += length
+        for term in counts:
             self._postings[term].add(doc_id)
 
     def remove(self, doc_ids: Iterable[str]) -> None:
         for doc_id in doc_ids:
-            terms = self._terms.pop(doc_id, None)
-            if terms is None:
+            counts = self._counts.pop(doc_id, None)
+            if counts is None:
                 continue
-            self._total_length -= len(terms)
-            for term in terms:
+            self._total_length -= self._lengths.pop(doc_id)
+            for term in counts:
                 posting = self._postings[term]
                 posting.discard(doc_id)
                 if not posting:
@@ -88,10 +107,11 @@ class LexicalIndex:
 
     def scores(self, query: str) -> dict[str, float]:
         """BM25 score of every document sharing a term with ``query`` (others score 0)."""
-        n = len(self._terms)
+        n = len(self._counts)
         if not n:
             return {}
         average = max(self._total_length / n, 1.0)
+        k1, b = self._k1, self._b
         scores: dict[str, float] = defaultdict(float)
         for term in lexical_terms(query):
             posting = self._postings.get(term)
@@ -99,8 +119,9 @@ class LexicalIndex:
                 continue
             idf = math.log(1 + (n - len(posting) + 0.5) / (len(posting) + 0.5))
             for doc_id in posting:
-                length = len(self._terms[doc_id])
-                scores[doc_id] += idf * (self._k1 + 1) / (1 + self._k1 * (1 - self._b + self._b * length / average))
+                tf = self._counts[doc_id][term]
+                norm = k1 * (1 - b + b * self._lengths[doc_id] / average)
+                scores[doc_id] += idf * tf * (k1 + 1) / (tf + norm)
         return dict(scores)
 
 

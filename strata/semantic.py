@@ -25,6 +25,7 @@ old version or the new one, never a mix.
 
 from __future__ import annotations
 
+import heapq
 import logging
 import uuid
 from collections.abc import Mapping
@@ -202,14 +203,16 @@ class SemanticMemory:
         self._children: dict[str, _Child] = {}
         self._doc_chunks: dict[str, tuple[list[str], list[str]]] = {}  # doc -> (parent pks, child pks)
         self._dense = VectorIndex()
-        self._lexical = LexicalIndex()
+        self._lexical = LexicalIndex(per_line=True)  # chunks are long: a recurring term weighs more
         self._graph = KnowledgeGraph()
 
     # -- loading ------------------------------------------------------------
 
     def load(self) -> None:
         """Rebuild the in-memory indexes from the durable rows; drop orphaned chunks."""
-        rows = self._store.scan(self._collection, tenant=self.tenant)
+        # Documents and parents carry no vector: read them without, children with.
+        rows = self._store.scan(self._collection, tenant=self.tenant, kinds=[DOC, PARENT], with_vectors=False)
+        rows += self._store.scan(self._collection, tenant=self.tenant, kinds=[CHILD])
         docs = {row.session: Document.from_record(row) for row in rows if row.kind == DOC}
         live: dict[str, tuple[list[Record], list[Record]]] = {d: ([], []) for d in docs}
         orphans: list[str] = []
@@ -469,8 +472,9 @@ class SemanticMemory:
             rankings["dense"] = [pk for pk, score in found if min_cosine is None or score >= min_cosine]
         if weights.get("lexical", 0) > 0 and query_text:
             scores = self._lexical.scores(query_text)
-            ordered = sorted(scores, key=lambda pk: (-scores[pk], pk))
-            rankings["lexical"] = [pk for pk in ordered if keep(pk)][:depth]
+            if wanted is not None:
+                scores = {pk: score for pk, score in scores.items() if keep(pk)}
+            rankings["lexical"] = heapq.nsmallest(depth, scores, key=lambda pk: (-scores[pk], pk))
         if weights.get("graph", 0) > 0 and query_text:
             ranked = self._graph.rank(query_text, hops=self._settings.graph_hops, limit=depth * 2)
             rankings["graph"] = [pk for pk, _ in ranked if pk in self._children and keep(pk)][:depth]
