@@ -543,9 +543,7 @@ def _ranked(
         fused = [(key, score, {"dense": n}) for n, (key, score) in enumerate(best(index, vector, depth, keep), 1)]
     else:
         dense = [key for key, _ in best(index, vector, depth, keep)]
-        lexical_scores = lexical.scores(text)
-        by_bm25 = sorted(lexical_scores, key=lambda key: (-lexical_scores[key], key))
-        words = [key for key in by_bm25 if keep(key)][:depth]
+        words = lexical.top(text, depth, keep)
         rankings = {"dense": dense, "lexical": words}
         if graph is not None and weights.get("graph", 0) > 0:
             mentions = [key for key, _ in graph.rank(text, limit=depth * 2) if keep(key)][:depth]

@@ -25,7 +25,6 @@ old version or the new one, never a mix.
 
 from __future__ import annotations
 
-import heapq
 import logging
 import uuid
 from collections.abc import Mapping
@@ -471,10 +470,7 @@ class SemanticMemory:
             found = best(self._dense, np.asarray(vector, dtype=np.float32), depth, keep if wanted is not None else None)
             rankings["dense"] = [pk for pk, score in found if min_cosine is None or score >= min_cosine]
         if weights.get("lexical", 0) > 0 and query_text:
-            scores = self._lexical.scores(query_text)
-            if wanted is not None:
-                scores = {pk: score for pk, score in scores.items() if keep(pk)}
-            rankings["lexical"] = heapq.nsmallest(depth, scores, key=lambda pk: (-scores[pk], pk))
+            rankings["lexical"] = self._lexical.top(query_text, depth, keep if wanted is not None else None)
         if weights.get("graph", 0) > 0 and query_text:
             ranked = self._graph.rank(query_text, hops=self._settings.graph_hops, limit=depth * 2)
             rankings["graph"] = [pk for pk, _ in ranked if pk in self._children and keep(pk)][:depth]

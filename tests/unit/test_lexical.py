@@ -115,3 +115,53 @@ def test_chinese_words_join_the_bigrams() -> None:
     index.add("b", "我的上司喜欢听音乐会")
     scores = index.scores("那个6月8日过生日的人是做什么的")
     assert max(scores, key=scores.get) == "a"
+
+
+def test_numpy_scoring_matches_plain_bm25_through_removals_and_compaction() -> None:
+    import math
+    import random
+
+    from strata.lexical import LexicalIndex, lexical_terms
+
+    rng = random.Random(7)
+    words = [f"word{i}" for i in range(60)] + ["ERR_CONN_RESET", "部署", "数据库"]
+    index = LexicalIndex(per_line=True)
+    docs: dict[str, str] = {}
+    for step in range(4000):
+        if docs and rng.random() < 0.45:
+            gone = rng.choice(sorted(docs))
+            index.remove([gone])
+            del docs[gone]
+        else:
+            doc_id = f"d{rng.randrange(3000)}"
+            text = "\n".join(" ".join(rng.choices(words, k=rng.randint(1, 6))) for _ in range(rng.randint(1, 3)))
+            index.add(doc_id, text)
+            docs[doc_id] = text
+    assert len(index) == len(docs)
+
+    def counts(text: str) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for line in text.splitlines():
+            for term in lexical_terms(line):
+                out[term] = out.get(term, 0) + 1
+        return out
+
+    table = {d: counts(t) for d, t in docs.items()}
+    average = sum(sum(c.values()) for c in table.values()) / len(table)
+    query = "word3 word17 ERR_CONN_RESET 部署"
+    expected: dict[str, float] = {}
+    for term in lexical_terms(query):
+        df = sum(1 for c in table.values() if term in c)
+        if not df:
+            continue
+        idf = math.log(1 + (len(table) - df + 0.5) / (df + 0.5))
+        for d, c in table.items():
+            if term in c:
+                tf, length = c[term], sum(c.values())
+                expected[d] = expected.get(d, 0.0) + idf * tf * 2.2 / (tf + 1.2 * (0.25 + 0.75 * length / average))
+    got = index.scores(query)
+    assert got.keys() == expected.keys()
+    assert all(abs(got[d] - expected[d]) < 1e-3 * max(1.0, expected[d]) for d in got)
+    best = sorted(expected, key=lambda d: (-round(expected[d], 4), d))[:10]
+    assert index.top(query, 10)[:5] == best[:5]
+    assert index.top(query, 5, keep=lambda d: d.endswith("7")) == [d for d in sorted(got, key=lambda d: (-got[d], d)) if d.endswith("7")][:5]
