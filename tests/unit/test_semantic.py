@@ -249,6 +249,6 @@ def test_tenant_overrides_chunking_and_weights() -> None:
     assert settings.chunking_for("lab").strategy == "sentence"
     assert settings.chunking_for("acme").strategy == "parent_child"
     assert settings.weights_for("lab") == {"dense": 1.0}
-    assert settings.weights_for("acme") == {"dense": 0.5, "lexical": 0.3, "graph": 0.2}
+    assert settings.weights_for("acme") == {"dense": 0.4, "lexical": 0.4, "graph": 0.2}
     with pytest.raises(ValueError, match="unknown retrieval path"):
         SemanticSettings(fusion_weights={"vector": 1.0})
