@@ -201,12 +201,13 @@ class SemanticShard(LayerShard[SemanticMemory]):
         """Remove the document from every store and index; returns rows removed and the new version."""
         slot = await self._tenant(tenant)
         slot.layer.document(doc_id)  # NotFound before claiming a version
+
+        def forget(layer: SemanticMemory, removed: int) -> int:
+            layer.drop(doc_id)
+            return removed
+
         removed, version = await self.mutate(
-            tenant,
-            doc_id,
-            expected_version,
-            lambda layer: layer.delete(doc_id),
-            lambda layer, removed: (layer.drop(doc_id), removed)[1],
+            tenant, doc_id, expected_version, lambda layer: layer.delete(doc_id), forget
         )
         return {"doc_id": doc_id, "removed": removed, "version": version}
 

@@ -31,15 +31,11 @@ import json
 import os
 import re
 import shlex
-import signal
-import socket
 import sys
-import tempfile
 import time
 import types
 import uuid
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from functools import lru_cache
@@ -662,44 +658,6 @@ def format_report(result: dict[str, Any]) -> str:
 # -- milvus-lite --------------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@contextmanager
-def _milvus_lite(data_dir: Path) -> Iterator[tuple[str, int]]:
-    """A milvus-lite server on a free loopback port: (uri, pid); killed on exit."""
-    from serve_app.stack import Stack
-    from strata.config import load_settings
-
-    settings = load_settings(None, data_dir=data_dir, milvus={"port": _free_port()})
-    stack = Stack(settings, say=lambda _: None)
-    stack.ensure_milvus()
-    pid = stack.milvus_pid()
-    assert pid is not None
-    try:
-        yield settings.milvus.address, pid
-    finally:
-        _stop(pid)
-
-
-def _stop(pid: int) -> None:
-    """Stop the server we started (its own process group, see Stack.ensure_milvus) and reap it."""
-    try:
-        os.killpg(pid, signal.SIGTERM)
-        deadline = time.monotonic() + 10
-        while os.waitpid(pid, os.WNOHANG) == (0, 0):
-            if time.monotonic() > deadline:
-                os.killpg(pid, signal.SIGKILL)
-                os.waitpid(pid, 0)
-                return
-            time.sleep(0.1)
-    except (ProcessLookupError, ChildProcessError):
-        pass
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(
@@ -720,6 +678,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"{args.dataset} does not exist (LoCoMo's locomo10.json)")
 
     from strata.embedding import OnnxMiniLMEmbedder
+    from serve_app.stack import scratch_milvus
     from strata.milvus_store import MilvusRecordStore
 
     # Thread-count variables change the numpy (dense) and onnxruntime figures: part of the command.
@@ -731,7 +690,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     documents, questions = locomo_corpus(args.dataset)
     queries = questions[: args.queries]
     embedder = OnnxMiniLMEmbedder(threads=args.threads)
-    with tempfile.TemporaryDirectory(prefix="bench-semantic-") as tmp, _milvus_lite(Path(tmp)) as (uri, pid):
+    with scratch_milvus() as (uri, pid):
         store = MilvusRecordStore(uri, timeout_s=60)
         result = run(
             documents,

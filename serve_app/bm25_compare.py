@@ -25,19 +25,15 @@ latency p50 / p95, and whether it can add and remove texts without a rebuild.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
-import os
-import signal
-import socket
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -47,12 +43,13 @@ from strata.evaluation.documents import DocumentCorpus, DocumentSet, PassageBoar
 from strata.lexical import LexicalIndex, cjk_share, lexical_terms
 from strata.tokens import TiktokenCounter
 
-__all__ = ["CANDIDATES", "MilvusLite", "compare", "format_table", "main"]
+__all__ = ["CANDIDATES", "compare", "format_table", "main"]
 
-CANDIDATES = ("strata", "bm25s+terms", "bm25s+tf", "bm25s", "milvus")
+CANDIDATES = ("strata", "strata-once", "bm25s+terms", "bm25s+tf", "bm25s", "milvus")
 #: Whether each can add and remove a text without rebuilding the index.
 INCREMENTAL = {
     "strata": "yes (posting lists updated in place)",
+    "strata-once": "yes (posting lists updated in place)",
     "bm25s+terms": "no (static index: rebuild on every change)",
     "bm25s+tf": "no (static index: rebuild on every change)",
     "bm25s": "no (static index: rebuild on every change)",
@@ -81,14 +78,19 @@ def _top(scores: np.ndarray, ids: Sequence[str], k: int) -> list[str]:
 
 
 class _Strata:
+    """Strata's LexicalIndex, as the semantic layer configures it (terms counted per line),
+    or once per text as the episodic layer does."""
+
+    def __init__(self, *, per_line: bool) -> None:
+        self._per_line = per_line
+
     def build(self, children: Sequence[_Child]) -> None:
-        self._index = LexicalIndex(k1=K1, b=B)
+        self._index = LexicalIndex(k1=K1, b=B, per_line=self._per_line)
         for c in children:
             self._index.add(c.pk, c.text)
 
     def search(self, query: str, k: int) -> list[str]:
-        scores = self._index.scores(query)
-        return sorted(scores, key=lambda pk: (-scores[pk], pk))[:k]
+        return self._index.top(query, k)
 
 
 class _Bm25s:
@@ -127,58 +129,6 @@ def _terms_per_line(text: str) -> list[str]:
 
 
 # ----------------------------------------------------------------- Milvus
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class MilvusLite:
-    """A milvus-lite server of our own, in a temporary data dir, killed by :meth:`stop`."""
-
-    def __init__(self) -> None:
-        self._dir = tempfile.TemporaryDirectory(prefix="bm25-milvus-")
-        self.port = _free_port()
-        self._process: subprocess.Popen[bytes] | None = None
-        self._log: IO[bytes] | None = None
-
-    def start(self, timeout_s: float = 90) -> None:
-        from strata.errors import StoreUnavailable
-        from strata.milvus_store import MilvusRecordStore
-
-        log = self._log = open(Path(self._dir.name) / "milvus.log", "ab")  # noqa: SIM115 - closed by stop()
-        binary = Path(sys.executable).parent / "milvus-lite"
-        self._process = subprocess.Popen(
-            [str(binary), "server", "--data-dir", str(Path(self._dir.name) / "data"),
-             "--host", "127.0.0.1", "--port", str(self.port)],
-            stdout=log, stderr=log, start_new_session=True,
-        )
-        store = MilvusRecordStore(self.uri, timeout_s=2)
-        deadline = time.monotonic() + timeout_s
-        while True:  # its port opens about a second before it answers
-            if self._process.poll() is not None:
-                raise RuntimeError(f"milvus-lite exited with {self._process.returncode}; see {log.name}")
-            try:
-                store.ping()
-                return
-            except StoreUnavailable:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.2)
-
-    @property
-    def uri(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def stop(self) -> None:
-        if self._process is not None and self._process.poll() is None:
-            os.killpg(self._process.pid, signal.SIGKILL)
-            self._process.wait(10)
-        if self._log is not None:
-            self._log.close()
-        self._dir.cleanup()
 
 
 class _Milvus:
@@ -252,7 +202,7 @@ def compare(
 
     analyzer_name, analyzer = _analyzer(documents)
     lexical_terms("预热 warm-up")  # jieba loads its dictionary once (~1 s): not any candidate's build time
-    server: MilvusLite | None = None
+    server = contextlib.ExitStack()
     client: Any = None
     boards = {name: PassageBoard(ks) for name in candidates}
     build_s = dict.fromkeys(candidates, 0.0)
@@ -263,11 +213,12 @@ def compare(
         if "milvus" in candidates:
             from pymilvus import MilvusClient
 
-            server = MilvusLite()
+            from serve_app.stack import scratch_milvus
+
             started = time.perf_counter()
-            server.start()
-            client = MilvusClient(uri=server.uri, timeout=30)
-            print(f"milvus-lite up on port {server.port} in {time.perf_counter() - started:.1f} s", file=sys.stderr)
+            uri, _ = server.enter_context(scratch_milvus())
+            client = MilvusClient(uri=uri, timeout=30)
+            print(f"milvus-lite up at {uri} in {time.perf_counter() - started:.1f} s", file=sys.stderr)
         for number, corpus in enumerate(documents.corpora):
             children = _children(corpus, titles=titles)
             children_total += len(children)
@@ -275,7 +226,9 @@ def compare(
             for name in candidates:
                 index: _Lexical
                 if name == "strata":
-                    index = _Strata()
+                    index = _Strata(per_line=True)
+                elif name == "strata-once":
+                    index = _Strata(per_line=False)
                 elif name == "bm25s+terms":
                     index = _Bm25s(_terms)
                 elif name == "bm25s+tf":
@@ -299,8 +252,7 @@ def compare(
                 if isinstance(index, _Milvus):
                     index.drop()
     finally:
-        if server is not None:
-            server.stop()
+        server.close()
     results = {}
     for name in candidates:
         ordered = sorted(latency[name])

@@ -18,9 +18,10 @@ import socket
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import httpx
 
@@ -28,7 +29,7 @@ from actors.ray_auth import use_ray_auth
 
 from strata.config import StrataSettings
 
-__all__ = ["Stack", "StackError"]
+__all__ = ["Stack", "StackError", "scratch_milvus"]
 
 
 class StackError(RuntimeError):
@@ -358,3 +359,25 @@ class Stack:
             "serve": f"healthy at {self.url}" if self.healthy() else "not answering",
             "data_dir": str(self.data_dir),
         }
+
+
+@contextmanager
+def scratch_milvus() -> Iterator[tuple[str, int]]:
+    """A milvus-lite server of its own, on a free loopback port with a temporary
+    data dir, for benchmarks: yields ``(uri, pid)``; stopped and removed on exit."""
+    import tempfile
+
+    from strata.config import load_settings
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = int(probe.getsockname()[1])
+    with tempfile.TemporaryDirectory(prefix="strata-milvus-") as tmp:
+        stack = Stack(load_settings(None, data_dir=Path(tmp), milvus={"port": port}), say=lambda _: None)
+        stack.ensure_milvus()
+        pid = stack.milvus_pid()
+        assert pid is not None
+        try:
+            yield stack.settings.milvus.address, pid
+        finally:
+            stack._stop_pid(pid)
