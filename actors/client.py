@@ -132,6 +132,16 @@ class InClusterClient:
     async def entity(self, name: str) -> EntityOut:
         return EntityOut(**await self._flow.entity(self._tenant, name))
 
+    # -- in-cluster only: operating and evaluating -----------------------------
+
+    async def llm_usage(self) -> dict[str, int]:
+        """LLM calls and tokens of all layer actors since they started (every tenant's)."""
+        return await self._flow.llm_usage()
+
+    async def wait_for_summaries(self) -> int:
+        """Wait until this tenant's background summaries are made; returns chunks still pending."""
+        return await self._flow.wait_for_summaries(self._tenant)
+
 
 class _Sync:
     """Blocking versions of the client's methods, for code without an event loop."""

@@ -54,8 +54,8 @@ class EpisodicShard(LayerShard[EpisodicMemory]):
     def __init__(self, settings: dict[str, Any], shard: int) -> None:
         super().__init__(settings, shard)
         self._embedder: Embedder | None = None
-        llm = make_llm(self.settings.llm)
-        self._summarizer: Summarizer = LLMSummarizer(llm) if llm else ExtractiveSummarizer()
+        self.llm = make_llm(self.settings.llm)
+        self._summarizer: Summarizer = LLMSummarizer(self.llm) if self.llm else ExtractiveSummarizer()
         self._summarising: dict[str, asyncio.Task[None]] = {}
 
     def make_layer(self, tenant: str, store: RecordStore, collections: Collections) -> EpisodicMemory:

@@ -354,6 +354,20 @@ class Orchestration:
         )
         return SearchResult(hits=hits[: req.top_k], time_range=time_range, versions=versions, missing=missing)
 
+    async def llm_usage(self) -> dict[str, int]:
+        """LLM calls and tokens of every layer shard since it started, summed (all tenants)."""
+        handles = [h for layer in AVAILABLE_LAYERS for h in self.router.all_handles(layer)]
+        totals: dict[str, int] = {}
+        for usage in await asyncio.gather(*(_call(h.llm_usage.remote()) for h in handles)):
+            for key, value in usage.items():
+                totals[key] = totals.get(key, 0) + int(value)
+        return totals
+
+    async def wait_for_summaries(self, tenant: str) -> int:
+        """Wait until the tenant's background summaries are made; returns chunks still pending."""
+        pending: int = await _call(self._actor("episodic", tenant).wait_for_summaries.remote(tenant))
+        return pending
+
     async def health(self) -> dict[str, Any]:
         """Ping every shard of every layer; the store's answer comes through them."""
         layers: dict[str, str] = {}

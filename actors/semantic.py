@@ -35,7 +35,7 @@ from strata.graph import EntityExtractor
 from strata.ids import validate_id
 from strata.llm import make_llm
 from strata.records import RecordStore
-from strata.semantic import Document, DocumentInput, SemanticHit, SemanticMemory
+from strata.semantic import DocumentInput, SemanticHit, SemanticMemory
 from strata.storage import Collections
 from strata.tokens import TiktokenCounter
 
@@ -85,7 +85,8 @@ class SemanticShard(LayerShard[SemanticMemory]):
         super().__init__(settings, shard)
         self._embedder: Embedder | None = None
         self._counter = TiktokenCounter(self.settings.working.encoding)
-        self._extractor: EntityExtractor = make_extractor(make_llm(self.settings.llm))
+        self.llm = make_llm(self.settings.llm)
+        self._extractor: EntityExtractor = make_extractor(self.llm)
         self._jobs: dict[tuple[str, str], _Job] = {}
 
     def make_layer(self, tenant: str, store: RecordStore, collections: Collections) -> SemanticMemory:

@@ -21,6 +21,7 @@ and an actor restart are the same thing to a caller.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from dataclasses import dataclass, field
@@ -29,6 +30,7 @@ from typing import Any, Awaitable, Callable, Generic, TypeVar
 from strata.config import StrataSettings
 from strata.errors import VersionConflict
 from strata.ids import validate_id
+from strata.llm import LLM, LLMUsage
 from strata.records import RecordStore
 from strata.storage import Collections, open_store
 from strata.versions import VersionStore
@@ -62,6 +64,8 @@ class LayerShard(Generic[L]):
         self._tenants: dict[str, _Tenant[L]] = {}
         self._loading: dict[str, asyncio.Future[_Tenant[L]]] = {}
         self._evictor: asyncio.Task[None] | None = None
+        #: The LLM this shard calls, if any: its usage is reported by :meth:`llm_usage`.
+        self.llm: LLM | None = None
 
     # -- to be provided by each layer ---------------------------------------
 
@@ -185,6 +189,11 @@ class LayerShard(Generic[L]):
         store, _, _ = await self._backend()
         await asyncio.to_thread(store.ping)
         return {"layer": self.layer_name, "shard": self.shard, "tenants_loaded": len(self._tenants)}
+
+    async def llm_usage(self) -> dict[str, int]:
+        """This shard's LLM calls and tokens since it started (all tenants), for cost reports."""
+        usage = getattr(self.llm, "usage", None)
+        return dataclasses.asdict(usage) if isinstance(usage, LLMUsage) else dataclasses.asdict(LLMUsage())
 
     async def evict(self, tenant: str) -> bool:
         """Drop a tenant's in-memory state (it reloads from the store on next use)."""

@@ -138,6 +138,7 @@ def cmd_eval_retrieval(args: argparse.Namespace) -> int:
     document = evaluate(
         benchmark, retrievers=retrievers, ks=ks, categories=categories,
         embedder=make_embedder(settings.embedding), make_client=make_client,
+        count_llm=settings.llm.enabled,
     )
     print(f"{benchmark.name}: {sum(len(c.questions) for c in benchmark.conversations)} questions "
           f"({benchmark.skipped_questions} skipped for empty evidence), categories: "

@@ -37,15 +37,25 @@ class RetrieverRun:
     ingest_s: float = 0.0
     turns: int = 0
     query_ms: list[float] = field(default_factory=list)
+    #: LLM calls and tokens the run caused (None: no LLM configured).
+    llm: dict[str, int] | None = None
 
     def report(self, ks: Sequence[int]) -> dict[str, Any]:
         ordered = sorted(self.query_ms)
-        return {
+        out = {
             **self.board.report(ks),
             "ingest_turns_per_s": round(self.turns / self.ingest_s, 1) if self.ingest_s else None,
             "query_p50_ms": round(statistics.median(ordered), 2) if ordered else None,
             "query_p95_ms": round(ordered[min(len(ordered) - 1, int(len(ordered) * 0.95))], 2) if ordered else None,
         }
+        if self.llm is not None:
+            tokens = self.llm.get("prompt_tokens", 0) + self.llm.get("completion_tokens", 0)
+            out["llm"] = {
+                **self.llm,
+                "calls_per_turn": round(self.llm.get("calls", 0) / self.turns, 4) if self.turns else None,
+                "tokens_per_turn": round(tokens / self.turns, 1) if self.turns else None,
+            }
+        return out
 
 
 def _progress(total: int, desc: str) -> Any:
@@ -83,13 +93,25 @@ def run_baseline(
 
 
 async def run_strata(
-    benchmark: Benchmark, ks: Sequence[int], categories: set[str] | None, make_client: Callable[[str], Any]
+    benchmark: Benchmark,
+    ks: Sequence[int],
+    categories: set[str] | None,
+    make_client: Callable[[str], Any],
+    *,
+    count_llm: bool = False,
 ) -> RetrieverRun:
-    """Ingest through the write path, ask through the search path, then forget."""
+    """Ingest through the write path, ask through the search path, then forget.
+
+    ``count_llm``: also count the LLM calls and tokens the run causes (the
+    layer actors' counters before and after; background summaries are
+    waited for, so their calls count)."""
     run = RetrieverRun("strata")
     depth = max(ks)
+    before: dict[str, int] | None = None
     for conversation in benchmark.conversations:
         client = make_client(f"eval-{uuid.uuid4().hex[:10]}")
+        if count_llm and before is None:
+            before = await client.llm_usage()
         sessions: list[str] = []
         bar = _progress(sum(len(s.turns) for s in conversation.sessions), f"ingest {conversation.id}")
         started = time.perf_counter()
@@ -112,6 +134,8 @@ async def run_strata(
             run.turns += len(turns)
         run.ingest_s += time.perf_counter() - started
         bar.close()
+        if count_llm:
+            await client.wait_for_summaries()
         unsafe = {_ID_UNSAFE.sub("_", t.id)[:128]: t.id for s in conversation.sessions for t in s.turns}
         questions = _wanted(conversation, categories)
         bar = _progress(len(questions), f"ask {conversation.id}")
@@ -131,6 +155,9 @@ async def run_strata(
                 await client.forget_session(session_id)
             except Exception:  # a session that had no turns has nothing to forget
                 pass
+        if count_llm and before is not None:
+            after = await client.llm_usage()
+            run.llm = {key: after.get(key, 0) - before.get(key, 0) for key in after}
     return run
 
 
@@ -163,8 +190,10 @@ def evaluate(
     categories: set[str] | None,
     embedder: Any,
     make_client: Callable[[str], Any] | None,
+    count_llm: bool = False,
 ) -> dict[str, Any]:
-    """Run each named retriever; returns the ``--json`` document."""
+    """Run each named retriever; returns the ``--json`` document. ``count_llm``: report
+    Strata's LLM calls and tokens per turn (when an LLM is configured)."""
     embedder = _MemoEmbedder(embedder)
     factories: dict[str, Callable[[], Retriever]] = {
         "bm25": BM25Retriever,
@@ -176,7 +205,7 @@ def evaluate(
         if name == "strata":
             if make_client is None:
                 raise ValueError("the strata retriever needs a running stack")
-            run = asyncio.run(run_strata(benchmark, ks, categories, make_client))
+            run = asyncio.run(run_strata(benchmark, ks, categories, make_client, count_llm=count_llm))
         else:
             run = run_baseline(name, benchmark, ks, categories, factories[name])
         results[name] = run.report(ks)
@@ -194,6 +223,12 @@ def format_table(document: dict[str, Any], ks: Sequence[int]) -> str:
             f"\n{name}  (ingest {result['ingest_turns_per_s']} turns/s, "
             f"query p50 {result['query_p50_ms']} ms, p95 {result['query_p95_ms']} ms)"
         )
+        if result.get("llm"):
+            llm = result["llm"]
+            lines.append(
+                f"LLM: {llm.get('calls', 0)} calls, {llm.get('prompt_tokens', 0) + llm.get('completion_tokens', 0)} tokens; "
+                f"{llm['calls_per_turn']} calls and {llm['tokens_per_turn']} tokens per turn"
+            )
         lines.append(header)
         rows = [*result["categories"].items(), ("overall", result["overall"])]
         for category, row in rows:

@@ -181,12 +181,10 @@ async def test_llm_summaries_fall_back_and_never_lose_turns(milvus: MilvusServer
         assert summary["method"] == "extractive" and summary["fallback_reason"] and summary["summary"]
 
 
-def test_eval_harness_runs_strata_and_baselines_side_by_side(settings: Any, tmp_path: Any) -> None:
-    """`strata eval retrieval`'s core on a tiny neutral-format benchmark, Strata included."""
+def _tiny_benchmark(tmp_path: Any) -> Any:
+    """A two-session neutral-format benchmark with one question left unanswerable."""
     import json
 
-    from serve_app.evaluate import evaluate, format_table
-    from strata.embedding import make_embedder
     from strata.evaluation.datasets import load_benchmark
 
     data = {"conversations": [{
@@ -210,7 +208,16 @@ def test_eval_harness_runs_strata_and_baselines_side_by_side(settings: Any, tmp_
     }]}
     path = tmp_path / "tiny.json"
     path.write_text(json.dumps(data))
-    benchmark = load_benchmark(path, "strata")
+    return load_benchmark(path, "strata")
+
+
+def test_eval_harness_runs_strata_and_baselines_side_by_side(settings: Any, tmp_path: Any) -> None:
+    """`strata eval retrieval`'s core on a tiny neutral-format benchmark, Strata included."""
+
+    from serve_app.evaluate import evaluate, format_table
+    from strata.embedding import make_embedder
+
+    benchmark = _tiny_benchmark(tmp_path)
     assert benchmark.skipped_questions == 1
     document = evaluate(
         benchmark, retrievers=["bm25", "dense", "rrf", "strata"], ks=[1, 2], categories=None,
@@ -222,3 +229,23 @@ def test_eval_harness_runs_strata_and_baselines_side_by_side(settings: Any, tmp_
     assert strata["ingest_turns_per_s"] > 0 and strata["query_p50_ms"] > 0
     assert set(document["retrievers"]) == {"bm25", "dense", "rrf", "strata"}
     assert "strata" in format_table(document, [1, 2])
+
+
+def test_eval_harness_counts_llm_calls_and_tokens_per_turn(milvus: MilvusServer, tmp_path: Any) -> None:
+    from serve_app.evaluate import evaluate, format_table
+    from strata.embedding import make_embedder
+
+    reply = '{"summary": "They talked.", "key_topics": ["talk"], "action_items": [], "user_preferences": []}'
+    with llm_server(lambda n: reply) as (url, received):
+        settings = settings_for(milvus, llm={"base_url": url, "timeout_s": 5, "max_retries": 0},
+                                episodic={"raw_window": 1, "summary_threshold": 1})
+        document = evaluate(
+            _tiny_benchmark(tmp_path), retrievers=["strata"], ks=[1, 2], categories=None,
+            embedder=make_embedder(settings.embedding), make_client=lambda tenant: InClusterClient(tenant, settings),
+            count_llm=True,
+        )
+    llm = document["retrievers"]["strata"]["llm"]
+    assert llm["calls"] == len(received) == 2  # one summary per session: each has one turn out of its raw window
+    assert llm["prompt_tokens"] == 22 and llm["completion_tokens"] == 14  # the fake server's usage, 11 + 7 a call
+    assert llm["calls_per_turn"] == 0.5 and llm["tokens_per_turn"] == 9.0
+    assert "0.5 calls and 9.0 tokens per turn" in format_table(document, [1, 2])
