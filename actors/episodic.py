@@ -11,12 +11,11 @@ from __future__ import annotations
 import asyncio
 import logging
 from datetime import datetime, timezone
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
 from actors.shard import LayerShard
-from strata.embedding import Embedder, make_embedder
 from strata.episodic import EpisodicHit, EpisodicMemory, Turn, TurnInput, summary_inputs
 from strata.llm import make_llm
 from strata.records import RecordStore
@@ -53,7 +52,6 @@ class EpisodicShard(LayerShard[EpisodicMemory]):
 
     def __init__(self, settings: dict[str, Any], shard: int) -> None:
         super().__init__(settings, shard)
-        self._embedder: Embedder | None = None
         self.llm = make_llm(self.settings.llm)
         self._summarizer: Summarizer = LLMSummarizer(self.llm) if self.llm else ExtractiveSummarizer()
         self._summarising: dict[str, asyncio.Task[None]] = {}
@@ -63,11 +61,6 @@ class EpisodicShard(LayerShard[EpisodicMemory]):
 
     def load_layer(self, layer: EpisodicMemory) -> None:
         layer.load()
-
-    async def _embed(self, texts: Sequence[str]) -> np.ndarray:
-        if self._embedder is None:
-            self._embedder = await asyncio.to_thread(make_embedder, self.settings.embedding)
-        return await asyncio.to_thread(self._embedder.embed, list(texts))
 
     # -- writes ---------------------------------------------------------------
 
@@ -88,7 +81,7 @@ class EpisodicShard(LayerShard[EpisodicMemory]):
         """
         inputs = [TurnInput(**t) for t in turns]
         if vectors is None:
-            vectors = await self._embed([turn_text(t) for t in turns])
+            vectors = await self.embed([turn_text(t) for t in turns])
         now = now or datetime.now(timezone.utc)
         vecs = np.asarray(vectors, dtype=np.float32)
 
@@ -145,7 +138,7 @@ class EpisodicShard(LayerShard[EpisodicMemory]):
             slot = await self._tenant(tenant)
             dense_text = slot.layer.dense_query(query)
             if vector is None or dense_text != query:
-                vector = (await self._embed([dense_text]))[0]
+                vector = (await self.embed([dense_text]))[0]
         hits, version = await self.read(
             tenant,
             SCOPE,
@@ -201,7 +194,7 @@ class EpisodicShard(LayerShard[EpisodicMemory]):
                     return
                 for chunk in chunks:
                     content = await asyncio.to_thread(self._summarizer.summarize, summary_inputs(chunk))
-                    vector = (await self._embed([content.summary or chunk[0].text]))[0]
+                    vector = (await self.embed([content.summary or chunk[0].text]))[0]
 
                     async def store(layer: EpisodicMemory, chunk: list[Turn] = chunk) -> None:
                         if [t.turn_id for t in chunk] not in [[t.turn_id for t in c] for c in layer.pending_summaries(chunk[0].session_id)]:

@@ -22,13 +22,13 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
 from actors.shard import LayerShard
 from strata.chunking import make_chunker
-from strata.embedding import Embedder, embedding_dim, make_embedder
+from strata.embedding import embedding_dim
 from strata.errors import NotFound, StrataError, VersionConflict
 from strata.entities import make_extractor
 from strata.graph import EntityExtractor
@@ -83,7 +83,6 @@ class SemanticShard(LayerShard[SemanticMemory]):
 
     def __init__(self, settings: dict[str, Any], shard: int) -> None:
         super().__init__(settings, shard)
-        self._embedder: Embedder | None = None
         self._counter = TiktokenCounter(self.settings.working.encoding)
         self.llm = make_llm(self.settings.llm)
         self._extractor: EntityExtractor = make_extractor(self.llm)
@@ -91,7 +90,7 @@ class SemanticShard(LayerShard[SemanticMemory]):
 
     def make_layer(self, tenant: str, store: RecordStore, collections: Collections) -> SemanticMemory:
         chunker = make_chunker(
-            self.settings.semantic.chunking_for(tenant), self._counter, embed=lambda texts: self._embedder_now().embed(texts)
+            self.settings.semantic.chunking_for(tenant), self._counter, embed=lambda texts: self.embedder().embed(texts)
         )
         return SemanticMemory(
             tenant,
@@ -104,15 +103,6 @@ class SemanticShard(LayerShard[SemanticMemory]):
 
     def load_layer(self, layer: SemanticMemory) -> None:
         layer.load()
-
-    def _embedder_now(self) -> Embedder:
-        if self._embedder is None:
-            self._embedder = make_embedder(self.settings.embedding)
-        return self._embedder
-
-    async def _embed(self, texts: Sequence[str]) -> np.ndarray:
-        embedder = await asyncio.to_thread(self._embedder_now)
-        return await asyncio.to_thread(embedder.embed, list(texts))
 
     # -- writes ---------------------------------------------------------------
 
@@ -169,7 +159,7 @@ class SemanticShard(LayerShard[SemanticMemory]):
             job.stage, job.total = "embedding", len(texts)
             batches = []
             for i in range(0, len(texts), _EMBED_BATCH):
-                batches.append(await self._embed(texts[i : i + _EMBED_BATCH]))
+                batches.append(await self.embed(texts[i : i + _EMBED_BATCH]))
                 job.done += len(texts[i : i + _EMBED_BATCH])
             dim = embedding_dim(self.settings.embedding)
             vectors = np.vstack(batches) if batches else np.zeros((0, dim), np.float32)
@@ -267,7 +257,7 @@ class SemanticShard(LayerShard[SemanticMemory]):
         if vector is None and query is None:
             raise ValueError("give query or vector")
         if vector is None:
-            vector = (await self._embed([query or ""]))[0]
+            vector = (await self.embed([query or ""]))[0]
         slot = await self._tenant(tenant)
         hits = slot.layer.search(
             np.asarray(vector, dtype=np.float32),
@@ -277,7 +267,7 @@ class SemanticShard(LayerShard[SemanticMemory]):
             min_cosine=min_cosine,
             doc_ids=doc_ids,
         )
-        return {"hits": [_hit(h) for h in hits], "stats": slot.layer.stats()}
+        return {"hits": [_hit(h) for h in hits]}
 
     async def entity(self, tenant: str, name: str) -> dict[str, Any]:
         """What the graph knows of an entity: its aliases, relations and mentions."""

@@ -25,9 +25,12 @@ import dataclasses
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Generic, TypeVar
+from typing import Any, Awaitable, Callable, Generic, Sequence, TypeVar
+
+import numpy as np
 
 from strata.config import StrataSettings
+from strata.embedding import Embedder, make_embedder
 from strata.errors import VersionConflict
 from strata.ids import validate_id
 from strata.llm import LLM, LLMUsage
@@ -66,6 +69,7 @@ class LayerShard(Generic[L]):
         self._evictor: asyncio.Task[None] | None = None
         #: The LLM this shard calls, if any: its usage is reported by :meth:`llm_usage`.
         self.llm: LLM | None = None
+        self._embedder: Embedder | None = None
 
     # -- to be provided by each layer ---------------------------------------
 
@@ -74,6 +78,18 @@ class LayerShard(Generic[L]):
 
     def load_layer(self, layer: L) -> None:
         """Blocking load of a tenant's durable state (runs in a worker thread)."""
+
+    # -- embedding, for layers that embed in the actor ------------------------------
+
+    def embedder(self) -> Embedder:
+        """The configured embedder, loaded on first use (blocking: call it off the event loop)."""
+        if self._embedder is None:
+            self._embedder = make_embedder(self.settings.embedding)
+        return self._embedder
+
+    async def embed(self, texts: Sequence[str]) -> np.ndarray:
+        embedder = await asyncio.to_thread(self.embedder)
+        return await asyncio.to_thread(embedder.embed, list(texts))
 
     # -- plumbing -------------------------------------------------------------
 
