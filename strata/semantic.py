@@ -137,8 +137,7 @@ class PreparedDocument:
 
     def embed_texts(self) -> list[str]:
         """What each child is embedded as: its text, headed by the document title."""
-        title = self.document.title
-        return [f"{title}\n{c.text}" if title else c.text for c in self.tree.children]
+        return [_titled(self.document.title, c.text) for c in self.tree.children]
 
 
 @dataclass(frozen=True)
@@ -227,13 +226,7 @@ class SemanticMemory:
                 live[row.session][1].append(row)
         for doc_id, doc in docs.items():
             parents, children = live[doc_id]
-            parents.sort(key=lambda r: int(r.payload["n"]))
-            children.sort(key=lambda r: int(r.payload["n"]))
-            self._add_to_memory(
-                doc,
-                [_passage_from(r) for r in parents],
-                [(_child_from(r), r.text, r.vector, Extraction.from_dict(r.payload.get("graph") or {})) for r in children],
-            )
+            self._add_to_memory(doc, parents + children)
         if orphans:
             try:
                 self._store.delete(self._collection, tenant=self.tenant, pks=orphans)
@@ -285,40 +278,7 @@ class SemanticMemory:
         tree, doc = prepared.tree, prepared.document
         if len(vectors) != len(tree.children):
             raise ValueError("one vector per child")
-        ts = to_ms(doc.updated_at)
-        parent_pks = [self._pk(doc.doc_id, doc.generation, f"p{n}") for n in range(len(tree.parents))]
-        rows: list[Record] = [
-            Record(
-                pk=pk,
-                tenant=self.tenant,
-                session=doc.doc_id,
-                kind=PARENT,
-                ts_ms=ts,
-                text=chunk.text,
-                payload={"gen": doc.generation, "n": n, "start": chunk.start, "end": chunk.end},
-            )
-            for n, (pk, chunk) in enumerate(zip(parent_pks, tree.parents))
-        ]
-        rows += [
-            Record(
-                pk=self._pk(doc.doc_id, doc.generation, f"c{n}"),
-                tenant=self.tenant,
-                session=doc.doc_id,
-                kind=CHILD,
-                ts_ms=ts,
-                text=chunk.text,
-                payload={
-                    "gen": doc.generation,
-                    "n": n,
-                    "start": chunk.start,
-                    "end": chunk.end,
-                    "parent": parent_pks[tree.parent_of[n]],
-                    "graph": extraction.to_dict(),
-                },
-                vector=np.asarray(vector, dtype=np.float32),
-            )
-            for n, (chunk, extraction, vector) in enumerate(zip(tree.children, prepared.extractions, vectors))
-        ]
+        rows = self._chunk_rows(prepared, vectors)
         for i in range(0, len(rows), _WRITE_BATCH):
             self._store.upsert(self._collection, rows[i : i + _WRITE_BATCH])
         commit = Record(
@@ -326,7 +286,7 @@ class SemanticMemory:
             tenant=self.tenant,
             session=doc.doc_id,
             kind=DOC,
-            ts_ms=ts,
+            ts_ms=to_ms(doc.updated_at),
             text=doc.title or "",
             payload=doc.to_payload(),
         )
@@ -341,23 +301,12 @@ class SemanticMemory:
                 log.warning("old chunks of %s stay until the next load: %s", doc.doc_id, exc)
 
     def index(self, prepared: PreparedDocument, vectors: np.ndarray) -> Document:
-        """Swap the document's in-memory state to the new generation, in one step."""
-        doc, tree = prepared.document, prepared.tree
-        parent_pks = [self._pk(doc.doc_id, doc.generation, f"p{n}") for n in range(len(tree.parents))]
-        passages = [
-            _Passage(pk, doc.doc_id, n, c.start, c.end, c.text) for n, (pk, c) in enumerate(zip(parent_pks, tree.parents))
-        ]
-        children = [
-            (
-                _Child(self._pk(doc.doc_id, doc.generation, f"c{n}"), doc.doc_id, parent_pks[tree.parent_of[n]], c.start, c.end),
-                c.text,
-                np.asarray(v, dtype=np.float32),
-                extraction,
-            )
-            for n, (c, v, extraction) in enumerate(zip(tree.children, vectors, prepared.extractions))
-        ]
+        """Swap the document's in-memory state to the new generation, in one step.
+        It is built from the rows :meth:`write` stores, as :meth:`load` builds it."""
+        doc = prepared.document
+        rows = self._chunk_rows(prepared, vectors)
         self.drop(doc.doc_id)
-        self._add_to_memory(doc, passages, children)
+        self._add_to_memory(doc, rows)
         return doc
 
     def delete(self, doc_id: str) -> int:
@@ -502,22 +451,66 @@ class SemanticMemory:
     def _pk(self, *parts: str) -> str:
         return "/".join((self.tenant, *parts))
 
-    def _add_to_memory(
-        self,
-        doc: Document,
-        passages: Sequence[_Passage],
-        children: Sequence[tuple[_Child, str, np.ndarray | None, Extraction]],
-    ) -> None:
+    def _chunk_rows(self, prepared: PreparedDocument, vectors: np.ndarray) -> list[Record]:
+        """The durable rows of a prepared document's chunks: its parents, then its children."""
+        tree, doc = prepared.tree, prepared.document
+        ts = to_ms(doc.updated_at)
+        parent_pks = [self._pk(doc.doc_id, doc.generation, f"p{n}") for n in range(len(tree.parents))]
+        rows: list[Record] = [
+            Record(
+                pk=pk,
+                tenant=self.tenant,
+                session=doc.doc_id,
+                kind=PARENT,
+                ts_ms=ts,
+                text=chunk.text,
+                payload={"gen": doc.generation, "n": n, "start": chunk.start, "end": chunk.end},
+            )
+            for n, (pk, chunk) in enumerate(zip(parent_pks, tree.parents))
+        ]
+        rows += [
+            Record(
+                pk=self._pk(doc.doc_id, doc.generation, f"c{n}"),
+                tenant=self.tenant,
+                session=doc.doc_id,
+                kind=CHILD,
+                ts_ms=ts,
+                text=chunk.text,
+                payload={
+                    "gen": doc.generation,
+                    "n": n,
+                    "start": chunk.start,
+                    "end": chunk.end,
+                    "parent": parent_pks[tree.parent_of[n]],
+                    "graph": extraction.to_dict(),
+                },
+                vector=np.asarray(vector, dtype=np.float32),
+            )
+            for n, (chunk, extraction, vector) in enumerate(zip(tree.children, prepared.extractions, vectors))
+        ]
+        return rows
+
+    def _add_to_memory(self, doc: Document, rows: Sequence[Record]) -> None:
+        """Index a document's chunk rows (of its live generation) in memory."""
+        in_order = sorted(rows, key=lambda r: (r.kind != PARENT, int(r.payload["n"])))
+        passages = [_passage_from(r) for r in in_order if r.kind == PARENT]
+        children = [r for r in in_order if r.kind == CHILD]
         self._docs[doc.doc_id] = doc
         for passage in passages:
             self._parents[passage.pk] = passage
-        for child, text, vector, extraction in children:
+        for row in children:
+            child = _child_from(row)
             self._children[child.pk] = child
-            if vector is not None:
-                self._dense.add(child.pk, vector, doc.doc_id)
-            self._lexical.add(child.pk, f"{doc.title}\n{text}" if doc.title else text)
-            self._graph.add(child.pk, extraction)
-        self._doc_chunks[doc.doc_id] = ([p.pk for p in passages], [c.pk for c, _, _, _ in children])
+            if row.vector is not None:
+                self._dense.add(child.pk, row.vector, doc.doc_id)
+            self._lexical.add(child.pk, _titled(doc.title, row.text))
+            self._graph.add(child.pk, Extraction.from_dict(row.payload.get("graph") or {}))
+        self._doc_chunks[doc.doc_id] = ([p.pk for p in passages], [r.pk for r in children])
+
+
+def _titled(title: str | None, text: str) -> str:
+    """A child's text headed by its document's title: what is embedded and BM25-indexed."""
+    return f"{title}\n{text}" if title else text
 
 
 def _public_id(passage: _Passage) -> str:
