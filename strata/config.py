@@ -138,8 +138,8 @@ class EpisodicSettings(_Section):
     #: only; set it to fusion_dense_weight for a multilingual embedder.
     fusion_dense_weight_cjk: float = Field(default=0.05, ge=0)
     #: Weight of the graph path: turns that mention the entities a query names.
-    #: 0 by default: with rule-extracted entities it cost recall on LoCoMo and
-    #: MemSim at every weight measured (docs/retrieval-ablation.md).
+    #: 0 by default: with rule-extracted entities it cost LoCoMo recall at every
+    #: weight measured, and MemSim's at 0.2 and up (docs/retrieval-ablation.md).
     fusion_graph_weight: float = Field(default=0.0, ge=0)
     #: Share of each neighbouring turn's vector in a turn's indexed vector.
     context_neighbour_weight: float = Field(default=0.3, ge=0, le=1)
