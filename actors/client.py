@@ -30,11 +30,22 @@ from strata.schema import (
     DocumentOut,
     EntityOut,
     ForgetResult,
+    InteractionIn,
+    InteractionResult,
+    OutcomeIn,
     RecordTurnsResult,
     RetrievalPath,
     SearchRequest,
     SearchResult,
+    SkillDeleted,
+    SkillExtractIn,
+    SkillHistory,
+    SkillJobOut,
+    SkillList,
+    SkillOut,
+    SkillPatch,
     TimeRangeIn,
+    TraceStepIn,
     TurnIn,
     WorkingItemIn,
     WorkingItemsIn,
@@ -44,6 +55,8 @@ from strata.schema import (
 __all__ = ["InClusterClient"]
 
 T = TypeVar("T")
+#: Who changed a skill, in its history, when the change came through this client.
+_BY = "in-cluster"
 
 
 class InClusterClient:
@@ -88,9 +101,9 @@ class InClusterClient:
 
     async def build_context(self, message: str, session_id: str, *, task_type: str = "general",
                             max_tokens: int | None = None, reference_time: datetime | None = None,
-                            top_k: int | None = None) -> ContextResult:
+                            top_k: int | None = None, layers: list[Layer] | None = None) -> ContextResult:
         req = ContextRequest(message=message, session_id=session_id, task_type=task_type, max_tokens=max_tokens,
-                             reference_time=reference_time, top_k=top_k)
+                             reference_time=reference_time, top_k=top_k, layers=layers)
         return await self._flow.build_context(self._tenant, req)
 
     async def search(self, query: str, *, layers: list[Layer] | None = None, top_k: int = 10,
@@ -131,6 +144,42 @@ class InClusterClient:
 
     async def entity(self, name: str) -> EntityOut:
         return EntityOut(**await self._flow.entity(self._tenant, name))
+
+    async def extract_skill(self, task: str, trace: Sequence[TraceStepIn | dict[str, Any] | str], *,
+                            outcome: str | None = None) -> SkillOut:
+        body = SkillExtractIn(task=task, trace=list(trace), outcome=outcome)  # type: ignore[arg-type]
+        return await self._flow.extract_skill(self._tenant, body, by=_BY)
+
+    async def find_skills(self, task: str | None = None, *, top_k: int = 5, min_success_rate: float | None = None,
+                          after: str | None = None, limit: int = 50) -> SkillList:
+        return await self._flow.find_skills(self._tenant, task=task, top_k=top_k, min_success_rate=min_success_rate,
+                                            after=after, limit=limit)
+
+    async def get_skill(self, skill_id: str) -> SkillOut:
+        return await self._flow.get_skill(self._tenant, skill_id)
+
+    async def record_outcome(self, skill_id: str, success: bool, *, notes: str | None = None,
+                             expected_version: int | None = None) -> SkillOut:
+        return await self._flow.record_outcome(self._tenant, skill_id, OutcomeIn(success=success, notes=notes),
+                                               expected_version=expected_version, by=_BY)
+
+    async def update_skill(self, skill_id: str, changes: SkillPatch | dict[str, Any], *,
+                           expected_version: int) -> SkillOut:
+        body = changes if isinstance(changes, SkillPatch) else SkillPatch(**changes)
+        return await self._flow.update_skill(self._tenant, skill_id, body, expected_version=expected_version, by=_BY)
+
+    async def delete_skill(self, skill_id: str, *, expected_version: int | None = None) -> SkillDeleted:
+        return await self._flow.delete_skill(self._tenant, skill_id, expected_version=expected_version)
+
+    async def skill_history(self, skill_id: str) -> SkillHistory:
+        return await self._flow.skill_history(self._tenant, skill_id)
+
+    async def skill_job(self, job_id: str) -> SkillJobOut:
+        return await self._flow.skill_job(self._tenant, job_id)
+
+    async def post_interaction(self, interaction: InteractionIn | dict[str, Any]) -> InteractionResult:
+        body = interaction if isinstance(interaction, InteractionIn) else InteractionIn(**interaction)
+        return await self._flow.post_interaction(self._tenant, body, by=_BY)
 
     # -- in-cluster only: operating and evaluating -----------------------------
 

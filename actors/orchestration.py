@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from datetime import datetime, timezone
-from typing import Any, Awaitable, Callable, Sequence
+from typing import Any, Awaitable, Callable, Sequence, TypeVar, cast
 
 import numpy as np
 
@@ -19,8 +19,13 @@ from actors.episodic import turn_text
 from actors.errors import unwrap
 from actors.router import LayerRouter
 from strata.config import StrataSettings
-from strata.context import assemble_context
-from strata.errors import InvalidInput, NotFound, StrataError
+from strata.config import LayerPolicy
+from strata.context import LAYER_TITLES, AssembledContext, assemble_context, render_refined
+from strata.llm import LLM, make_llm
+from strata.refine import refine_items
+from pydantic import BaseModel
+
+from strata.errors import InvalidInput, LLMError, NotFound, PreconditionRequired, StrataError
 from strata.ids import validate_id
 from strata.schema import (
     Layer,
@@ -32,10 +37,20 @@ from strata.schema import (
     DocumentList,
     DocumentOut,
     ForgetResult,
+    InteractionIn,
+    InteractionResult,
+    OutcomeIn,
     RecordTurnsResult,
     SearchHit,
     SearchRequest,
     SearchResult,
+    SkillDeleted,
+    SkillExtractIn,
+    SkillHistory,
+    SkillJobOut,
+    SkillList,
+    SkillOut,
+    SkillPatch,
     TimeRangeOut,
     TurnIn,
     TurnOut,
@@ -49,7 +64,8 @@ from strata.tokens import TiktokenCounter
 __all__ = ["Orchestration", "Embed"]
 
 Embed = Callable[[Sequence[str]], Awaitable[np.ndarray]]
-AVAILABLE_LAYERS: tuple[Layer, ...] = ("working", "episodic", "semantic")
+T = TypeVar("T")
+AVAILABLE_LAYERS: tuple[Layer, ...] = ("working", "episodic", "semantic", "procedural")
 #: Layers that keep memory per session (forgetting a session reaches these).
 SESSION_LAYERS: tuple[Layer, ...] = ("working", "episodic")
 
@@ -62,11 +78,15 @@ async def _call(ref: Any) -> Any:
 
 
 class Orchestration:
-    def __init__(self, settings: StrataSettings, *, embed: Embed, router: LayerRouter | None = None) -> None:
+    def __init__(
+        self, settings: StrataSettings, *, embed: Embed, router: LayerRouter | None = None, llm: LLM | None = None
+    ) -> None:
         self.settings = settings
         self.router = router or LayerRouter(settings)
         self._embed = embed
         self._counter = TiktokenCounter(settings.working.encoding)
+        #: Refines a context that does not fit (``context.refine_with_llm``).
+        self._llm = llm if llm is not None else make_llm(settings.llm)
 
     def _actor(self, layer: str, tenant: str) -> Any:
         return self.router.handle(layer, tenant)
@@ -159,6 +179,119 @@ class Orchestration:
         )
         return DocumentDeleted(**out)
 
+    # -- procedural memory ------------------------------------------------------
+
+    async def extract_skill(self, tenant: str, body: SkillExtractIn, *, by: str = "") -> SkillOut:
+        """Learn a skill from a trace now (merging into a near-duplicate)."""
+        out = await _call(
+            self._actor("procedural", tenant).extract_skill.remote(
+                tenant, body.task, _trace(body.trace), body.outcome, by=by
+            )
+        )
+        return SkillOut(**out)
+
+    async def find_skills(
+        self,
+        tenant: str,
+        *,
+        task: str | None = None,
+        top_k: int = 5,
+        min_success_rate: float | None = None,
+        after: str | None = None,
+        limit: int = 50,
+    ) -> SkillList:
+        """Skills for a task, best first; without a task, all skills by id, a page at a time."""
+        actor = self._actor("procedural", tenant)
+        if task is None:
+            if after is not None:
+                validate_id(after, field="after")
+            return SkillList(**await _call(actor.list_skills.remote(tenant, after=after, limit=limit)))
+        if not task.strip():
+            raise InvalidInput("task is blank", field="task")
+        vector = (await self._embed([task]))[0]
+        found = await self._procedural_search(tenant, vector, task, top_k=top_k, min_success_rate=min_success_rate)
+        return SkillList(skills=[SkillOut(**s) for s in found["skills"]], total=len(found["skills"]))
+
+    async def get_skill(self, tenant: str, skill_id: str) -> SkillOut:
+        validate_id(skill_id, field="skill_id")
+        return SkillOut(**await _call(self._actor("procedural", tenant).get_skill.remote(tenant, skill_id)))
+
+    async def record_outcome(
+        self, tenant: str, skill_id: str, body: OutcomeIn, *, expected_version: int | None = None, by: str = ""
+    ) -> SkillOut:
+        """Count a use; without ``expected_version`` an atomic increment, with it a 409 when stale."""
+        validate_id(skill_id, field="skill_id")
+        out = await _call(
+            self._actor("procedural", tenant).record_outcome.remote(
+                tenant, skill_id, body.success, body.notes, expected_version=expected_version, by=by
+            )
+        )
+        return SkillOut(**out)
+
+    async def update_skill(
+        self, tenant: str, skill_id: str, body: SkillPatch, *, expected_version: int | None, by: str = ""
+    ) -> SkillOut:
+        validate_id(skill_id, field="skill_id")
+        if expected_version is None:
+            raise PreconditionRequired(
+                "editing a skill needs If-Match with the version you edited (GET the skill for its ETag)",
+                field="If-Match",
+            )
+        changes = body.model_dump(exclude_unset=True)
+        out = await _call(
+            self._actor("procedural", tenant).update_skill.remote(
+                tenant, skill_id, changes, expected_version=expected_version, by=by
+            )
+        )
+        return SkillOut(**out)
+
+    async def delete_skill(self, tenant: str, skill_id: str, *, expected_version: int | None = None) -> SkillDeleted:
+        validate_id(skill_id, field="skill_id")
+        out = await _call(
+            self._actor("procedural", tenant).delete_skill.remote(tenant, skill_id, expected_version=expected_version)
+        )
+        return SkillDeleted(**out)
+
+    async def skill_history(self, tenant: str, skill_id: str) -> SkillHistory:
+        validate_id(skill_id, field="skill_id")
+        return SkillHistory(**await _call(self._actor("procedural", tenant).history.remote(tenant, skill_id)))
+
+    async def skill_job(self, tenant: str, job_id: str) -> SkillJobOut:
+        validate_id(job_id, field="job_id")
+        return SkillJobOut(**await _call(self._actor("procedural", tenant).skill_job.remote(tenant, job_id)))
+
+    async def post_interaction(self, tenant: str, body: InteractionIn, *, by: str = "") -> InteractionResult:
+        """Record the exchange in working and episodic memory; a success of a learning
+        task type queues a skill extraction (durable, in the background)."""
+        recorded = await self.record_turns(tenant, body.session_id, [body.turn()])
+        learn_from = self.settings.procedural.learn_from
+        job: SkillJobOut | None = None
+        missing = dict(recorded.missing)
+        if not body.success:
+            learning = "not learned: only successful tasks teach a skill"
+        elif body.task_type not in learn_from:
+            learning = f"not learned: task type {body.task_type!r} is not in procedural.learn_from ({', '.join(learn_from)})"
+        elif not body.trace and not self.settings.llm.enabled:
+            learning = "not learned: give a trace (without an LLM, skills are built from structured traces)"
+        else:
+            trace = _trace(body.trace) if body.trace else [
+                f"user: {body.user or ''}".strip(), f"agent: {body.agent or ''}".strip()
+            ]
+            task = body.task or body.user or body.agent or ""
+            try:
+                out = await _call(
+                    self._actor("procedural", tenant).learn_later.remote(
+                        tenant, task, trace, body.outcome, by=by,
+                        extra={"session_id": body.session_id, "turn_id": recorded.turns[0].turn_id},
+                    )
+                )
+                job = SkillJobOut(**out)
+                learning = "learning a skill in the background: see skill_job"
+            except StrataError as exc:
+                missing["procedural"] = exc.message
+                learning = "not learned: the trace could not be kept (see missing); the turn is recorded"
+        return InteractionResult(**{**recorded.model_dump(), "missing": missing}, skill_job=job, learning=learning)
+
     # -- reads ----------------------------------------------------------------
 
     async def get_document(self, tenant: str, doc_id: str, *, include_text: bool = False) -> DocumentOut:
@@ -186,69 +319,93 @@ class Orchestration:
         return WorkingState(**await _call(self._actor("working", tenant).get.remote(tenant, session_id)))
 
     async def build_context(self, tenant: str, req: ContextRequest) -> ContextResult:
-        """Working memory always; the task type's other layers concurrently; fitted to the budget."""
-        policies = self.settings.context.policies
-        if req.task_type not in policies:
+        """Working memory always; the task type's other layers concurrently; fitted to the budget.
+
+        A layer that fails or misses its deadline (``context.layer_timeouts``)
+        is left out and named in ``missing``; the others still make the context.
+        """
+        ctx = self.settings.context
+        if req.task_type not in ctx.policies and req.layers is None:
             raise InvalidInput(
-                f"unknown task_type {req.task_type!r}; configured: {', '.join(sorted(policies))}",
+                f"unknown task_type {req.task_type!r}; configured: {', '.join(sorted(ctx.policies))}",
                 field="task_type",
             )
-        max_tokens = req.max_tokens or self.settings.context.default_max_tokens
-        top_k = req.top_k or self.settings.context.default_top_k
+        policy: dict[str, LayerPolicy] = (
+            {layer: LayerPolicy() for layer in req.layers} if req.layers is not None else ctx.policies[req.task_type]
+        )
+        max_tokens = req.max_tokens or ctx.default_max_tokens
         reference = req.reference_time or datetime.now(timezone.utc)
         # A time expression read off the message is a preference, not a filter,
         # and its words stay in the query: a date is often content.
         time_range = resolve_time_range(req.message, reference)
         query = req.message
-        wanted = [layer for layer in policies[req.task_type] if layer != "working"]
-        missing = {layer: "not available in this version of Strata" for layer in wanted if layer not in AVAILABLE_LAYERS}
+        wanted = [layer for layer in policy if layer != "working"]
+        missing: dict[str, str] = {
+            layer: "not available in this version of Strata" for layer in wanted if layer not in AVAILABLE_LAYERS
+        }
         fetch = [layer for layer in wanted if layer in AVAILABLE_LAYERS]
-        working_budget = int(max_tokens * (self.settings.context.working_share if fetch else 1.0))
+        working_budget = int(max_tokens * (ctx.working_share if fetch else 1.0))
 
         # The query is embedded once, and only if a layer needs it; every layer gets the vector.
         vector_task = asyncio.ensure_future(self._embed([query])) if fetch else None
 
         async def layer_hits(layer: str) -> tuple[list[ContextItem], int | None]:
             assert vector_task is not None
-            vector = (await vector_task)[0]
+            # Shielded: a layer cancelled at its deadline must not cancel the shared embedding.
+            vector = (await asyncio.shield(vector_task))[0]
+            top_k = req.top_k or policy[layer].top_k or ctx.default_top_k
             if layer == "semantic":
                 found = await self._semantic_search(tenant, vector, query, top_k=top_k)
                 return [ContextItem(**h) for h in found["hits"]], None
+            if layer == "procedural":
+                found = await self._procedural_search(tenant, vector, query, top_k=top_k)
+                return [ContextItem(**_skill_hit(s)) for s in found["skills"]], None
             found = await self._episodic_search(
                 tenant, vector, query, top_k=top_k, session_id=None,
                 prefer=(time_range.start, time_range.end) if time_range else None,
             )
             return [ContextItem(**h) for h in found["hits"]], found["version"]
 
-        tasks = [_call(self._actor("working", tenant).get.remote(tenant, req.session_id, budget_tokens=working_budget))]
-        tasks += [layer_hits(layer) for layer in fetch]
-        results = await asyncio.gather(*tasks, return_exceptions=True)
+        async def working() -> dict[str, Any]:
+            got: dict[str, Any] = await _call(
+                self._actor("working", tenant).get.remote(tenant, req.session_id, budget_tokens=working_budget)
+            )
+            return got
+
+        names = ["working", *fetch]
+        tasks = [working(), *(layer_hits(layer) for layer in fetch)]
+        results = await asyncio.gather(
+            *(_deadline(task, ctx.timeout_for(name)) for name, task in zip(names, tasks)), return_exceptions=True
+        )
         versions: dict[str, int] = {}
         messages: list[dict[str, str]] = []
-        working_result = results[0]
-        if isinstance(working_result, StrataError):
-            missing["working"] = working_result.message
-        elif isinstance(working_result, BaseException):
-            raise working_result
-        else:
-            messages, versions["working"] = working_result["messages"], working_result["version"]
         layer_items: dict[str, list[ContextItem]] = {}
-        for layer, result in zip(fetch, results[1:]):
-            if isinstance(result, StrataError):
-                missing[layer] = result.message
-            elif isinstance(result, BaseException):
-                raise result
+        for layer, result in zip(names, results):
+            if isinstance(result, BaseException):
+                if not isinstance(result, Exception):
+                    raise result  # cancellation, interpreter exit
+                missing[layer] = _failure(result)
+            elif layer == "working":
+                state = cast(dict[str, Any], result)
+                messages, versions["working"] = state["messages"], state["version"]
             else:
-                layer_items[layer], version = result
+                layer_items[layer], version = cast(tuple[list[ContextItem], int | None], result)
                 if version is not None:
                     versions[layer] = version
+        weights = {layer: policy[layer].weight for layer in layer_items}
         assembled = assemble_context(
             working_messages=messages,
             layer_items=layer_items,
             max_tokens=max_tokens,
             counter=self._counter,
-            min_relative_score=self.settings.context.min_relative_score,
+            min_relative_score=ctx.min_relative_score,
+            layer_weights=weights,
         )
+        refined, refine_error = False, None
+        if assembled.dropped and self._llm is not None and ctx.refine_with_llm:
+            candidate, refine_error = await self._refine(req.message, assembled, max_tokens)
+            if candidate is not None:
+                assembled, refined = candidate, True
         return ContextResult(
             context=assembled.text,
             messages=assembled.messages,
@@ -259,7 +416,38 @@ class Orchestration:
             versions=versions,
             time_range=_range_out(time_range),
             missing=missing,
+            budgets=assembled.budgets,
+            refined=refined,
+            refine_error=refine_error,
         )
+
+    async def _refine(
+        self, message: str, assembled: AssembledContext, max_tokens: int
+    ) -> tuple[AssembledContext | None, str | None]:
+        """Condense every candidate item with the LLM into what the budget holds; on any
+        failure the context trimmed by score stands (and the reason is returned)."""
+        assert self._llm is not None
+        items = [i for sec in assembled.sections if sec.layer != "working" for i in sec.items]
+        items += assembled.dropped
+        working_tokens = sum(sec.tokens for sec in assembled.sections if sec.layer == "working")
+        budget = max_tokens - working_tokens - self._counter.count(LAYER_TITLES["refined"]) - 8
+        if budget < 32:
+            return None, "the budget left after working memory is too small to condense into"
+        try:
+            text = await asyncio.wait_for(
+                asyncio.to_thread(
+                    refine_items, self._llm, message=message, items=items, budget_tokens=budget, counter=self._counter
+                ),
+                timeout=self.settings.llm.timeout_s * 2 + 1,
+            )
+        except (LLMError, TimeoutError) as exc:
+            return None, f"LLM refinement failed ({_failure(exc)}): trimmed by score instead"
+        refined = render_refined(
+            working_messages=assembled.messages, refined_text=text, max_tokens=max_tokens, counter=self._counter
+        )
+        if refined is None:
+            return None, "the condensed text did not fit: trimmed by score instead"
+        return refined, None
 
     async def _episodic_search(
         self,
@@ -299,6 +487,16 @@ class Orchestration:
         )
         return found
 
+    async def _procedural_search(
+        self, tenant: str, vector: np.ndarray | None, text: str, *, top_k: int, min_success_rate: float | None = None
+    ) -> dict[str, Any]:
+        found: dict[str, Any] = await _call(
+            self._actor("procedural", tenant).search.remote(
+                tenant, query=text, vector=vector, top_k=top_k, min_success_rate=min_success_rate
+            )
+        )
+        return found
+
     async def search(self, tenant: str, req: SearchRequest) -> SearchResult:
         layers: list[Layer] = req.layers or list(AVAILABLE_LAYERS)
         missing: dict[str, str] = {layer: "not available in this version of Strata" for layer in layers if layer not in AVAILABLE_LAYERS}
@@ -313,7 +511,9 @@ class Orchestration:
         versions: dict[str, int] = {}
 
         vector_task = (
-            asyncio.ensure_future(self._embed([query])) if {"episodic", "semantic"} & set(layers) else None
+            asyncio.ensure_future(self._embed([query]))
+            if {"episodic", "semantic", "procedural"} & set(layers)
+            else None
         )
 
         async def episodic() -> None:
@@ -346,7 +546,13 @@ class Orchestration:
             )
             hits.extend(SearchHit(**h) for h in found["hits"])
 
-        jobs = {"episodic": episodic, "working": working, "semantic": semantic}
+        async def procedural() -> None:
+            assert vector_task is not None
+            vector = (await vector_task)[0]
+            found = await self._procedural_search(tenant, vector, query, top_k=req.top_k)
+            hits.extend(SearchHit(**_skill_hit(s)) for s in found["skills"])
+
+        jobs = {"episodic": episodic, "working": working, "semantic": semantic, "procedural": procedural}
         await asyncio.gather(*(jobs[layer]() for layer in layers if layer in jobs))
         hits.sort(key=lambda h: -h.score)
         time_range = _range_out(parsed) if parsed else (
@@ -382,6 +588,38 @@ class Orchestration:
                 layers[layer] = getattr(err, "message", None) or f"{type(err).__name__}"
                 milvus = layers[layer] if "Milvus" in layers[layer] else milvus
         return {"layers": layers, "milvus": milvus}
+
+
+async def _deadline(task: Awaitable[T], timeout_s: float) -> T:
+    try:
+        return await asyncio.wait_for(task, timeout=timeout_s)
+    except TimeoutError:
+        raise TimeoutError(f"no answer within {timeout_s:g} s") from None
+
+
+def _failure(exc: BaseException) -> str:
+    """Why a layer is missing, in words safe to show (no traceback, no other tenant's data)."""
+    if isinstance(exc, TimeoutError):  # our deadline (unwrap would call it a store timeout)
+        return f"timed out: {exc}" if str(exc) else "timed out"
+    err = unwrap(exc)
+    if isinstance(err, StrataError):
+        return err.message
+    return f"the layer failed ({type(err).__name__}); it is left out of this context"
+
+
+def _trace(trace: Sequence[Any]) -> list[Any]:
+    return [t.model_dump(exclude_defaults=True) if isinstance(t, BaseModel) else t for t in trace]
+
+
+def _skill_hit(skill: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "layer": "procedural",
+        "kind": "skill",
+        "id": skill["skill_id"],
+        "text": skill["brief"],
+        "score": skill["score"],
+        "timestamp": skill.get("updated_at"),
+    }
 
 
 def _range_out(time_range: Any) -> TimeRangeOut | None:

@@ -18,6 +18,7 @@ from typing import Any
 import ray
 
 from actors.episodic import EpisodicShard
+from actors.procedural import ProceduralShard
 from actors.semantic import SemanticShard
 from actors.working import WorkingShard
 from strata.config import StrataSettings
@@ -25,7 +26,12 @@ from strata.ids import validate_id
 
 __all__ = ["LayerRouter", "LAYER_CLASSES", "actor_name"]
 
-LAYER_CLASSES: dict[str, type] = {"working": WorkingShard, "episodic": EpisodicShard, "semantic": SemanticShard}
+LAYER_CLASSES: dict[str, type] = {
+    "working": WorkingShard,
+    "episodic": EpisodicShard,
+    "semantic": SemanticShard,
+    "procedural": ProceduralShard,
+}
 
 
 def actor_name(layer: str, shard: int) -> str:

@@ -163,6 +163,17 @@ class LayerShard(Generic[L]):
         Raises:
             VersionConflict: ``expected_version`` is not the current version.
         """
+        return await self.mutate_versioned(tenant, scope, expected_version, lambda layer, _: write(layer), apply)
+
+    async def mutate_versioned(
+        self,
+        tenant: str,
+        scope: str,
+        expected_version: int | None,
+        write: Callable[[L, int], R],
+        apply: Callable[[L, R], Any] | None = None,
+    ) -> tuple[Any, int]:
+        """:meth:`mutate` for a ``write`` that records the version it makes (``write(layer, version)``)."""
         slot = await self._tenant(tenant)
         async with slot.lock:
             current = await self._version(tenant, slot, scope)
@@ -177,7 +188,7 @@ class LayerShard(Generic[L]):
             new = current + 1
             await asyncio.to_thread(versions.put, tenant, self.layer_name, scope, new)
             slot.versions[scope] = new
-            result: Any = await asyncio.to_thread(write, slot.layer)
+            result: Any = await asyncio.to_thread(write, slot.layer, new)
             if apply is not None:
                 result = apply(slot.layer, result)
             slot.last_used = time.monotonic()

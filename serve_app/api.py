@@ -19,7 +19,7 @@ from actors.errors import unwrap
 from serve_app.errors import install_handlers
 from strata.config import StrataSettings
 from strata.errors import InvalidInput, StrataError, Unauthorized
-from strata.keys import KeyStore
+from strata.keys import KeyStore, hash_key
 from strata.schema import (
     ContextRequest,
     ContextResult,
@@ -30,9 +30,19 @@ from strata.schema import (
     EntityOut,
     ForgetResult,
     Health,
+    InteractionIn,
+    InteractionResult,
+    OutcomeIn,
     RecordTurnsResult,
     SearchRequest,
     SearchResult,
+    SkillDeleted,
+    SkillExtractIn,
+    SkillHistory,
+    SkillJobOut,
+    SkillList,
+    SkillOut,
+    SkillPatch,
     TurnBatchIn,
     TurnIn,
     WorkingItemsIn,
@@ -43,6 +53,8 @@ from strata.storage import open_store
 __all__ = ["Api", "app"]
 
 DOC_ID = Path(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:\-]{0,127}$", description="Document id")
+SKILL_ID = Path(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:\-]{0,127}$", description="Skill id")
+JOB_ID = Path(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:\-]{0,127}$", description="Skill job id")
 SESSION = Path(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:\-]{0,127}$", description="Session id")
 _KEY_CACHE_S = 30.0
 
@@ -73,13 +85,21 @@ class Api:
         self._keys: KeyStore | None = None
         self._key_cache: dict[str, tuple[str, float]] = {}
 
-    async def _call(self, method: str, *args: Any) -> Any:
+    async def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
         try:
-            return await getattr(self._orchestrator, method).remote(*args)
+            return await getattr(self._orchestrator, method).remote(*args, **kwargs)
         except Exception as exc:
             raise unwrap(exc) from None
 
     async def _tenant(self, authorization: str | None) -> str:
+        return (await self._caller(authorization))[0]
+
+    async def _caller(self, authorization: str | None) -> tuple[str, str]:
+        """The tenant of the bearer key, and the key's id (for who-changed-what records)."""
+        tenant = await self._authenticate(authorization)
+        return tenant, hash_key(authorization[7:].strip())[:12] if authorization else ""
+
+    async def _authenticate(self, authorization: str | None) -> str:
         if not authorization or not authorization.lower().startswith("bearer "):
             raise Unauthorized("send your API key as 'Authorization: Bearer <key>'")
         key = authorization[7:].strip()
@@ -237,3 +257,112 @@ class Api:
         """What the knowledge graph of your documents knows of an entity."""
         tenant = await self._tenant(authorization)
         return EntityOut(**await self._call("entity", tenant, name))
+
+    # -- procedural memory ----------------------------------------------------------
+
+    @app.post("/v1/skills:extract", status_code=201, response_model=SkillOut, tags=["skills"])
+    async def extract_skill(
+        self, body: SkillExtractIn, response: Response, authorization: str | None = Header(default=None)
+    ) -> SkillOut:
+        """Learn a skill from a successful trace (201), or update the near-duplicate skill it
+        belongs to (200, ``merged: true``). With an LLM the LLM drafts it; a 502 keeps the
+        trace and learns it in the background (``job_id`` in the body)."""
+        tenant, key_id = await self._caller(authorization)
+        skill: SkillOut = await self._call("extract_skill", tenant, body, key_id)
+        response.status_code = 200 if skill.merged else 201
+        response.headers["ETag"] = f'"{skill.version}"'
+        return skill
+
+    @app.get("/v1/skills", response_model=SkillList, tags=["skills"])
+    async def find_skills(
+        self,
+        task: str | None = Query(default=None, min_length=1, max_length=2000, description="Find skills for this task"),
+        top_k: int = Query(default=5, ge=1, le=100),
+        min_success_rate: float | None = Query(
+            default=None, ge=0, le=1, description="Default procedural.min_success_rate; applies once a skill has min_uses uses"
+        ),
+        after: str | None = Query(default=None, description="Without task: the last skill_id of the previous page"),
+        limit: int = Query(default=50, ge=1, le=1000),
+        authorization: str | None = Header(default=None),
+    ) -> SkillList:
+        """Skills for a task, best first (similarity x confidence in the success rate);
+        without ``task``, every skill by id."""
+        tenant = await self._tenant(authorization)
+        return await self._call(
+            "find_skills", tenant, task=task, top_k=top_k, min_success_rate=min_success_rate, after=after, limit=limit
+        )
+
+    @app.get("/v1/skills/{skill_id}", response_model=SkillOut, tags=["skills"])
+    async def get_skill(
+        self, response: Response, skill_id: str = SKILL_ID, authorization: str | None = Header(default=None)
+    ) -> SkillOut:
+        """The skill; the ETag is its version."""
+        tenant = await self._tenant(authorization)
+        skill: SkillOut = await self._call("get_skill", tenant, skill_id)
+        response.headers["ETag"] = f'"{skill.version}"'
+        return skill
+
+    @app.post("/v1/skills/{skill_id}/outcomes", response_model=SkillOut, tags=["skills"])
+    async def record_outcome(
+        self,
+        body: OutcomeIn,
+        response: Response,
+        skill_id: str = SKILL_ID,
+        authorization: str | None = Header(default=None),
+        if_match: str | None = Header(default=None),
+    ) -> SkillOut:
+        """Count one use. Without ``If-Match`` an atomic increment; with it, applied only at
+        that version (else 409 with the current one)."""
+        tenant, key_id = await self._caller(authorization)
+        skill: SkillOut = await self._call("record_outcome", tenant, skill_id, body, _if_match(if_match), key_id)
+        response.headers["ETag"] = f'"{skill.version}"'
+        return skill
+
+    @app.patch("/v1/skills/{skill_id}", response_model=SkillOut, tags=["skills"])
+    async def update_skill(
+        self,
+        body: SkillPatch,
+        response: Response,
+        skill_id: str = SKILL_ID,
+        authorization: str | None = Header(default=None),
+        if_match: str | None = Header(default=None),
+    ) -> SkillOut:
+        """Edit the skill's content; ``If-Match`` is required (428 without, 409 when stale)."""
+        tenant, key_id = await self._caller(authorization)
+        skill: SkillOut = await self._call("update_skill", tenant, skill_id, body, _if_match(if_match), key_id)
+        response.headers["ETag"] = f'"{skill.version}"'
+        return skill
+
+    @app.delete("/v1/skills/{skill_id}", response_model=SkillDeleted, tags=["skills"])
+    async def delete_skill(
+        self,
+        skill_id: str = SKILL_ID,
+        authorization: str | None = Header(default=None),
+        if_match: str | None = Header(default=None),
+    ) -> SkillDeleted:
+        """Remove the skill, its vector and its history."""
+        tenant = await self._tenant(authorization)
+        return await self._call("delete_skill", tenant, skill_id, _if_match(if_match))
+
+    @app.get("/v1/skills/{skill_id}/history", response_model=SkillHistory, tags=["skills"])
+    async def skill_history(
+        self, skill_id: str = SKILL_ID, authorization: str | None = Header(default=None)
+    ) -> SkillHistory:
+        """Every version of the skill: when, by which key, what changed."""
+        tenant = await self._tenant(authorization)
+        return await self._call("skill_history", tenant, skill_id)
+
+    @app.get("/v1/skill-jobs/{job_id}", response_model=SkillJobOut, tags=["skills"])
+    async def skill_job(self, job_id: str = JOB_ID, authorization: str | None = Header(default=None)) -> SkillJobOut:
+        """A background skill extraction: pending, running, done (with the skill) or failed."""
+        tenant = await self._tenant(authorization)
+        return await self._call("skill_job", tenant, job_id)
+
+    @app.post("/v1/interactions", status_code=201, response_model=InteractionResult, tags=["turns"])
+    async def post_interaction(
+        self, body: InteractionIn, authorization: str | None = Header(default=None)
+    ) -> InteractionResult:
+        """Record an exchange in working and episodic memory; a successful coding /
+        debugging / deployment task with a trace teaches a skill in the background."""
+        tenant, key_id = await self._caller(authorization)
+        return await self._call("post_interaction", tenant, body, key_id)

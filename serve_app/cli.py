@@ -203,6 +203,21 @@ def main(argv: list[str] | None = None) -> int:
     add_arguments(chunking)
     chunking.add_argument("--config", default=argparse.SUPPRESS, help="YAML settings (as `strata --config`)")
     chunking.set_defaults(fn=cmd_eval_chunking)
+    from serve_app import bench_orchestrator
+
+    bench = sub.add_parser("bench", help="benchmarks that print figures measured in one run")
+    benches = bench.add_subparsers(dest="bench", required=True)
+    contention = benches.add_parser(
+        "contention", help="concurrent outcome updates of one skill, atomic and with If-Match: no update lost"
+    )
+    bench_orchestrator.add_arguments(contention)
+    contention.add_argument("--clients", type=int, default=16)
+    contention.add_argument("--updates", type=int, default=50, help="updates per client")
+    contention.set_defaults(fn=lambda a: bench_orchestrator.run(a, "contention"))
+    fanout = benches.add_parser("fanout", help="/v1/context over four layers against each single layer")
+    bench_orchestrator.add_arguments(fanout)
+    fanout.add_argument("--calls", type=int, default=60, help="measured calls per layer set")
+    fanout.set_defaults(fn=lambda a: bench_orchestrator.run(a, "fanout"))
     args = parser.parse_args(argv)
     from serve_app.stack import StackError
     from strata.errors import StrataError

@@ -18,7 +18,9 @@ from pydantic import BaseModel
 
 from strata.errors import (
     InvalidInput,
+    LLMError,
     NotFound,
+    PreconditionRequired,
     StoreUnavailable,
     StrataError,
     Unauthorized,
@@ -35,11 +37,22 @@ from strata.schema import (
     EntityOut,
     ForgetResult,
     Health,
+    InteractionIn,
+    InteractionResult,
+    OutcomeIn,
     RecordTurnsResult,
     RetrievalPath,
     SearchRequest,
     SearchResult,
+    SkillDeleted,
+    SkillExtractIn,
+    SkillHistory,
+    SkillJobOut,
+    SkillList,
+    SkillOut,
+    SkillPatch,
     TimeRangeIn,
+    TraceStepIn,
     TurnBatchIn,
     TurnIn,
     WorkingItemIn,
@@ -56,6 +69,8 @@ _BY_STATUS: dict[int, type[StrataError]] = {
     404: NotFound,
     409: VersionConflict,
     422: InvalidInput,
+    428: PreconditionRequired,
+    502: LLMError,
     503: StoreUnavailable,
 }
 
@@ -126,6 +141,7 @@ def build_context(
     max_tokens: int | None = None,
     reference_time: datetime | None = None,
     top_k: int | None = None,
+    layers: list[Layer] | None = None,
 ) -> _Call[ContextResult]:
     body = ContextRequest(
         message=message,
@@ -134,6 +150,7 @@ def build_context(
         max_tokens=max_tokens,
         reference_time=reference_time,
         top_k=top_k,
+        layers=layers,
     )
     return _Call("POST", "/v1/context", ContextResult, body)
 
@@ -214,6 +231,57 @@ def forget_session(session_id: str) -> _Call[ForgetResult]:
     return _Call("DELETE", f"/v1/sessions/{session_id}", ForgetResult)
 
 
+def extract_skill(
+    task: str, trace: Sequence[TraceStepIn | dict[str, Any] | str], *, outcome: str | None = None
+) -> _Call[SkillOut]:
+    body = SkillExtractIn(task=task, trace=list(trace), outcome=outcome)  # type: ignore[arg-type]
+    return _Call("POST", "/v1/skills:extract", SkillOut, body)
+
+
+def find_skills(
+    task: str | None = None,
+    *,
+    top_k: int = 5,
+    min_success_rate: float | None = None,
+    after: str | None = None,
+    limit: int = 50,
+) -> _Call[SkillList]:
+    params = {"task": task, "top_k": top_k, "min_success_rate": min_success_rate, "after": after, "limit": limit}
+    return _Call("GET", "/v1/skills", SkillList, params=params)
+
+
+def get_skill(skill_id: str) -> _Call[SkillOut]:
+    return _Call("GET", f"/v1/skills/{skill_id}", SkillOut)
+
+
+def record_outcome(
+    skill_id: str, success: bool, *, notes: str | None = None, expected_version: int | None = None
+) -> _Call[SkillOut]:
+    return _Call("POST", f"/v1/skills/{skill_id}/outcomes", SkillOut, OutcomeIn(success=success, notes=notes), expected_version)
+
+
+def update_skill(skill_id: str, changes: SkillPatch | dict[str, Any], *, expected_version: int) -> _Call[SkillOut]:
+    body = changes if isinstance(changes, SkillPatch) else SkillPatch(**changes)
+    return _Call("PATCH", f"/v1/skills/{skill_id}", SkillOut, body, expected_version)
+
+
+def delete_skill(skill_id: str, *, expected_version: int | None = None) -> _Call[SkillDeleted]:
+    return _Call("DELETE", f"/v1/skills/{skill_id}", SkillDeleted, if_match=expected_version)
+
+
+def skill_history(skill_id: str) -> _Call[SkillHistory]:
+    return _Call("GET", f"/v1/skills/{skill_id}/history", SkillHistory)
+
+
+def skill_job(job_id: str) -> _Call[SkillJobOut]:
+    return _Call("GET", f"/v1/skill-jobs/{job_id}", SkillJobOut)
+
+
+def post_interaction(interaction: InteractionIn | dict[str, Any]) -> _Call[InteractionResult]:
+    body = interaction if isinstance(interaction, InteractionIn) else InteractionIn(**interaction)
+    return _Call("POST", "/v1/interactions", InteractionResult, body)
+
+
 def health() -> _Call[Health]:
     return _Call("GET", "/healthz", Health)
 
@@ -259,6 +327,15 @@ class StrataClient:
     list_documents = _sync(list_documents)
     delete_document = _sync(delete_document)
     entity = _sync(entity)
+    extract_skill = _sync(extract_skill)
+    find_skills = _sync(find_skills)
+    get_skill = _sync(get_skill)
+    record_outcome = _sync(record_outcome)
+    update_skill = _sync(update_skill)
+    delete_skill = _sync(delete_skill)
+    skill_history = _sync(skill_history)
+    skill_job = _sync(skill_job)
+    post_interaction = _sync(post_interaction)
     health = _sync(health)
 
     def __enter__(self) -> StrataClient:
@@ -291,6 +368,15 @@ class AsyncStrataClient:
     list_documents = _async(list_documents)
     delete_document = _async(delete_document)
     entity = _async(entity)
+    extract_skill = _async(extract_skill)
+    find_skills = _async(find_skills)
+    get_skill = _async(get_skill)
+    record_outcome = _async(record_outcome)
+    update_skill = _async(update_skill)
+    delete_skill = _async(delete_skill)
+    skill_history = _async(skill_history)
+    skill_job = _async(skill_job)
+    post_interaction = _async(post_interaction)
     health = _async(health)
 
     async def __aenter__(self) -> AsyncStrataClient:

@@ -16,7 +16,17 @@ from ray import serve
 from actors.orchestration import Orchestration
 from strata.config import StrataSettings
 from strata.embedding import Embedder, make_embedder
-from strata.schema import DocumentIn, ContextRequest, SearchRequest, TurnIn, WorkingItemsIn
+from strata.schema import (
+    ContextRequest,
+    DocumentIn,
+    InteractionIn,
+    OutcomeIn,
+    SearchRequest,
+    SkillExtractIn,
+    SkillPatch,
+    TurnIn,
+    WorkingItemsIn,
+)
 
 __all__ = ["Embedding", "Orchestrator"]
 
@@ -88,6 +98,37 @@ class Orchestrator:
 
     async def entity(self, tenant: str, name: str) -> Any:
         return await self._flow.entity(tenant, name)
+
+    async def extract_skill(self, tenant: str, body: SkillExtractIn, by: str = "") -> Any:
+        return await self._flow.extract_skill(tenant, body, by=by)
+
+    async def find_skills(self, tenant: str, **query: Any) -> Any:
+        return await self._flow.find_skills(tenant, **query)
+
+    async def get_skill(self, tenant: str, skill_id: str) -> Any:
+        return await self._flow.get_skill(tenant, skill_id)
+
+    async def record_outcome(
+        self, tenant: str, skill_id: str, body: OutcomeIn, expected_version: int | None = None, by: str = ""
+    ) -> Any:
+        return await self._flow.record_outcome(tenant, skill_id, body, expected_version=expected_version, by=by)
+
+    async def update_skill(
+        self, tenant: str, skill_id: str, body: SkillPatch, expected_version: int | None, by: str = ""
+    ) -> Any:
+        return await self._flow.update_skill(tenant, skill_id, body, expected_version=expected_version, by=by)
+
+    async def delete_skill(self, tenant: str, skill_id: str, expected_version: int | None = None) -> Any:
+        return await self._flow.delete_skill(tenant, skill_id, expected_version=expected_version)
+
+    async def skill_history(self, tenant: str, skill_id: str) -> Any:
+        return await self._flow.skill_history(tenant, skill_id)
+
+    async def skill_job(self, tenant: str, job_id: str) -> Any:
+        return await self._flow.skill_job(tenant, job_id)
+
+    async def post_interaction(self, tenant: str, body: InteractionIn, by: str = "") -> Any:
+        return await self._flow.post_interaction(tenant, body, by=by)
 
     async def health(self) -> dict[str, Any]:
         return await self._flow.health()

@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 from typing import Any, Literal, Mapping
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -33,6 +33,8 @@ __all__ = [
     "WorkingSettings",
     "EpisodicSettings",
     "ContextSettings",
+    "LayerPolicy",
+    "ProceduralSettings",
     "ChunkingSettings",
     "SemanticSettings",
     "SemanticTenantSettings",
@@ -112,6 +114,7 @@ class ActorSettings(_Section):
     working_shards: int = Field(default=2, ge=1, le=1024)
     episodic_shards: int = Field(default=2, ge=1, le=1024)
     semantic_shards: int = Field(default=2, ge=1, le=1024)
+    procedural_shards: int = Field(default=2, ge=1, le=1024)
     #: Tenants whose in-memory state is evicted after this long without a call.
     idle_evict_s: float = Field(default=900.0, gt=0)
     max_restarts: int = Field(default=-1, ge=-1)
@@ -243,6 +246,38 @@ class SemanticSettings(_Section):
         return dict(override.fusion_weights) if override and override.fusion_weights else dict(self.fusion_weights)
 
 
+class ProceduralSettings(_Section):
+    """Skills: how they are found, ranked, merged and learned."""
+
+    #: A skill used at least ``min_uses`` times is found only with this raw success rate.
+    min_success_rate: float = Field(default=0.7, ge=0, le=1)
+    min_uses: int = Field(default=3, ge=1)
+    #: Rank = similarity x ((1 - w) + w x Wilson lower bound of the success rate).
+    success_weight: float = Field(default=0.5, ge=0, le=1)
+    #: Skills less similar than this to the task are not returned.
+    min_similarity: float = Field(default=0.3, ge=-1, le=1)
+    #: A new skill this similar to an existing one updates it instead of adding a copy.
+    merge_similarity: float = Field(default=0.85, ge=0, le=1)
+    #: Task types whose successful interactions teach a skill.
+    learn_from: list[str] = Field(default_factory=lambda: ["coding", "debugging", "deployment"])
+    #: Background extraction: attempts with the LLM before the rule extractor takes over.
+    job_max_attempts: int = Field(default=4, ge=1, le=100)
+    #: Seconds before the first retry of a failed extraction (doubled each time).
+    job_retry_s: float = Field(default=5.0, gt=0)
+
+
+LAYER_NAMES = ("working", "episodic", "semantic", "procedural")
+
+
+class LayerPolicy(_Section):
+    """How one layer takes part in a task type's context."""
+
+    #: Items to fetch; default ``context.default_top_k`` (or the request's top_k).
+    top_k: int | None = Field(default=None, ge=1, le=100)
+    #: Share of the budget left after working memory, relative to the other layers'.
+    weight: float = Field(default=1.0, ge=0)
+
+
 class ContextSettings(_Section):
     default_max_tokens: int = Field(default=2000, ge=64, le=200_000)
     default_top_k: int = Field(default=8, ge=1, le=100)
@@ -250,17 +285,56 @@ class ContextSettings(_Section):
     working_share: float = Field(default=0.5, gt=0, le=1)
     #: Items scoring below this share of their layer's best hit stay out of the context.
     min_relative_score: float = Field(default=0.4, ge=0, le=1)
-    #: Which layers each task type reads besides working memory (always read).
-    policies: dict[str, list[str]] = Field(
+    #: A layer that has not answered after this long is left out (the context says so).
+    layer_timeout_s: float = Field(default=2.0, gt=0, le=60)
+    #: Per-layer deadlines that differ from ``layer_timeout_s``.
+    layer_timeouts: dict[str, float] = Field(default_factory=dict)
+    #: When the items do not fit and an LLM is configured, condense them with it.
+    refine_with_llm: bool = True
+    #: Which layers each task type reads besides working memory (always read): a list
+    #: of layers, or a mapping ``layer -> {top_k, weight}``.
+    policies: dict[str, dict[str, LayerPolicy]] = Field(
         default_factory=lambda: {
-            "general": ["episodic"],
-            "personalized": ["episodic"],
-            "planning": ["episodic", "semantic"],
-            "debugging": ["semantic", "procedural"],
-            "coding": ["semantic", "procedural"],
-            "deployment": ["semantic", "procedural"],
+            "general": {"episodic": LayerPolicy()},
+            "personalized": {"episodic": LayerPolicy()},
+            "planning": {"episodic": LayerPolicy(), "semantic": LayerPolicy()},
+            "debugging": {"semantic": LayerPolicy(), "procedural": LayerPolicy(top_k=3)},
+            "coding": {"semantic": LayerPolicy(), "procedural": LayerPolicy(top_k=3)},
+            "deployment": {"semantic": LayerPolicy(), "procedural": LayerPolicy(top_k=3)},
         }
     )
+
+    @field_validator("policies", mode="before")
+    @classmethod
+    def _lists_to_mappings(cls, value: Any) -> Any:
+        if not isinstance(value, Mapping):
+            return value
+        return {
+            name: {layer: {} for layer in layers} if isinstance(layers, (list, tuple)) else layers
+            for name, layers in value.items()
+        }
+
+    @field_validator("policies")
+    @classmethod
+    def _known_layers(cls, value: dict[str, dict[str, LayerPolicy]]) -> dict[str, dict[str, LayerPolicy]]:
+        for name, layers in value.items():
+            unknown = set(layers) - set(LAYER_NAMES)
+            if unknown:
+                raise ValueError(f"policy {name!r} names unknown layer(s) {sorted(unknown)}; known: {', '.join(LAYER_NAMES)}")
+        return value
+
+    @field_validator("layer_timeouts")
+    @classmethod
+    def _positive(cls, value: dict[str, float]) -> dict[str, float]:
+        unknown = set(value) - set(LAYER_NAMES)
+        if unknown:
+            raise ValueError(f"layer_timeouts names unknown layer(s) {sorted(unknown)}")
+        if any(not 0 < v <= 60 for v in value.values()):
+            raise ValueError("layer_timeouts must be in (0, 60] seconds")
+        return value
+
+    def timeout_for(self, layer: str) -> float:
+        return float(self.layer_timeouts.get(layer, self.layer_timeout_s))
 
 
 class StrataSettings(BaseSettings):
@@ -280,6 +354,7 @@ class StrataSettings(BaseSettings):
     working: WorkingSettings = WorkingSettings()
     episodic: EpisodicSettings = EpisodicSettings()
     semantic: SemanticSettings = SemanticSettings()
+    procedural: ProceduralSettings = ProceduralSettings()
     context: ContextSettings = ContextSettings()
 
     @model_validator(mode="after")

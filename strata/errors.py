@@ -10,6 +10,7 @@ place (``serve_app/errors.py``)::
     ├── Unauthorized          401  missing or unknown API key
     ├── NotFound              404  no such session, item or record
     ├── VersionConflict       409  expected version is stale; carries the current one
+    ├── PreconditionRequired  428  the change needs If-Match (the version it was made against)
     ├── StoreUnavailable      503  Milvus (or another store) cannot be reached
     └── LLMError              502  the configured LLM failed or answered garbage
         └── LLMOutputInvalid       its answer did not parse or validate
@@ -29,6 +30,7 @@ __all__ = [
     "Unauthorized",
     "NotFound",
     "VersionConflict",
+    "PreconditionRequired",
     "StoreUnavailable",
     "LLMError",
     "LLMOutputInvalid",
@@ -76,6 +78,10 @@ class VersionConflict(StrataError):
     def __init__(self, message: str, **details: Any) -> None:
         super().__init__(message, **details)
         self.current_version: int = int(details.get("current_version", 0))
+
+
+class PreconditionRequired(StrataError):
+    status_code = 428
 
 
 class StoreUnavailable(StrataError):

@@ -12,7 +12,10 @@ import re
 
 from strata.errors import InvalidInput
 
-__all__ = ["ID_PATTERN", "validate_id", "literal", "in_list"]
+__all__ = ["ID_PATTERN", "SYSTEM_TENANT", "validate_id", "literal", "in_list"]
+
+#: The tenant of Strata's own rows (API keys, pending jobs); no key is ever bound to it.
+SYSTEM_TENANT = "system"
 
 #: Letters, digits and ``_ . : -``, 1 to 128 characters, starting with a letter or digit.
 ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:\-]{0,127}")

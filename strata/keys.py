@@ -6,13 +6,13 @@ import hashlib
 import secrets
 import time
 
-from strata.ids import validate_id
+from strata.ids import SYSTEM_TENANT, validate_id
 from strata.records import Record, RecordStore
 
 __all__ = ["KeyStore", "hash_key"]
 
 #: Keys live in a tenant of their own, out of reach of any tenant's calls.
-KEY_TENANT = "system"
+KEY_TENANT = SYSTEM_TENANT
 _KIND = "apikey"
 
 

@@ -39,6 +39,18 @@ __all__ = [
     "DocumentDeleted",
     "EntityOut",
     "Health",
+    "TraceStepIn",
+    "SkillExtractIn",
+    "SkillOut",
+    "SkillList",
+    "OutcomeIn",
+    "SkillPatch",
+    "SkillDeleted",
+    "SkillVersionOut",
+    "SkillHistory",
+    "SkillJobOut",
+    "InteractionIn",
+    "InteractionResult",
     "LAYERS",
     "Layer",
     "RetrievalPath",
@@ -141,6 +153,9 @@ class ContextRequest(_In):
     max_tokens: int | None = Field(default=None, ge=64, le=200_000)
     reference_time: datetime | None = None
     top_k: int | None = Field(default=None, ge=1, le=100)
+    layers: list[Layer] | None = Field(
+        default=None, description="Read these layers instead of the task type's policy (working memory is always read)"
+    )
 
     _tz = field_validator("reference_time")(classmethod(lambda cls, v: _aware(v)))
 
@@ -195,6 +210,9 @@ class ContextResult(_Out):
     versions: dict[str, int]
     time_range: TimeRangeOut | None = None
     missing: dict[str, str] = Field(default_factory=dict, description="Layers left out, and why")
+    budgets: dict[str, int] = Field(default_factory=dict, description="Tokens reserved for each layer's section")
+    refined: bool = Field(default=False, description="The layers' items were condensed by the LLM to fit")
+    refine_error: str | None = Field(default=None, description="Why LLM refinement was tried and not used")
 
 
 RetrievalPath = Literal["dense", "lexical", "graph"]
@@ -355,3 +373,166 @@ class Health(_Out):
     ray: str
     milvus: str
     layers: dict[str, str]
+
+
+# -- procedural memory ---------------------------------------------------------
+
+_TRACE_BYTES_MAX = 60_000
+_ITEM = Field(min_length=1, max_length=500)
+
+
+class TraceStepIn(_In):
+    """One step of an execution trace; every field is optional."""
+
+    tool: str | None = Field(default=None, max_length=200, description="A tool or function called")
+    args: dict[str, Any] = Field(default_factory=dict, description="Its arguments")
+    command: str | None = Field(default=None, max_length=4000, description="A shell command run")
+    action: str | None = Field(default=None, max_length=4000, description="What was done, in words")
+    output: str | None = Field(default=None, max_length=4000)
+    error: str | None = Field(default=None, max_length=4000, description="Non-empty: the step failed")
+    status: Literal["ok", "error"] | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+def _trace_size(trace: list[Any]) -> list[Any]:
+    import json
+
+    raw = [t.model_dump(exclude_defaults=True) if isinstance(t, BaseModel) else t for t in trace]
+    if len(json.dumps(raw, ensure_ascii=False).encode()) > _TRACE_BYTES_MAX:
+        raise ValueError(f"the trace is limited to {_TRACE_BYTES_MAX} bytes of JSON; send its essential steps")
+    return trace
+
+
+class SkillExtractIn(_In):
+    task: str = Field(min_length=1, max_length=2000, description="What the agent was asked to do")
+    trace: list[TraceStepIn | str] = Field(min_length=1, max_length=200, description="The steps, in order")
+    outcome: str | None = Field(default=None, max_length=2000, description="How it ended")
+
+    _size = field_validator("trace")(classmethod(lambda cls, v: _trace_size(v)))
+
+
+class SkillOut(_Out):
+    skill_id: str
+    version: int
+    skill_name: str
+    description: str
+    trigger_conditions: list[str]
+    steps: list[str] = Field(description="With {placeholder} variables")
+    common_pitfalls: list[str]
+    success_criteria: list[str]
+    variables: list[str] = Field(default_factory=list, description="The placeholders its steps use")
+    uses: int
+    successes: int
+    success_rate: float | None = Field(description="successes / uses; null until used")
+    confidence: float = Field(description="Wilson lower bound of the success rate (95 %)")
+    last_used: datetime | None = None
+    created_at: datetime
+    updated_at: datetime
+    updated_by: str = Field(description="Key id of the last change")
+    tasks: list[str] = Field(default_factory=list, description="Tasks it was learned from")
+    merged: bool | None = Field(default=None, description="Extraction: it updated a near-duplicate skill")
+    similarity: float | None = Field(default=None, description="Search: cosine to the task")
+    score: float | None = Field(default=None, description="Search: similarity x confidence factor")
+
+
+class SkillList(_Out):
+    skills: list[SkillOut] = Field(description="By id; for a task, best match first")
+    total: int = Field(description="Skills of the tenant")
+    next_after: str | None = Field(default=None, description="Pass as ?after= for the next page; null on the last")
+
+
+class OutcomeIn(_In):
+    success: bool
+    notes: str | None = Field(default=None, max_length=2000)
+
+
+class SkillPatch(_In):
+    """Fields to replace; the others stay."""
+
+    skill_name: str | None = Field(default=None, min_length=1, max_length=80)
+    description: str | None = Field(default=None, min_length=1, max_length=1000)
+    trigger_conditions: list[str] | None = Field(default=None, max_length=30)
+    steps: list[str] | None = Field(default=None, min_length=1, max_length=50)
+    common_pitfalls: list[str] | None = Field(default=None, max_length=30)
+    success_criteria: list[str] | None = Field(default=None, max_length=30)
+
+    @field_validator("trigger_conditions", "steps", "common_pitfalls", "success_criteria")
+    @classmethod
+    def _items(cls, v: list[str] | None) -> list[str] | None:
+        if v is not None and any(not item.strip() or len(item) > 500 for item in v):
+            raise ValueError("each item must be 1 to 500 characters")
+        return v
+
+    @model_validator(mode="after")
+    def _something(self) -> SkillPatch:
+        if not self.model_fields_set:
+            raise ValueError("give at least one field to change")
+        return self
+
+
+class SkillDeleted(_Out):
+    skill_id: str
+    removed: int = Field(description="Durable rows removed (the skill and its history)")
+    version: int
+
+
+class SkillVersionOut(_Out):
+    version: int
+    at: datetime
+    by: str
+    change: Literal["created", "merged", "edited", "outcome"]
+    uses: int
+    successes: int
+    snapshot: dict[str, Any] | None = Field(default=None, description="The content after a created/merged/edited change")
+    outcome: dict[str, Any] | None = Field(default=None, description="An outcome change: success and notes")
+
+
+class SkillHistory(_Out):
+    skill_id: str
+    versions: list[SkillVersionOut]
+
+
+class SkillJobOut(_Out):
+    job_id: str
+    status: Literal["pending", "running", "done", "failed"]
+    attempts: int
+    error: str | None = None
+    skill_id: str | None = None
+
+
+class InteractionIn(_In):
+    """One exchange of an agent with its user, and how the task went (the seed's post_interaction)."""
+
+    session_id: str = Field(pattern=_ID)
+    user: str | None = Field(default=None, max_length=16000)
+    agent: str | None = Field(default=None, max_length=16000)
+    task_type: str = Field(default="general", pattern=r"^[a-z][a-z0-9_\-]{0,31}$")
+    success: bool | None = Field(default=None, description="Did the task succeed? A success of a learning task type teaches a skill")
+    task: str | None = Field(default=None, max_length=2000, description="The task, if not the user's words")
+    trace: list[TraceStepIn | str] | None = Field(default=None, max_length=200)
+    outcome: str | None = Field(default=None, max_length=2000)
+    timestamp: datetime | None = None
+    speaker: str | None = Field(default=None, max_length=64)
+    turn_id: str | None = Field(default=None, pattern=_ID)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+    _tz = field_validator("timestamp")(classmethod(lambda cls, v: _aware(v)))
+    _meta = field_validator("metadata")(classmethod(lambda cls, v: _small_json(v)))
+    _size = field_validator("trace")(classmethod(lambda cls, v: v if v is None else _trace_size(v)))
+
+    @model_validator(mode="after")
+    def _not_empty(self) -> InteractionIn:
+        if not (self.user or "").strip() and not (self.agent or "").strip():
+            raise ValueError("give user or agent text (both are empty)")
+        return self
+
+    def turn(self) -> TurnIn:
+        return TurnIn(
+            user=self.user, agent=self.agent, timestamp=self.timestamp, turn_id=self.turn_id,
+            speaker=self.speaker, metadata=self.metadata,
+        )
+
+
+class InteractionResult(RecordTurnsResult):
+    skill_job: SkillJobOut | None = Field(default=None, description="The background job learning a skill from it")
+    learning: str = Field(description="Whether a skill is being learned from it, and why (not)")

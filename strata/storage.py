@@ -20,6 +20,7 @@ class Collections:
 
     episodic: str
     semantic: str
+    procedural: str
     state: str
     dim: int
 
@@ -30,6 +31,7 @@ class Collections:
         return cls(
             episodic=f"{prefix}_episodic_d{dim}",
             semantic=f"{prefix}_semantic_d{dim}",
+            procedural=f"{prefix}_procedural_d{dim}",
             state=f"{prefix}_state",
             dim=dim,
         )
@@ -46,5 +48,6 @@ def open_store(settings: StrataSettings) -> tuple[RecordStore, Collections]:
     names = Collections.for_settings(settings)
     store.ensure_collection(names.episodic, dim=names.dim)
     store.ensure_collection(names.semantic, dim=names.dim)
+    store.ensure_collection(names.procedural, dim=names.dim)
     store.ensure_collection(names.state, dim=STATE_DIM)
     return store, names

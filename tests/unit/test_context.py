@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 import re
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -12,12 +12,13 @@ from strata.context import LAYER_TITLES, AssembledContext, assemble_context
 from strata.schema import ContextItem
 from strata.tokens import TiktokenCounter
 
-T0 = datetime(2024, 3, 1, 9, 0, tzinfo=timezone.utc)
+T0 = datetime(2024, 3, 1, 9, 0, tzinfo=UTC)
 
-EN_WORDS = (
-    "the budget meeting moved to Thursday because the finance team needs more time to review "
-    "quarterly numbers and Caroline wants a summary of the hiking trip plans before Friday"
-).split()
+EN_WORDS = [
+    "the", "budget", "meeting", "moved", "to", "Thursday", "because", "the", "finance", "team",
+    "needs", "more", "time", "to", "review", "quarterly", "numbers", "and", "Caroline", "wants",
+    "a", "summary", "of", "the", "hiking", "trip", "plans", "before", "Friday",
+]
 ZH_CHARS = "我们明天下午三点在会议室讨论新项目的预算请记住她喜欢喝咖啡周末去爬山天气很好"
 
 
@@ -268,3 +269,260 @@ def test_a_passage_too_big_for_the_budget_gives_way_to_its_matched_child(counter
     (item,) = out.sections[0].items
     assert item.text == key and item.source is not None and item.source.start == 1000 + start
     assert "[Runbook]" in out.text and "make restart" in out.text
+
+
+# --- per-layer budgets, leftovers, dropped items, the refined section -----------------
+
+
+def _uniform_layer(counter: TiktokenCounter, layer: str, n: int, score_scale: float = 1.0) -> list[ContextItem]:
+    """``n`` items of one layer that cost the same, best first."""
+    return [
+        item.model_copy(update={"score": score_scale * (1 - k / (2 * n))})
+        for k, item in enumerate(_equal_cost_items(counter, n, layer))
+    ]
+
+
+def _section(result: AssembledContext, layer: str) -> list[ContextItem]:
+    return next(s.items for s in result.sections if s.layer == layer)
+
+
+def test_layer_weights_give_a_proportional_share(counter: TiktokenCounter) -> None:
+    # Incomparable scales: without shares, the layer with the bigger raw scores would take everything.
+    layer_items = {
+        "episodic": _uniform_layer(counter, "episodic", 20, score_scale=0.03),  # fused rank scores
+        "semantic": _uniform_layer(counter, "semantic", 20, score_scale=0.9),  # cosine-like
+    }
+    even = assemble_context(working_messages=[], layer_items=layer_items, max_tokens=200, counter=counter)
+    assert abs(len(_section(even, "episodic")) - len(_section(even, "semantic"))) <= 1
+    assert even.budgets["episodic"] == even.budgets["semantic"] == 100
+    heavy = assemble_context(
+        working_messages=[], layer_items=layer_items, max_tokens=200, counter=counter,
+        layer_weights={"episodic": 3.0, "semantic": 1.0},
+    )
+    assert heavy.tokens <= 200
+    assert (heavy.budgets["episodic"], heavy.budgets["semantic"]) == (150, 50)
+    sections = {s.layer: s for s in heavy.sections}
+    assert sections["episodic"].tokens > 2 * sections["semantic"].tokens
+    assert len(sections["episodic"].items) >= 2.5 * len(sections["semantic"].items) > 0
+    # Each layer keeps its own best items.
+    for layer in ("episodic", "semantic"):
+        chosen = {i.id for i in sections[layer].items}
+        assert chosen == {i.id for i in layer_items[layer][: len(chosen)]}
+
+
+def test_budgets_follow_the_working_memory_and_ignore_empty_layers(counter: TiktokenCounter) -> None:
+    messages = [{"role": "user", "content": "hello " * 30}]
+    layer_items = {"episodic": _uniform_layer(counter, "episodic", 10), "semantic": [], "procedural": []}
+    result = assemble_context(working_messages=messages, layer_items=layer_items, max_tokens=300, counter=counter)
+    working = counter.count(_render_working(messages))
+    assert result.budgets == {"episodic": 300 - working, "semantic": 0, "procedural": 0}
+
+
+def _render_working(messages: list[dict[str, str]]) -> str:
+    from strata.context import _render
+
+    return _render([], messages)
+
+
+def test_a_weight_of_zero_reserves_nothing_but_uses_leftovers(counter: TiktokenCounter) -> None:
+    layer_items = {
+        "episodic": _uniform_layer(counter, "episodic", 20),
+        "procedural": _uniform_layer(counter, "procedural", 20),
+    }
+    result = assemble_context(
+        working_messages=[], layer_items=layer_items, max_tokens=150, counter=counter,
+        layer_weights={"procedural": 0.0},
+    )
+    assert result.budgets == {"episodic": 150, "procedural": 0}
+    assert _section(result, "episodic") and not _section(result, "procedural")
+    few = {"episodic": layer_items["episodic"][:1], "procedural": layer_items["procedural"]}
+    result = assemble_context(
+        working_messages=[], layer_items=few, max_tokens=150, counter=counter, layer_weights={"procedural": 0.0}
+    )
+    assert len(_section(result, "episodic")) == 1
+    assert len(_section(result, "procedural")) >= 5
+
+
+def test_leftover_of_a_small_layer_goes_to_the_others(counter: TiktokenCounter) -> None:
+    layer_items = {
+        "episodic": _uniform_layer(counter, "episodic", 1),
+        "semantic": _uniform_layer(counter, "semantic", 20),
+        "procedural": _uniform_layer(counter, "procedural", 20),
+    }
+    budget = 240
+    result = assemble_context(working_messages=[], layer_items=layer_items, max_tokens=budget, counter=counter)
+    assert len(_section(result, "episodic")) == 1
+    assert result.budgets["semantic"] == result.budgets["procedural"] == budget // 3
+    sections = {s.layer: s for s in result.sections}
+    # Semantic and procedural went past their third: together they used the episodic leftover.
+    assert sections["semantic"].tokens + sections["procedural"].tokens > 2 * (budget // 3)
+    from strata.context import _item_line
+
+    line = counter.count(_item_line(layer_items["semantic"][0])) + 1
+    assert budget - line - 4 <= result.tokens <= budget  # nothing that fits was left unused
+    assert result.dropped
+
+
+def test_leftover_is_shared_by_normalised_score(counter: TiktokenCounter) -> None:
+    # The leftover fills by score relative to each layer's best, not by raw score.
+    semantic = _uniform_layer(counter, "semantic", 20, score_scale=0.9)
+    episodic = _uniform_layer(counter, "episodic", 20, score_scale=0.02)
+    result = assemble_context(
+        working_messages=[], layer_items={"episodic": episodic, "semantic": semantic, "procedural": []},
+        max_tokens=300, counter=counter,
+    )
+    assert abs(len(_section(result, "episodic")) - len(_section(result, "semantic"))) <= 1
+
+
+def test_dropped_lists_what_did_not_fit_and_nothing_that_did(counter: TiktokenCounter) -> None:
+    layer_items = {
+        "episodic": _uniform_layer(counter, "episodic", 12),
+        "semantic": _uniform_layer(counter, "semantic", 12),
+    }
+    below_floor = ContextItem(layer="semantic", kind="fact", id="semantic-weak", text="the weak fact", score=0.01)
+    layer_items["semantic"].append(below_floor)
+    result = assemble_context(
+        working_messages=[], layer_items=layer_items, max_tokens=120, counter=counter, min_relative_score=0.2
+    )
+    chosen = {i.id for s in result.sections for i in s.items if s.layer != "working"}
+    dropped = [i.id for i in result.dropped]
+    assert chosen and dropped
+    assert not chosen & set(dropped)
+    assert len(dropped) == len(set(dropped))
+    assert chosen | set(dropped) == {i.id for items in layer_items.values() for i in items} - {"semantic-weak"}
+    # Best first (normalised: these layers share one scale), alternating layers.
+    scores = [i.score for i in result.dropped]
+    assert scores == sorted(scores, reverse=True)
+    everything = assemble_context(working_messages=[], layer_items=layer_items, max_tokens=100_000, counter=counter)
+    assert everything.dropped == []
+
+
+def test_a_narrowed_passage_is_not_dropped(counter: TiktokenCounter) -> None:
+    from strata.schema import MatchedSpan, SourceRef
+
+    filler = " ".join(EN_WORDS * 20)
+    key = "Run `make restart` after draining."
+    text = f"{filler} {key} {filler}"
+    start = len(filler) + 1
+    passage = ContextItem(
+        layer="semantic", kind="passage", id="doc#0", text=text, score=1.0,
+        source=SourceRef(doc_id="doc", start=0, end=len(text)),
+        matched=[MatchedSpan(id="doc/c1", start=start, end=start + len(key), score=1.0)],
+    )
+    result = assemble_context(working_messages=[], layer_items={"semantic": [passage]}, max_tokens=60, counter=counter)
+    assert [i.text for i in _section(result, "semantic")] == [key]
+    assert result.dropped == []
+
+
+def test_invalid_weights_and_budget_are_rejected(counter: TiktokenCounter) -> None:
+    items = {"episodic": _uniform_layer(counter, "episodic", 2)}
+    for bad in (-1.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="weight"):
+            assemble_context(
+                working_messages=[], layer_items=items, max_tokens=100, counter=counter,
+                layer_weights={"episodic": bad},
+            )
+    with pytest.raises(ValueError, match="max_tokens"):
+        assemble_context(working_messages=[], layer_items=items, max_tokens=-1, counter=counter)
+
+
+def _random_passage(rng: random.Random, n: int, zh: bool) -> ContextItem:
+    from strata.schema import MatchedSpan, SourceRef
+
+    parts = [_text(rng, n * 10 + k, zh) for k in range(rng.randint(2, 6))]
+    text = " ".join(parts)
+    matched, offset = [], 0
+    for k, part in enumerate(parts):
+        if rng.random() < 0.5:
+            matched.append(MatchedSpan(id=f"p{n}/c{k}", start=1000 + offset, end=1000 + offset + len(part), score=0.5))
+        offset += len(part) + 1
+    return ContextItem(
+        layer="semantic", kind="passage", id=f"p{n}", text=text, score=round(rng.uniform(-0.2, 1), 3),
+        source=SourceRef(doc_id=f"doc{n}", title=rng.choice([None, "Guide"]), start=1000, end=1000 + len(text)),
+        matched=matched,
+    )
+
+
+def test_random_inputs_never_exceed_the_budget(counter: TiktokenCounter) -> None:
+    rng = random.Random(20240301)
+    rendered = 0
+    for case in range(300):
+        zh = rng.random() < 0.5
+        layer_items = _items(rng, rng.randint(0, 16), zh)
+        layer_items["semantic"] += [_random_passage(rng, 900 + k, zh) for k in range(rng.randint(0, 3))]
+        for layer in list(layer_items):
+            if rng.random() < 0.15:
+                layer_items[layer] = []
+            elif rng.random() < 0.15:
+                del layer_items[layer]
+        if rng.random() < 0.3:  # fused rank scores: a tiny scale
+            for layer, items in layer_items.items():
+                layer_items[layer] = [i.model_copy(update={"score": i.score / 40}) for i in items]
+        messages = _messages(rng, rng.randint(0, 6), zh)
+        max_tokens = rng.choice([0, 1, 2, 3, 5, 8, 12, 20, 33, 64, 100, 180, 400, 1500])
+        weights = None if rng.random() < 0.2 else {
+            layer: rng.choice([0.0, 0.0, 0.5, 1.0, 2.0, 3.0, 10.0]) for layer in layer_items if rng.random() < 0.8
+        }
+        floor = rng.choice([0.0, 0.0, 0.3, 0.8])
+        result = assemble_context(
+            working_messages=messages, layer_items=layer_items, max_tokens=max_tokens, counter=counter,
+            min_relative_score=floor, layer_weights=weights,
+        )
+        where = f"case {case}"
+        assert result.tokens == counter.count(result.text), where
+        assert result.tokens <= max_tokens, where
+        assert result.messages == messages[len(messages) - len(result.messages) :], where
+        working = counter.count(_render_working(result.messages))
+        assert sum(result.budgets.values()) <= max_tokens - working, where
+        assert set(result.budgets) == set(layer_items), where
+        chosen = [i.id for s in result.sections if s.layer != "working" for i in s.items]
+        dropped = [i.id for i in result.dropped]
+        assert len(set(chosen)) == len(chosen) and not set(chosen) & set(dropped), where
+        for layer, items in layer_items.items():
+            section = next(s for s in result.sections if s.layer == layer)
+            for item in section.items:
+                assert _norm(item.text) in result.text, where
+            best = max((i.score for i in items), default=0.0)
+            cut = floor * best if floor > 0 and best > 0 else float("-inf")
+            above = {i.id for i in items if i.score >= cut}
+            assert {i.id for i in section.items} | {i.id for i in result.dropped if i.layer == layer} == above, where
+        for item in result.dropped:
+            assert _norm(item.text) not in result.text, where
+        rendered += bool(chosen)
+    assert rendered > 60  # the checks were not vacuous
+
+
+def test_render_refined_fits_or_returns_none(counter: TiktokenCounter) -> None:
+    from strata.context import refined_budget, render_refined
+
+    messages = [{"role": "user" if n % 2 == 0 else "assistant", "content": f"<{n:03d}> " + "word " * 15} for n in range(6)]
+    refined = "Caroline moved the budget meeting to Thursday 14:00; ticket OPS-1234; run `make restart`."
+    full = render_refined(working_messages=messages, refined_text=refined, max_tokens=10_000, counter=counter)
+    assert full is not None
+    assert full.messages == messages
+    assert full.text.startswith(f"## {LAYER_TITLES['refined']}\n- {refined}\n\n## {LAYER_TITLES['working']}\n")
+    assert [s.layer for s in full.sections] == ["refined", "working"]
+    (item,) = full.sections[0].items
+    assert (item.layer, item.kind, item.id, item.text, item.score) == ("refined", "refined", "refined", refined, 1.0)
+    assert full.dropped == [] and full.tokens == counter.count(full.text)
+
+    alone = render_refined(working_messages=[], refined_text=refined, max_tokens=10_000, counter=counter)
+    assert alone is not None
+    for budget in range(full.tokens + 3):
+        result = render_refined(working_messages=messages, refined_text=refined, max_tokens=budget, counter=counter)
+        if budget < alone.tokens:
+            assert result is None
+            continue
+        assert result is not None
+        assert result.tokens == counter.count(result.text) <= budget
+        assert refined in result.text
+        assert result.messages == messages[len(messages) - len(result.messages) :]
+    assert render_refined(working_messages=messages, refined_text="  \n", max_tokens=1000, counter=counter) is None
+
+    # A text of refined_budget tokens keeps every message.
+    budget = 400
+    room = refined_budget(working_messages=messages, max_tokens=budget, counter=counter)
+    text = counter.truncate("新しい予算会議は木曜日です。 " * 200, room)
+    assert counter.count(text) == room
+    result = render_refined(working_messages=messages, refined_text=text, max_tokens=budget, counter=counter)
+    assert result is not None and result.messages == messages and result.tokens <= budget

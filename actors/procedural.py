@@ -1,0 +1,400 @@
+"""The procedural layer's shard actor: traces in, skills out, outcomes counted.
+
+Concurrency: every change of a skill (an outcome, an edit, a merge, a
+delete) is a :meth:`LayerShard.mutate` of the skill's own version scope,
+under the tenant's lock, so concurrent updates are applied one after the
+other and none is lost. An outcome without ``expected_version`` is the
+server-side atomic increment; with it, a stale version is a 409.
+
+Learning is at-least-once. The trace is written first, as a job row in the
+shared state collection (under the system tenant, by shard, so a restarted
+shard finds its jobs without knowing its tenants); the skill is written
+next; the job row goes last. A failed LLM leaves the job to be retried in
+the background with backoff, then by the rule extractor; a crash leaves it
+to the shard's next start, which resumes every job it owned. A job retried
+after its skill was written merges into that skill (the same draft adds
+nothing but a version).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Mapping
+
+import numpy as np
+
+from actors.shard import LayerShard
+from strata.errors import LLMError, NotFound, StrataError
+from strata.ids import SYSTEM_TENANT, validate_id
+from strata.llm import make_llm
+from strata.procedural import ProceduralMemory, Skill, new_skill_id, validated_changes
+from strata.records import Record, RecordStore
+from strata.skills import RuleSkillExtractor, SkillDraft, make_skill_extractor, skill_search_text
+from strata.storage import Collections
+
+__all__ = ["ProceduralShard"]
+
+log = logging.getLogger(__name__)
+JOB = "skill_job"
+_DONE_KEEP_S = 600.0
+#: Attempts after which a job stops being retried (kept, with its error, for inspection).
+_GIVE_UP_AFTER = 3
+
+
+@dataclass
+class _Job:
+    job_id: str
+    tenant: str
+    task: str
+    trace: list[Any]
+    outcome: str | None
+    by: str
+    created_at: str
+    attempts: int = 0
+    error: str | None = None
+    status: str = "pending"  # pending | running | done | failed
+    skill_id: str | None = None
+    next_at: float = 0.0  # time.monotonic() of the next attempt
+    finished: float | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def payload(self) -> dict[str, Any]:
+        return {
+            "job_id": self.job_id,
+            "tenant": self.tenant,
+            "task": self.task,
+            "trace": self.trace,
+            "outcome": self.outcome,
+            "by": self.by,
+            "created_at": self.created_at,
+            "attempts": self.attempts,
+            "error": self.error,
+            "status": "failed" if self.status == "failed" else "pending",
+            **self.extra,
+        }
+
+    def view(self) -> dict[str, Any]:
+        return {
+            "job_id": self.job_id,
+            "status": self.status,
+            "attempts": self.attempts,
+            "error": self.error,
+            "skill_id": self.skill_id,
+        }
+
+
+def _hit(skill: Skill, version: int, similarity: float, score: float) -> dict[str, Any]:
+    return {**skill.to_dict(), "version": version, "similarity": similarity, "score": score, "brief": skill.brief()}
+
+
+class ProceduralShard(LayerShard[ProceduralMemory]):
+    layer_name = "procedural"
+
+    def __init__(self, settings: dict[str, Any], shard: int) -> None:
+        super().__init__(settings, shard)
+        self.llm = make_llm(self.settings.llm)
+        self._extractor = make_skill_extractor(self.llm)
+        self._rules = RuleSkillExtractor()
+        self._learning: dict[str, asyncio.Lock] = {}
+        self._jobs: dict[str, _Job] = {}
+        self._jobs_loop: asyncio.Task[None] | None = None
+        self._wake = asyncio.Event()
+
+    def make_layer(self, tenant: str, store: RecordStore, collections: Collections) -> ProceduralMemory:
+        return ProceduralMemory(
+            tenant, store=store, collection=collections.procedural, settings=self.settings.procedural
+        )
+
+    def load_layer(self, layer: ProceduralMemory) -> None:
+        layer.load()
+
+    async def _backend(self) -> Any:
+        backend = await super()._backend()
+        if self._jobs_loop is None:
+            self._jobs_loop = asyncio.get_running_loop().create_task(self._run_jobs())
+        return backend
+
+    # -- learning ---------------------------------------------------------------
+
+    async def extract_skill(
+        self, tenant: str, task: str, trace: list[Any], outcome: str | None = None, *, by: str = ""
+    ) -> dict[str, Any]:
+        """Learn a skill from a trace now; returns it, its version and whether it merged.
+
+        Raises:
+            LLMError: the LLM failed or answered garbage twice; the trace is
+                kept and learned in the background (``job_id`` in the error).
+        """
+        job = await self._enqueue(tenant, task, trace, outcome, by)
+        try:
+            return await self._attempt(job)
+        except LLMError as exc:
+            raise LLMError(
+                f"{exc.message}; nothing is lost: the trace is kept as job {job.job_id} and "
+                "learned in the background (GET /v1/skill-jobs/{job_id})",
+                job_id=job.job_id,
+            ) from None
+
+    async def learn_later(
+        self, tenant: str, task: str, trace: list[Any], outcome: str | None = None, *, by: str = "",
+        extra: Mapping[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """Keep the trace durably and learn from it in the background; returns the job."""
+        job = await self._enqueue(tenant, task, trace, outcome, by, extra=extra)
+        self._wake.set()
+        return job.view()
+
+    async def skill_job(self, tenant: str, job_id: str) -> dict[str, Any]:
+        await self._backend()
+        job = self._jobs.get(validate_id(job_id, field="job_id"))
+        if job is None or job.tenant != tenant:
+            raise NotFound(f"no skill job {job_id!r}: it never existed, or finished more than 10 minutes ago")
+        return job.view()
+
+    async def _enqueue(
+        self, tenant: str, task: str, trace: list[Any], outcome: str | None, by: str,
+        extra: Mapping[str, Any] | None = None,
+    ) -> _Job:
+        validate_id(tenant, field="tenant")
+        job = _Job(
+            job_id=f"job-{uuid.uuid4().hex[:16]}",
+            tenant=tenant,
+            task=task,
+            trace=list(trace),
+            outcome=outcome,
+            by=by,
+            created_at=datetime.now(timezone.utc).isoformat(),
+            extra=dict(extra or {}),
+        )
+        await self._save_job(job)  # durable before anything can fail
+        self._jobs[job.job_id] = job
+        return job
+
+    async def _attempt(self, job: _Job) -> dict[str, Any]:
+        job.status = "running"
+        use_llm = job.attempts < self.settings.procedural.job_max_attempts
+        extractor = self._extractor if use_llm else self._rules
+        try:
+            draft = await asyncio.to_thread(extractor.extract, job.task, job.trace, job.outcome)
+            result = await self._learn(job.tenant, draft, task=job.task, by=job.by)
+        except BaseException as exc:
+            job.attempts += 1
+            job.error = exc.message if isinstance(exc, StrataError) else f"{type(exc).__name__}: {exc}"
+            job.status = "pending"
+            job.next_at = time.monotonic() + self.settings.procedural.job_retry_s * 2 ** (job.attempts - 1)
+            if job.attempts >= self.settings.procedural.job_max_attempts + _GIVE_UP_AFTER:
+                job.status, job.finished = "failed", time.monotonic()
+                log.error("skill job %s failed for good: %s", job.job_id, job.error)
+            try:
+                await self._save_job(job)
+            except StrataError:  # the row keeps its older attempt count; the job stays in memory
+                pass
+            self._wake.set()
+            raise
+        job.status, job.skill_id, job.error, job.finished = "done", result["skill_id"], None, time.monotonic()
+        try:
+            await self._drop_job(job)
+        except StrataError as exc:  # learned; a retry after a restart merges into the same skill
+            log.warning("skill job %s learned but its row stays: %s", job.job_id, exc.message)
+        return result
+
+    async def _learn(self, tenant: str, draft: SkillDraft, *, task: str, by: str) -> dict[str, Any]:
+        vector = (await self.embed([skill_search_text(draft)]))[0]
+        # One learning at a time per tenant: two near-duplicates learned at once
+        # must find each other instead of both creating a skill.
+        async with self._learning.setdefault(tenant, asyncio.Lock()):
+            slot = await self._tenant(tenant)
+            target = slot.layer.duplicate_of(vector)
+            skill_id = target or new_skill_id()
+            now = datetime.now(timezone.utc)
+            skill, version = await self.mutate_versioned(
+                tenant,
+                skill_id,
+                None,
+                lambda layer, v: layer.write_learned(
+                    skill_id, draft, vector, embed=self._embed_one, task=task, by=by, version=v, now=now
+                ),
+                lambda layer, pending: layer.apply(pending),
+            )
+        return {**skill.to_dict(), "version": version, "merged": target is not None}
+
+    def _embed_one(self, text: str) -> np.ndarray:
+        """Blocking: for a write step that must embed a merged or edited skill's new text."""
+        vector: np.ndarray = self.embedder().embed([text])[0]
+        return vector
+
+    # -- the job rows -------------------------------------------------------------
+
+    def _job_session(self) -> str:
+        return f"skilljobs-{self.shard}"
+
+    async def _save_job(self, job: _Job) -> None:
+        store, collections, _ = await self._backend()
+        row = Record(
+            pk=f"{SYSTEM_TENANT}/{JOB}/{job.job_id}",
+            tenant=SYSTEM_TENANT,
+            session=self._job_session(),
+            kind=JOB,
+            ts_ms=int(time.time() * 1000),
+            text="",
+            payload=job.payload(),
+        )
+        await asyncio.to_thread(store.upsert, collections.state, [row])
+
+    async def _drop_job(self, job: _Job) -> None:
+        store, collections, _ = await self._backend()
+        await asyncio.to_thread(
+            store.delete, collections.state, tenant=SYSTEM_TENANT, pks=[f"{SYSTEM_TENANT}/{JOB}/{job.job_id}"]
+        )
+
+    async def _resume_jobs(self) -> None:
+        store, collections, _ = await self._backend()
+        rows = await asyncio.to_thread(
+            store.scan, collections.state, tenant=SYSTEM_TENANT, session=self._job_session(), kinds=[JOB],
+            with_vectors=False,
+        )
+        for row in rows:
+            p = row.payload
+            if p["job_id"] in self._jobs:
+                continue
+            job = _Job(
+                job_id=p["job_id"], tenant=p["tenant"], task=p["task"], trace=p["trace"], outcome=p.get("outcome"),
+                by=p.get("by", ""), created_at=p.get("created_at", ""), attempts=int(p.get("attempts", 0)),
+                error=p.get("error"), status="failed" if p.get("status") == "failed" else "pending",
+            )
+            self._jobs[job.job_id] = job
+        if rows:
+            log.info("procedural shard %d resumed %d skill jobs", self.shard, len(rows))
+
+    async def _run_jobs(self) -> None:
+        """Retry pending jobs when they are due; runs for the life of the actor."""
+        while True:
+            try:
+                await self._resume_jobs()
+                break
+            except StrataError as exc:
+                log.warning("cannot read skill jobs yet: %s", exc.message)
+                await asyncio.sleep(self.settings.procedural.job_retry_s)
+        while True:
+            now = time.monotonic()
+            for job_id, job in list(self._jobs.items()):
+                if job.finished is not None and job.finished < now - _DONE_KEEP_S:
+                    del self._jobs[job_id]
+            due = [j for j in self._jobs.values() if j.status == "pending" and j.next_at <= now]
+            for job in due:
+                try:
+                    await self._attempt(job)
+                except BaseException as exc:
+                    log.warning("skill job %s attempt %d failed: %s", job.job_id, job.attempts, exc)
+            waiting = [j.next_at for j in self._jobs.values() if j.status == "pending"]
+            delay = max(0.05, min(waiting) - time.monotonic()) if waiting else 60.0
+            self._wake.clear()
+            try:
+                await asyncio.wait_for(self._wake.wait(), timeout=delay)
+            except TimeoutError:
+                pass
+
+    # -- outcomes, edits, deletes ---------------------------------------------------
+
+    async def record_outcome(
+        self,
+        tenant: str,
+        skill_id: str,
+        success: bool,
+        notes: str | None = None,
+        *,
+        expected_version: int | None = None,
+        by: str = "",
+    ) -> dict[str, Any]:
+        slot = await self._tenant(tenant)
+        slot.layer.get(skill_id)  # 404 before claiming a version
+        now = datetime.now(timezone.utc)
+        skill, version = await self.mutate_versioned(
+            tenant,
+            skill_id,
+            expected_version,
+            lambda layer, v: layer.write_outcome(skill_id, success=success, notes=notes, by=by, version=v, now=now),
+            lambda layer, pending: layer.apply(pending),
+        )
+        return {**skill.to_dict(), "version": version}
+
+    async def update_skill(
+        self, tenant: str, skill_id: str, changes: dict[str, Any], *, expected_version: int | None, by: str = ""
+    ) -> dict[str, Any]:
+        slot = await self._tenant(tenant)
+        slot.layer.get(skill_id)
+        fields = validated_changes(changes)
+        now = datetime.now(timezone.utc)
+        skill, version = await self.mutate_versioned(
+            tenant,
+            skill_id,
+            expected_version,
+            lambda layer, v: layer.write_edit(skill_id, fields, embed=self._embed_one, by=by, version=v, now=now),
+            lambda layer, pending: layer.apply(pending),
+        )
+        return {**skill.to_dict(), "version": version}
+
+    async def delete_skill(self, tenant: str, skill_id: str, *, expected_version: int | None = None) -> dict[str, Any]:
+        slot = await self._tenant(tenant)
+        slot.layer.get(skill_id)
+
+        def forget(layer: ProceduralMemory, removed: int) -> int:
+            layer.drop(skill_id)
+            return removed
+
+        removed, version = await self.mutate(
+            tenant, skill_id, expected_version, lambda layer: layer.delete(skill_id), forget
+        )
+        return {"skill_id": skill_id, "removed": removed, "version": version}
+
+    # -- reads ----------------------------------------------------------------
+
+    async def get_skill(self, tenant: str, skill_id: str) -> dict[str, Any]:
+        slot = await self._tenant(tenant)
+        skill = slot.layer.get(skill_id)
+        return {**skill.to_dict(), "version": await self.version(tenant, skill_id)}
+
+    async def list_skills(self, tenant: str, *, after: str | None = None, limit: int = 50) -> dict[str, Any]:
+        slot = await self._tenant(tenant)
+        page = slot.layer.skills(after=after, limit=limit + 1)
+        skills = [{**s.to_dict(), "version": await self.version(tenant, s.skill_id)} for s in page[:limit]]
+        return {
+            "skills": skills,
+            "total": len(slot.layer),
+            "next_after": page[limit - 1].skill_id if len(page) > limit else None,
+        }
+
+    async def search(
+        self,
+        tenant: str,
+        *,
+        query: str | None = None,
+        vector: np.ndarray | None = None,
+        top_k: int = 5,
+        min_success_rate: float | None = None,
+    ) -> dict[str, Any]:
+        """Skills for a task (its text, or its embedding), best first."""
+        if vector is None:
+            if query is None:
+                raise ValueError("give query or vector")
+            vector = (await self.embed([query]))[0]
+        slot = await self._tenant(tenant)
+        hits = slot.layer.search(np.asarray(vector, np.float32), top_k=top_k, min_success_rate=min_success_rate)
+        out = [_hit(h.skill, await self.version(tenant, h.skill.skill_id), h.similarity, h.score) for h in hits]
+        return {"skills": out}
+
+    async def history(self, tenant: str, skill_id: str) -> dict[str, Any]:
+        slot = await self._tenant(tenant)
+        entries = await asyncio.to_thread(slot.layer.history, skill_id)
+        return {"skill_id": skill_id, "versions": [e.to_dict() for e in entries]}
+
+    async def pending_jobs(self) -> int:
+        """Jobs not learned yet on this shard (all tenants), for tests and health."""
+        await self._backend()
+        return sum(1 for j in self._jobs.values() if j.status in ("pending", "running"))
+
