@@ -104,12 +104,12 @@ class EpisodicShard(LayerShard[EpisodicMemory]):
     async def forget_session(
         self, tenant: str, session_id: str, *, expected_version: int | None = None
     ) -> dict[str, Any]:
-        def apply(layer: EpisodicMemory, removed: int) -> int:
-            layer.drop_session(session_id)
-            return removed
-
-        removed, version = await self.mutate(
-            tenant, SCOPE, expected_version, lambda layer: layer.delete_session(session_id), apply
+        removed, version = await self.remove(
+            tenant,
+            SCOPE,
+            expected_version,
+            lambda layer: layer.delete_session(session_id),
+            lambda layer: layer.drop_session(session_id),
         )
         return {"removed": removed, "version": version}
 

@@ -22,19 +22,20 @@ import asyncio
 import logging
 import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
-from typing import Any, Mapping
+from datetime import UTC, datetime
+from typing import Any
 
 import numpy as np
 
 from actors.shard import LayerShard
-from strata.errors import LLMError, NotFound, StrataError
+from strata.errors import InvalidInput, LLMError, NotFound, StrataError
 from strata.ids import SYSTEM_TENANT, validate_id
 from strata.llm import make_llm
 from strata.procedural import ProceduralMemory, Skill, new_skill_id, validated_changes
 from strata.records import Record, RecordStore
-from strata.skills import RuleSkillExtractor, SkillDraft, make_skill_extractor, skill_search_text
+from strata.skills import RuleSkillExtractor, SkillDraft, SkillExtractor, make_skill_extractor, skill_search_text
 from strata.storage import Collections
 
 __all__ = ["ProceduralShard"]
@@ -86,6 +87,16 @@ class _Job:
             "error": self.error,
             "skill_id": self.skill_id,
         }
+
+
+def _extract(extractor: SkillExtractor, job: _Job) -> SkillDraft:
+    try:
+        draft = extractor.extract(job.task, job.trace, job.outcome)
+    except ValueError as exc:  # the extractors' word for an input they cannot use
+        raise InvalidInput(f"the trace cannot be learned from: {exc}", field="trace") from None
+    if not draft.steps:
+        raise InvalidInput("the trace has no successful step to learn from", field="trace")
+    return draft
 
 
 def _hit(skill: Skill, version: int, similarity: float, score: float) -> dict[str, Any]:
@@ -168,7 +179,7 @@ class ProceduralShard(LayerShard[ProceduralMemory]):
             trace=list(trace),
             outcome=outcome,
             by=by,
-            created_at=datetime.now(timezone.utc).isoformat(),
+            created_at=datetime.now(UTC).isoformat(),
             extra=dict(extra or {}),
         )
         await self._save_job(job)  # durable before anything can fail
@@ -180,8 +191,14 @@ class ProceduralShard(LayerShard[ProceduralMemory]):
         use_llm = job.attempts < self.settings.procedural.job_max_attempts
         extractor = self._extractor if use_llm else self._rules
         try:
-            draft = await asyncio.to_thread(extractor.extract, job.task, job.trace, job.outcome)
+            draft = await asyncio.to_thread(_extract, extractor, job)
             result = await self._learn(job.tenant, draft, task=job.task, by=job.by)
+        except InvalidInput as exc:
+            # Not worth a retry: the same trace fails the same way. The caller of a
+            # direct extraction has its input and the 422; a background job says why.
+            job.status, job.finished, job.attempts, job.error = "failed", time.monotonic(), job.attempts + 1, exc.message
+            await self._drop_job(job)
+            raise
         except BaseException as exc:
             job.attempts += 1
             job.error = exc.message if isinstance(exc, StrataError) else f"{type(exc).__name__}: {exc}"
@@ -211,7 +228,7 @@ class ProceduralShard(LayerShard[ProceduralMemory]):
             slot = await self._tenant(tenant)
             target = slot.layer.duplicate_of(vector)
             skill_id = target or new_skill_id()
-            now = datetime.now(timezone.utc)
+            now = datetime.now(UTC)
             skill, version = await self.mutate_versioned(
                 tenant,
                 skill_id,
@@ -289,7 +306,7 @@ class ProceduralShard(LayerShard[ProceduralMemory]):
             for job in due:
                 try:
                     await self._attempt(job)
-                except BaseException as exc:
+                except Exception as exc:  # noqa: BLE001 - one job's failure (already recorded) must not stop the loop
                     log.warning("skill job %s attempt %d failed: %s", job.job_id, job.attempts, exc)
             waiting = [j.next_at for j in self._jobs.values() if j.status == "pending"]
             delay = max(0.05, min(waiting) - time.monotonic()) if waiting else 60.0
@@ -313,7 +330,7 @@ class ProceduralShard(LayerShard[ProceduralMemory]):
     ) -> dict[str, Any]:
         slot = await self._tenant(tenant)
         slot.layer.get(skill_id)  # 404 before claiming a version
-        now = datetime.now(timezone.utc)
+        now = datetime.now(UTC)
         skill, version = await self.mutate_versioned(
             tenant,
             skill_id,
@@ -329,7 +346,7 @@ class ProceduralShard(LayerShard[ProceduralMemory]):
         slot = await self._tenant(tenant)
         slot.layer.get(skill_id)
         fields = validated_changes(changes)
-        now = datetime.now(timezone.utc)
+        now = datetime.now(UTC)
         skill, version = await self.mutate_versioned(
             tenant,
             skill_id,
@@ -341,14 +358,9 @@ class ProceduralShard(LayerShard[ProceduralMemory]):
 
     async def delete_skill(self, tenant: str, skill_id: str, *, expected_version: int | None = None) -> dict[str, Any]:
         slot = await self._tenant(tenant)
-        slot.layer.get(skill_id)
-
-        def forget(layer: ProceduralMemory, removed: int) -> int:
-            layer.drop(skill_id)
-            return removed
-
-        removed, version = await self.mutate(
-            tenant, skill_id, expected_version, lambda layer: layer.delete(skill_id), forget
+        slot.layer.get(skill_id)  # NotFound before claiming a version
+        removed, version = await self.remove(
+            tenant, skill_id, expected_version, lambda layer: layer.delete(skill_id), lambda layer: layer.drop(skill_id)
         )
         return {"skill_id": skill_id, "removed": removed, "version": version}
 

@@ -192,13 +192,8 @@ class SemanticShard(LayerShard[SemanticMemory]):
         """Remove the document from every store and index; returns rows removed and the new version."""
         slot = await self._tenant(tenant)
         slot.layer.document(doc_id)  # NotFound before claiming a version
-
-        def forget(layer: SemanticMemory, removed: int) -> int:
-            layer.drop(doc_id)
-            return removed
-
-        removed, version = await self.mutate(
-            tenant, doc_id, expected_version, lambda layer: layer.delete(doc_id), forget
+        removed, version = await self.remove(
+            tenant, doc_id, expected_version, lambda layer: layer.delete(doc_id), lambda layer: layer.drop(doc_id)
         )
         return {"doc_id": doc_id, "removed": removed, "version": version}
 

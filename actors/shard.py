@@ -175,15 +175,14 @@ class LayerShard(Generic[L]):
     ) -> tuple[Any, int]:
         """:meth:`mutate` for a ``write`` that records the version it makes (``write(layer, version)``)."""
         slot = await self._tenant(tenant)
+        known = slot.versions.get(scope)
+        if expected_version is not None and known is not None and expected_version < known:
+            # Versions only grow: stale already, no need to queue for the lock to say so.
+            raise self._conflict(scope, known, expected_version)
         async with slot.lock:
             current = await self._version(tenant, slot, scope)
             if expected_version is not None and expected_version != current:
-                raise VersionConflict(
-                    f"{self.layer_name} state of {scope!r} is at version {current}, "
-                    f"not {expected_version}: read it again and retry",
-                    current_version=current,
-                    layer=self.layer_name,
-                )
+                raise self._conflict(scope, current, expected_version)
             _, _, versions = await self._backend()
             new = current + 1
             await asyncio.to_thread(versions.put, tenant, self.layer_name, scope, new)
@@ -193,6 +192,32 @@ class LayerShard(Generic[L]):
                 result = apply(slot.layer, result)
             slot.last_used = time.monotonic()
             return result, new
+
+    async def remove(
+        self,
+        tenant: str,
+        scope: str,
+        expected_version: int | None,
+        delete: Callable[[L], int],
+        drop: Callable[[L], None],
+    ) -> tuple[int, int]:
+        """A delete as a mutation: ``delete`` removes the durable rows (worker thread) and
+        returns how many, ``drop`` then removes them from memory. Returns the rows
+        removed and the new version."""
+
+        def forget(layer: L, removed: int) -> int:
+            drop(layer)
+            return removed
+
+        removed, version = await self.mutate(tenant, scope, expected_version, delete, forget)
+        return int(removed), version
+
+    def _conflict(self, scope: str, current: int, expected: int) -> VersionConflict:
+        return VersionConflict(
+            f"{self.layer_name} state of {scope!r} is at version {current}, not {expected}: read it again and retry",
+            current_version=current,
+            layer=self.layer_name,
+        )
 
     async def run_locked(self, tenant: str, fn: Callable[[L], Awaitable[R]]) -> R:
         """Run an async step under the tenant's lock without claiming a version."""

@@ -16,6 +16,7 @@ from fastapi import FastAPI, Header, Path, Query, Response
 from ray import serve
 
 from actors.errors import unwrap
+from serve_app.deployments import Refused
 from serve_app.errors import install_handlers
 from strata.config import StrataSettings
 from strata.errors import InvalidInput, StrataError, Unauthorized
@@ -87,9 +88,12 @@ class Api:
 
     async def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
         try:
-            return await getattr(self._orchestrator, method).remote(*args, **kwargs)
+            result = await getattr(self._orchestrator, method).remote(*args, **kwargs)
         except Exception as exc:
             raise unwrap(exc) from None
+        if isinstance(result, Refused):
+            raise result.error
+        return result
 
     async def _tenant(self, authorization: str | None) -> str:
         return (await self._caller(authorization))[0]

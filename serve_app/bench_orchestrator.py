@@ -23,9 +23,10 @@ import statistics
 import tempfile
 import time
 import uuid
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 from serve_app.client import AsyncStrataClient, StrataClient
 from strata.errors import VersionConflict
@@ -109,15 +110,33 @@ async def _bench_skill(client: AsyncStrataClient, mode: str) -> str:
     return skill.skill_id
 
 
+async def _with_progress(mode: str, total: int, done: list[int], work: Any) -> float:
+    """Run ``work``, printing how far it got every few seconds; returns its wall time."""
+
+    async def report() -> None:
+        while True:
+            await asyncio.sleep(5)
+            print(f"  {mode}: {done[0]}/{total} updates", flush=True)
+
+    started = time.perf_counter()
+    reporter = asyncio.ensure_future(report())
+    try:
+        await work
+    finally:
+        reporter.cancel()
+    return time.perf_counter() - started
+
+
 async def _atomic(url: str, key: str, skill_id: str, clients: int, updates: int) -> dict[str, Any]:
+    done = [0]
+
     async def one(client: AsyncStrataClient) -> None:
         for n in range(updates):
             await client.record_outcome(skill_id, n % 5 != 0)
+            done[0] += 1
 
     pool = [AsyncStrataClient(url, key, timeout_s=120) for _ in range(clients)]
-    started = time.perf_counter()
-    await asyncio.gather(*(one(c) for c in pool))
-    elapsed = time.perf_counter() - started
+    elapsed = await _with_progress("atomic", clients * updates, done, asyncio.gather(*(one(c) for c in pool)))
     final = await pool[0].get_skill(skill_id)
     await asyncio.gather(*(c.aclose() for c in pool))
     return {"final_total": final.uses, "successes": final.successes, "seconds": round(elapsed, 2),
@@ -126,23 +145,29 @@ async def _atomic(url: str, key: str, skill_id: str, clients: int, updates: int)
 
 async def _if_match(url: str, key: str, skill_id: str, clients: int, updates: int) -> dict[str, Any]:
     conflicts = 0
+    done = [0]
+    rng = random.Random(11)
 
     async def one(client: AsyncStrataClient) -> None:
         nonlocal conflicts
         version = (await client.get_skill(skill_id)).version
         for n in range(updates):
+            lost = 0
             while True:
                 try:
                     version = (await client.record_outcome(skill_id, n % 5 != 0, expected_version=version)).version
+                    done[0] += 1
                     break
-                except VersionConflict as exc:  # someone else won: retry at the version the 409 names
+                except VersionConflict as exc:
+                    # Someone else won: retry at the version the 409 names, after a
+                    # jittered, growing pause so the writers stop colliding in lockstep.
                     conflicts += 1
+                    lost += 1
                     version = exc.current_version
+                    await asyncio.sleep(rng.uniform(0, min(0.25, 0.004 * 2**lost)))
 
     pool = [AsyncStrataClient(url, key, timeout_s=120) for _ in range(clients)]
-    started = time.perf_counter()
-    await asyncio.gather(*(one(c) for c in pool))
-    elapsed = time.perf_counter() - started
+    elapsed = await _with_progress("if_match", clients * updates, done, asyncio.gather(*(one(c) for c in pool)))
     final = await pool[0].get_skill(skill_id)
     await asyncio.gather(*(c.aclose() for c in pool))
     return {"final_total": final.uses, "successes": final.successes, "conflicts": conflicts,
@@ -188,6 +213,7 @@ _TOPICS = [
 ]
 
 LAYER_SETS: dict[str, list[str]] = {
+    "working only": [],
     "episodic": ["episodic"],
     "semantic": ["semantic"],
     "procedural": ["procedural"],
@@ -228,7 +254,10 @@ def fanout(url: str, key: str, *, calls: int = 60, warmup: int = 5) -> dict[str,
         questions = [f"how do I restart the {name} workers and what do we know about {name}?" for name, _ in _TOPICS]
         timings: dict[str, list[float]] = {name: [] for name in LAYER_SETS}
         missing: dict[str, int] = {name: 0 for name in LAYER_SETS}
+        print(f"measuring {calls} calls per layer set after {warmup} warm-ups, the sets interleaved", flush=True)
         for n in range(warmup + calls):
+            if n > warmup and (n - warmup) % 20 == 0:
+                print(f"  {n - warmup}/{calls}", flush=True)
             for name, layers in LAYER_SETS.items():
                 started = time.perf_counter()
                 result = client.build_context(questions[n % len(questions)], session, layers=layers)  # type: ignore[arg-type]
@@ -244,7 +273,7 @@ def fanout(url: str, key: str, *, calls: int = 60, warmup: int = 5) -> dict[str,
                "calls": len(t), "calls_with_missing_layers": missing[name]}
         for name, t in timings.items()
     }
-    slowest = max(report[name]["p50_ms"] for name in LAYER_SETS if name != "all four")
+    slowest = max(report[name]["p50_ms"] for name in ("episodic", "semantic", "procedural"))
     report["ratio_all_to_slowest_single_p50"] = round(report["all four"]["p50_ms"] / slowest, 2)
     return report
 
@@ -256,7 +285,8 @@ def _print_fanout(r: dict[str, Any]) -> None:
         print(f"{name:12} {r[name]['p50_ms']:>8} {r[name]['p95_ms']:>8} {r[name]['calls']:>6}")
     ratio = r["ratio_all_to_slowest_single_p50"]
     verdict = "within" if ratio <= 1.5 else "OVER"
-    print(f"four layers p50 / slowest single layer p50 = {ratio} ({verdict} the 1.5x target)")
+    print(f"four layers p50 / slowest single layer p50 = {ratio} ({verdict} the 1.5x target); "
+          "'working only' is the floor every call pays")
 
 
 # -- CLI ----------------------------------------------------------------------------

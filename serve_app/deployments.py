@@ -8,7 +8,10 @@ to the layer actors with :class:`actors.orchestration.Orchestration`.
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Sequence
+import functools
+import inspect
+from dataclasses import dataclass
+from typing import Any, Awaitable, Callable, Sequence, TypeVar
 
 import numpy as np
 from ray import serve
@@ -16,6 +19,7 @@ from ray import serve
 from actors.orchestration import Orchestration
 from strata.config import StrataSettings
 from strata.embedding import Embedder, make_embedder
+from strata.errors import StrataError
 from strata.schema import (
     ContextRequest,
     DocumentIn,
@@ -28,7 +32,7 @@ from strata.schema import (
     WorkingItemsIn,
 )
 
-__all__ = ["Embedding", "Orchestrator"]
+__all__ = ["Embedding", "Orchestrator", "Refused"]
 
 
 @serve.deployment(name="embedding", ray_actor_options={"num_cpus": 0.5}, max_ongoing_requests=256)
@@ -50,7 +54,40 @@ class Embedding:
         return np.stack(rows) if rows else np.zeros((0, self._embedder.dim), np.float32)
 
 
+@dataclass(frozen=True)
+class Refused:
+    """A domain error (404, 409, 422 ...) sent back as a value: raised across Serve, each
+    one would be logged as a failed request with its traceback, which under contention
+    (many 409s) cost more than the requests themselves."""
+
+    error: StrataError
+
+
+C = TypeVar("C", bound=type)
+
+
+def _refusals_as_values(cls: C) -> C:
+    """Wrap every public coroutine method so a :class:`StrataError` is returned as :class:`Refused`."""
+    for name, fn in list(vars(cls).items()):
+        if name.startswith("_") or not inspect.iscoroutinefunction(fn):
+            continue
+
+        def wrap(fn: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+            @functools.wraps(fn)
+            async def method(self: Any, *args: Any, **kwargs: Any) -> Any:
+                try:
+                    return await fn(self, *args, **kwargs)
+                except StrataError as exc:
+                    return Refused(exc)
+
+            return method
+
+        setattr(cls, name, wrap(fn))
+    return cls
+
+
 @serve.deployment(name="orchestrator", ray_actor_options={"num_cpus": 0.5}, max_ongoing_requests=256)
+@_refusals_as_values
 class Orchestrator:
     def __init__(self, settings: dict[str, Any], embedding: Any) -> None:
         self._embedding = embedding

@@ -21,9 +21,10 @@ from __future__ import annotations
 
 import math
 import uuid
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timezone
-from typing import Any, Callable, Mapping
+from datetime import UTC, datetime
+from typing import Any
 
 import numpy as np
 
@@ -34,7 +35,7 @@ from strata.records import Record, RecordStore
 from strata.skills import SkillDraft, merge_drafts, skill_search_text
 from strata.vectors import VectorIndex
 
-__all__ = ["Skill", "SkillHit", "HistoryEntry", "ProceduralMemory", "wilson_lower_bound", "new_skill_id", "validated_changes"]
+__all__ = ["HistoryEntry", "ProceduralMemory", "Skill", "SkillHit", "new_skill_id", "validated_changes", "wilson_lower_bound"]
 
 SKILL = "skill"
 HISTORY = "skill_version"
@@ -102,7 +103,7 @@ class Skill:
 
     @classmethod
     def from_payload(cls, skill_id: str, payload: Mapping[str, Any]) -> Skill:
-        created = _time(payload.get("created_at")) or datetime.now(timezone.utc)
+        created = _time(payload.get("created_at")) or datetime.now(UTC)
         return cls(
             skill_id=skill_id,
             draft=SkillDraft.from_dict({k: payload[k] for k in _EDITABLE}),
@@ -426,7 +427,7 @@ def _entry_payload(entry: HistoryEntry) -> dict[str, Any]:
 def _entry(payload: Mapping[str, Any]) -> HistoryEntry:
     return HistoryEntry(
         version=int(payload["version"]),
-        at=_time(payload.get("at")) or datetime.now(timezone.utc),
+        at=_time(payload.get("at")) or datetime.now(UTC),
         by=str(payload.get("by", "")),
         change=str(payload.get("change", "")),
         uses=int(payload.get("uses", 0)),

@@ -236,10 +236,97 @@ def test_import_indexes_a_folder_with_progress(stack: Running, tmp_path: Path) -
     assert missing.returncode == 2 and "does not exist" in missing.stderr
 
 
+def test_skills_over_http(stack: Running) -> None:
+    auth = {"Authorization": f"Bearer {stack.key}"}
+    trace = [
+        {"command": "terraform plan -out plan.tfplan"},
+        {"command": "terraform apply plan.tfplan", "error": "Error: state lock held by another run"},
+        {"command": "terraform force-unlock 7f3c"},
+        {"command": "terraform apply plan.tfplan", "output": "Apply complete! Resources: 3 added"},
+    ]
+    task = "Apply the Terraform plan for the network module"
+    created = stack.post("/v1/skills:extract", {"task": task, "trace": trace, "outcome": "network applied"})
+    assert created.status_code == 201, created.text
+    skill = created.json()
+    assert created.headers["etag"] == '"1"' and skill["merged"] is False and skill["steps"]
+    assert any("state lock" in p for p in skill["common_pitfalls"])
+    url = f"{stack.url}/v1/skills/{skill['skill_id']}"
+    merged = stack.post("/v1/skills:extract", {"task": task + " again", "trace": trace})
+    assert merged.status_code == 200 and merged.json()["merged"] is True and merged.json()["skill_id"] == skill["skill_id"]
+
+    atomic = stack.post(f"/v1/skills/{skill['skill_id']}/outcomes", {"success": True})
+    assert atomic.status_code == 200 and atomic.json()["uses"] == 1 and atomic.headers["etag"] == '"3"'
+    ok = stack.post(f"/v1/skills/{skill['skill_id']}/outcomes", {"success": True}, headers={"If-Match": '"3"'})
+    assert ok.status_code == 200 and ok.json()["uses"] == 2
+    stale = stack.post(f"/v1/skills/{skill['skill_id']}/outcomes", {"success": True}, headers={"If-Match": '"3"'})
+    assert stale.status_code == 409 and stale.json()["current_version"] == 4 and stale.headers["etag"] == '"4"'
+
+    no_match = httpx.patch(url, json={"description": "x"}, headers=auth, timeout=10)
+    assert no_match.status_code == 428 and "If-Match" in no_match.json()["message"]
+    patched = httpx.patch(url, json={"description": "Apply a Terraform plan safely"}, timeout=10,
+                          headers={**auth, "If-Match": '"4"'})
+    assert patched.status_code == 200 and patched.json()["version"] == 5
+    for bad, phrase in (({}, "at least one"), ({"steps": []}, "steps"), ({"uses": 5}, "uses")):
+        r = httpx.patch(url, json=bad, headers={**auth, "If-Match": '"5"'}, timeout=10)
+        assert r.status_code == 422 and phrase in r.json()["message"], r.text
+
+    found = httpx.get(stack.url + "/v1/skills", params={"task": "terraform apply for a module"}, headers=auth, timeout=10)
+    assert found.status_code == 200 and found.json()["skills"][0]["skill_id"] == skill["skill_id"]
+    history = httpx.get(url + "/history", headers=auth, timeout=10).json()["versions"]
+    assert [v["change"] for v in history] == ["created", "merged", "outcome", "outcome", "edited"]
+    assert len({v["by"] for v in history}) == 1 and history[0]["by"]  # the dev key's id
+
+    for path, body, phrase in (
+        ("/v1/skills:extract", {"task": "x", "trace": []}, "trace"),
+        ("/v1/skills:extract", {"task": "x", "trace": [{"cmd": "ls"}]}, "cmd"),
+        ("/v1/skills:extract", {"task": "x", "trace": ["y" * 3000] * 30}, "60000 bytes"),
+        (f"/v1/skills/{skill['skill_id']}/outcomes", {"success": "maybe"}, "success"),
+    ):
+        r = stack.post(path, body)
+        assert r.status_code == 422 and phrase in r.json()["message"], r.text
+    assert httpx.get(stack.url + "/v1/skills/skill-nope", headers=auth, timeout=10).status_code == 404
+    assert httpx.get(stack.url + "/v1/skill-jobs/job-nope", headers=auth, timeout=10).status_code == 404
+    with StrataClient(stack.url, "sk-strata-nope") as other:
+        with pytest.raises(Unauthorized):
+            other.get_skill(skill["skill_id"])
+    deleted = httpx.delete(url, headers=auth, timeout=10)
+    assert deleted.status_code == 200 and deleted.json()["removed"] == 6
+    assert httpx.get(url, headers=auth, timeout=10).status_code == 404
+
+
+def test_interaction_teaches_a_skill_used_by_the_next_context(stack: Running) -> None:
+    body = {
+        "session_id": "ops-1", "user": "Our Postgres replica lags; please fix the replication slot",
+        "agent": "Dropped and recreated the slot; lag is back to zero", "task_type": "debugging", "success": True,
+        "trace": [
+            {"command": "psql -c 'select * from pg_replication_slots'"},
+            {"command": "psql -c \"select pg_drop_replication_slot('replica_1')\""},
+            {"command": "psql -c \"select pg_create_physical_replication_slot('replica_1')\""},
+        ],
+    }
+    r = stack.post("/v1/interactions", body)
+    assert r.status_code == 201, r.text
+    job = r.json()["skill_job"]
+    assert job["status"] in ("pending", "running", "done") and r.json()["turns"][0]["session_id"] == "ops-1"
+    auth = {"Authorization": f"Bearer {stack.key}"}
+    for _ in range(300):
+        job = httpx.get(f"{stack.url}/v1/skill-jobs/{job['job_id']}", headers=auth, timeout=10).json()
+        if job["status"] == "done":
+            break
+        time.sleep(0.1)
+    assert job["status"] == "done" and job["skill_id"]
+    ctx = stack.post("/v1/context", {"message": "the replica lags behind again", "session_id": "ops-2",
+                                     "task_type": "debugging", "max_tokens": 800}).json()
+    procedural = [s for s in ctx["sections"] if s["layer"] == "procedural"]
+    assert procedural and procedural[0]["items"][0]["id"] == job["skill_id"]
+    assert ctx["token_count"] <= 800 and ctx["missing"] == {}
+
+
 def test_openapi_docs(stack: Running) -> None:
     assert httpx.get(stack.url + "/docs", timeout=10).status_code == 200
     paths = httpx.get(stack.url + "/openapi.json", timeout=10).json()["paths"]
-    assert {"/v1/context", "/v1/search", "/v1/sessions/{session_id}/turns", "/healthz", "/v1/documents"} <= set(paths)
+    assert {"/v1/context", "/v1/search", "/v1/sessions/{session_id}/turns", "/healthz", "/v1/documents",
+            "/v1/skills:extract", "/v1/skills/{skill_id}/outcomes", "/v1/interactions"} <= set(paths)
 
 
 def test_milvus_outage_gives_503_then_up_recovers(stack: Running) -> None:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import importlib
+import re
 from pathlib import Path
 
+import pytest
 import yaml
 
 from strata.config import StrataSettings, load_settings
@@ -42,3 +44,34 @@ def test_cluster_yaml_has_head_and_autoscaling_workers() -> None:
     assert cluster["head_node_type"] in types
     workers = [t for name, t in types.items() if name != cluster["head_node_type"]]
     assert workers and all(0 <= t["min_workers"] <= t["max_workers"] <= cluster["max_workers"] for t in workers)
+
+
+def test_context_policies_take_lists_or_per_layer_settings() -> None:
+    from strata.config import LayerPolicy
+
+    settings = StrataSettings(context={"policies": {
+        "triage": ["episodic", "procedural"],
+        "research": {"semantic": {"top_k": 12, "weight": 3}, "episodic": {}},
+    }})
+    assert settings.context.policies["triage"] == {"episodic": LayerPolicy(), "procedural": LayerPolicy()}
+    assert settings.context.policies["research"]["semantic"] == LayerPolicy(top_k=12, weight=3.0)
+    assert StrataSettings.from_dict(settings.to_dict()) == settings
+
+
+@pytest.mark.parametrize(
+    ("context", "phrase"),
+    [
+        ({"policies": {"x": ["episodic", "astral"]}}, "unknown layer"),
+        ({"policies": {"x": {"semantic": {"weight": -1}}}}, "greater than or equal"),
+        ({"layer_timeouts": {"semantic": 0}}, "(0, 60]"),
+        ({"layer_timeouts": {"astral": 1}}, "unknown layer"),
+    ],
+)
+def test_bad_context_settings_say_what_to_fix(context: dict, phrase: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(phrase)):
+        StrataSettings(context=context)
+
+
+def test_layer_deadlines_default_and_override() -> None:
+    ctx = StrataSettings(context={"layer_timeouts": {"semantic": 5}}).context
+    assert ctx.timeout_for("semantic") == 5.0 and ctx.timeout_for("episodic") == ctx.layer_timeout_s

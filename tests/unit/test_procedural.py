@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import numpy as np
 import pytest
@@ -13,7 +13,7 @@ from strata.procedural import ProceduralMemory, wilson_lower_bound
 from strata.records import InMemoryRecordStore
 from strata.skills import SkillDraft
 
-T0 = datetime(2026, 1, 5, 9, 0, tzinfo=timezone.utc)
+T0 = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
 DIM = 8
 
 

@@ -263,6 +263,15 @@ def test_limits() -> None:
     assert "second line" not in " ".join(d.common_pitfalls)
 
 
+def test_long_trace_with_many_failures_stays_fast() -> None:
+    trace: list[Any] = [{"action": f"try variant {i} of the approach", "error": f"Error: {i}"} for i in range(1000)]
+    trace += [{"command": f"make target{i} --jobs 4"} for i in range(1000)]
+    started = time.monotonic()
+    d = rules.extract("do it", trace)
+    assert time.monotonic() - started < 2.0
+    assert len(d.common_pitfalls) == 20 and len(d.steps) == 50
+
+
 @pytest.mark.parametrize(
     ("task", "slug"),
     [
