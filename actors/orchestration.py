@@ -402,7 +402,7 @@ class Orchestration:
             layer_weights=weights,
         )
         refined, refine_error = False, None
-        if assembled.dropped and self._llm is not None and ctx.refine_with_llm:
+        if assembled.cut and self._llm is not None and ctx.refine_with_llm:
             candidate, refine_error = await self._refine(req.message, assembled, max_tokens)
             if candidate is not None:
                 assembled, refined = candidate, True
@@ -427,8 +427,11 @@ class Orchestration:
         """Condense every candidate item with the LLM into what the budget holds; on any
         failure the context trimmed by score stands (and the reason is returned)."""
         assert self._llm is not None
-        items = [i for sec in assembled.sections if sec.layer != "working" for i in sec.items]
-        items += assembled.dropped
+        narrowed = {(i.layer, i.id) for i in assembled.narrowed}
+        items = [
+            i for sec in assembled.sections if sec.layer != "working" for i in sec.items if (i.layer, i.id) not in narrowed
+        ]
+        items += assembled.narrowed + assembled.dropped  # whole, as the layers returned them
         working_tokens = sum(sec.tokens for sec in assembled.sections if sec.layer == "working")
         budget = max_tokens - working_tokens - self._counter.count(LAYER_TITLES["refined"]) - 8
         if budget < 32:

@@ -57,6 +57,13 @@ class AssembledContext:
     tokens: int
     dropped: list[ContextItem] = field(default_factory=list)
     budgets: dict[str, int] = field(default_factory=dict)
+    #: Items that went in only as a smaller part of themselves (a passage as its matched child), as they were.
+    narrowed: list[ContextItem] = field(default_factory=list)
+
+    @property
+    def cut(self) -> bool:
+        """Whether anything relevant was left out or cut down to fit."""
+        return bool(self.dropped or self.narrowed)
 
 
 @dataclass(frozen=True)
@@ -265,6 +272,7 @@ def assemble_context(
         tokens=counter.count(text),
         dropped=[c.item for c in dropped],
         budgets=budgets,
+        narrowed=[c.item for picks in chosen.values() for c, v in sorted(picks, key=lambda p: p[0].order) if v is not c.item],
     )
 
 

@@ -260,3 +260,26 @@ async def test_a_pending_job_survives_the_actor_dying(milvus: MilvusServer) -> N
         assert await until(learned) == 1
         assert (await client.find_skills()).skills[0].skill_name == "deploy-service-kubernetes"
         assert chat_body  # the loopback server's replies are OpenAI chat completions
+
+
+async def test_an_over_budget_context_is_refined_by_the_llm_or_trimmed(milvus: MilvusServer) -> None:
+    state = {"reply": json.dumps({"context": "Payments deploys to staging with kubectl apply; create the namespace first."})}
+
+    def script(n: int) -> Reply:
+        return state["reply"]
+
+    with llm_server(script) as (url, received):
+        client = _llm_client(milvus, url, "team-refine")
+        await client.index_document("# Payments runbook\n\n" + "\n\n".join(
+            f"Step {n}: the payments service number {n} deploys to staging with kubectl apply -f payments-{n}.yaml."
+            for n in range(60)), doc_id="runbook")
+        ask = dict(message="how do I deploy payments to staging?", session_id="s1", task_type="planning", max_tokens=200)
+        refined = await client.build_context(**ask)  # type: ignore[arg-type]
+        assert refined.refined is True and refined.refine_error is None
+        assert "create the namespace first" in refined.context and refined.token_count <= 200
+        assert any("Step" in json.dumps(r) for r in received)  # the LLM saw the items it condensed
+
+        state["reply"] = "not json"
+        trimmed = await client.build_context(**ask)  # type: ignore[arg-type]
+        assert trimmed.refined is False and trimmed.refine_error and "trimmed by score" in trimmed.refine_error
+        assert trimmed.token_count <= 200 and "Step" in trimmed.context

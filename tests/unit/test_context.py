@@ -526,3 +526,20 @@ def test_render_refined_fits_or_returns_none(counter: TiktokenCounter) -> None:
     assert counter.count(text) == room
     result = render_refined(working_messages=messages, refined_text=text, max_tokens=budget, counter=counter)
     assert result is not None and result.messages == messages and result.tokens <= budget
+
+
+def test_a_passage_that_goes_in_as_its_child_is_reported_narrowed(counter: TiktokenCounter) -> None:
+    from strata.schema import MatchedSpan, SourceRef
+
+    parent = "Intro sentence about nothing much. " * 40 + "The keepalive_timeout must be 120 s."
+    start = parent.index("The keepalive")
+    item = ContextItem(
+        layer="semantic", kind="passage", id="p1", text=parent, score=1.0,
+        source=SourceRef(doc_id="d", start=0, end=len(parent)),
+        matched=[MatchedSpan(id="c1", start=start, end=len(parent), score=1.0)],
+    )
+    out = assemble_context(working_messages=[], layer_items={"semantic": [item]}, max_tokens=60, counter=counter)
+    assert "keepalive_timeout" in out.text and "Intro sentence" not in out.text
+    assert out.narrowed == [item] and out.dropped == [] and out.cut
+    whole = assemble_context(working_messages=[], layer_items={"semantic": [item]}, max_tokens=2000, counter=counter)
+    assert whole.narrowed == [] and not whole.cut
