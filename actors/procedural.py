@@ -197,7 +197,10 @@ class ProceduralShard(LayerShard[ProceduralMemory]):
             # Not worth a retry: the same trace fails the same way. The caller of a
             # direct extraction has its input and the 422; a background job says why.
             job.status, job.finished, job.attempts, job.error = "failed", time.monotonic(), job.attempts + 1, exc.message
-            await self._drop_job(job)
+            try:
+                await self._drop_job(job)
+            except StrataError as store_error:  # the 422 is the answer; the row fails the same way next start
+                log.warning("skill job %s cannot be learned and its row stays: %s", job.job_id, store_error.message)
             raise
         except BaseException as exc:
             job.attempts += 1

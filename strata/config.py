@@ -257,7 +257,7 @@ class ProceduralSettings(_Section):
     #: Skills less similar than this to the task are not returned.
     min_similarity: float = Field(default=0.3, ge=-1, le=1)
     #: A new skill this similar to an existing one updates it instead of adding a copy.
-    merge_similarity: float = Field(default=0.85, ge=0, le=1)
+    merge_similarity: float = Field(default=0.9, ge=0, le=1)
     #: Task types whose successful interactions teach a skill.
     learn_from: list[str] = Field(default_factory=lambda: ["coding", "debugging", "deployment"])
     #: Background extraction: attempts with the LLM before the rule extractor takes over.
