@@ -20,6 +20,7 @@ from serve_app.deployments import Refused
 from serve_app.errors import install_handlers
 from strata.config import StrataSettings
 from strata.errors import InvalidInput, StrataError, Unauthorized
+from strata.ids import ID_PATTERN
 from strata.keys import KeyStore, hash_key
 from strata.schema import (
     ContextRequest,
@@ -53,10 +54,14 @@ from strata.storage import open_store
 
 __all__ = ["Api", "app"]
 
-DOC_ID = Path(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:\-]{0,127}$", description="Document id")
-SKILL_ID = Path(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:\-]{0,127}$", description="Skill id")
-JOB_ID = Path(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:\-]{0,127}$", description="Skill job id")
-SESSION = Path(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:\-]{0,127}$", description="Session id")
+def _id_path(description: str) -> Any:
+    return Path(pattern=ID_PATTERN.pattern.join("^$"), description=description)
+
+
+DOC_ID = _id_path("Document id")
+SKILL_ID = _id_path("Skill id")
+JOB_ID = _id_path("Skill job id")
+SESSION = _id_path("Session id")
 _KEY_CACHE_S = 30.0
 
 app = FastAPI(
