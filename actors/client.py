@@ -21,6 +21,7 @@ from strata.config import StrataSettings
 from strata.embedding import make_embedder
 from strata.ids import validate_id
 from strata.schema import (
+    AuditHistory,
     Layer,
     ContextRequest,
     ContextResult,
@@ -92,12 +93,12 @@ class InClusterClient:
                           timestamp: datetime | None = None, turn_id: str | None = None, speaker: str | None = None,
                           metadata: dict[str, Any] | None = None, expected_version: int | None = None) -> RecordTurnsResult:
         turn = TurnIn(user=user, agent=agent, timestamp=timestamp, turn_id=turn_id, speaker=speaker, metadata=metadata or {})
-        return await self._flow.record_turns(self._tenant, session_id, [turn], expected_version=expected_version)
+        return await self._flow.record_turns(self._tenant, session_id, [turn], expected_version=expected_version, by=_BY)
 
     async def record_turns(self, session_id: str, turns: Sequence[TurnIn | dict[str, Any]], *,
                            expected_version: int | None = None) -> RecordTurnsResult:
         parsed = [t if isinstance(t, TurnIn) else TurnIn(**t) for t in turns]
-        return await self._flow.record_turns(self._tenant, session_id, parsed, expected_version=expected_version)
+        return await self._flow.record_turns(self._tenant, session_id, parsed, expected_version=expected_version, by=_BY)
 
     async def build_context(self, message: str, session_id: str, *, task_type: str = "general",
                             max_tokens: int | None = None, reference_time: datetime | None = None,
@@ -122,16 +123,17 @@ class InClusterClient:
     async def add_working_items(self, session_id: str, items: Sequence[WorkingItemIn | dict[str, Any]], *,
                                 task: str | None = None, expected_version: int | None = None) -> WorkingState:
         body = WorkingItemsIn(items=[i if isinstance(i, WorkingItemIn) else WorkingItemIn(**i) for i in items], task=task)
-        return await self._flow.add_working_items(self._tenant, session_id, body, expected_version=expected_version)
+        return await self._flow.add_working_items(self._tenant, session_id, body, expected_version=expected_version,
+                                                 by=_BY)
 
     async def forget_session(self, session_id: str) -> ForgetResult:
-        return await self._flow.forget_session(self._tenant, session_id)
+        return await self._flow.forget_session(self._tenant, session_id, by=_BY)
 
     async def index_document(self, text: str, *, doc_id: str | None = None, title: str | None = None,
                              metadata: dict[str, Any] | None = None, expected_version: int | None = None,
                              wait: bool = True) -> DocumentOut:
         body = DocumentIn(text=text, doc_id=doc_id, title=title, metadata=metadata or {})
-        return await self._flow.index_document(self._tenant, body, expected_version=expected_version, wait=wait)
+        return await self._flow.index_document(self._tenant, body, expected_version=expected_version, wait=wait, by=_BY)
 
     async def get_document(self, doc_id: str, *, include_text: bool = False) -> DocumentOut:
         return await self._flow.get_document(self._tenant, doc_id, include_text=include_text)
@@ -140,7 +142,7 @@ class InClusterClient:
         return await self._flow.list_documents(self._tenant, after=after, limit=limit)
 
     async def delete_document(self, doc_id: str, *, expected_version: int | None = None) -> DocumentDeleted:
-        return await self._flow.delete_document(self._tenant, doc_id, expected_version=expected_version)
+        return await self._flow.delete_document(self._tenant, doc_id, expected_version=expected_version, by=_BY)
 
     async def entity(self, name: str) -> EntityOut:
         return EntityOut(**await self._flow.entity(self._tenant, name))
@@ -169,7 +171,7 @@ class InClusterClient:
         return await self._flow.update_skill(self._tenant, skill_id, body, expected_version=expected_version, by=_BY)
 
     async def delete_skill(self, skill_id: str, *, expected_version: int | None = None) -> SkillDeleted:
-        return await self._flow.delete_skill(self._tenant, skill_id, expected_version=expected_version)
+        return await self._flow.delete_skill(self._tenant, skill_id, expected_version=expected_version, by=_BY)
 
     async def skill_history(self, skill_id: str) -> SkillHistory:
         return await self._flow.skill_history(self._tenant, skill_id)
@@ -180,6 +182,9 @@ class InClusterClient:
     async def post_interaction(self, interaction: InteractionIn | dict[str, Any]) -> InteractionResult:
         body = interaction if isinstance(interaction, InteractionIn) else InteractionIn(**interaction)
         return await self._flow.post_interaction(self._tenant, body, by=_BY)
+
+    async def audit(self, *, since: datetime | None = None, limit: int = 100) -> AuditHistory:
+        return await self._flow.audit(self._tenant, since=since, limit=limit)
 
     # -- in-cluster only: operating and evaluating -----------------------------
 

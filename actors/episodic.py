@@ -59,6 +59,9 @@ class EpisodicShard(LayerShard[EpisodicMemory]):
     def make_layer(self, tenant: str, store: RecordStore, collections: Collections) -> EpisodicMemory:
         return EpisodicMemory(tenant, store=store, collection=collections.episodic, settings=self.settings.episodic)
 
+    def tenant_rows(self, collections: Collections) -> tuple[str, list[str] | None]:
+        return collections.episodic, None
+
     def load_layer(self, layer: EpisodicMemory) -> None:
         layer.load()
 

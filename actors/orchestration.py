@@ -10,6 +10,7 @@ layer before asking another.
 from __future__ import annotations
 
 import asyncio
+import logging
 from datetime import datetime, timezone
 from typing import Any, Awaitable, Callable, Sequence, TypeVar, cast
 
@@ -26,7 +27,7 @@ from strata.refine import refine_items
 from pydantic import BaseModel
 
 from strata.errors import InvalidInput, LLMError, NotFound, PreconditionRequired, StrataError
-from strata.ids import validate_id
+from strata.ids import SYSTEM_TENANT, validate_id
 from strata.schema import (
     Layer,
     ContextItem,
@@ -36,6 +37,8 @@ from strata.schema import (
     DocumentIn,
     DocumentList,
     DocumentOut,
+    AuditEntryOut,
+    AuditHistory,
     ForgetResult,
     InteractionIn,
     InteractionResult,
@@ -59,9 +62,15 @@ from strata.schema import (
 )
 from strata.importance import extract_terms
 from strata.timeparse import resolve_time_range
+from strata.audit import AuditLog
+from strata.audit import entry as audit_entry
+from strata.redaction import Redaction
+from strata.storage import open_store
 from strata.tokens import TiktokenCounter
 
 __all__ = ["Orchestration", "Embed"]
+
+log = logging.getLogger(__name__)
 
 Embed = Callable[[Sequence[str]], Awaitable[np.ndarray]]
 T = TypeVar("T")
@@ -87,6 +96,9 @@ class Orchestration:
         self._counter = TiktokenCounter(settings.working.encoding)
         #: Refines a context that does not fit (``context.refine_with_llm``).
         self._llm = llm if llm is not None else make_llm(settings.llm)
+        #: PII goes before anything is written, and queries use the same policy.
+        self._pii = Redaction(settings.pii)
+        self._audit: AuditLog | None = None
 
     def _actor(self, layer: str, tenant: str) -> Any:
         return self.router.handle(layer, tenant)
@@ -94,11 +106,18 @@ class Orchestration:
     # -- writes ---------------------------------------------------------------
 
     async def record_turns(
-        self, tenant: str, session_id: str, turns: Sequence[TurnIn], *, expected_version: int | None = None
+        self,
+        tenant: str,
+        session_id: str,
+        turns: Sequence[TurnIn],
+        *,
+        expected_version: int | None = None,
+        by: str = "",
     ) -> RecordTurnsResult:
         """Write turns to episodic memory (durable, embedded) and to the session's working memory."""
         validate_id(session_id, field="session_id")
-        dicts = [t.model_dump() for t in turns]
+        pii = self._pii.for_tenant(tenant)
+        dicts = [pii.model(t).model_dump() for t in turns]
         vectors = await self._embed([turn_text(d) for d in dicts])
         episodic = await _call(
             self._actor("episodic", tenant).record_turns.remote(
@@ -114,6 +133,7 @@ class Orchestration:
                 if text and text.strip():
                     items.append({"role": role, "content": text, "created_at": out["timestamp"]})
         versions = {"episodic": episodic["version"]}
+        await self._record(tenant, by, "record_turns", "episodic", session_id, episodic["version"])
         missing: dict[str, str] = {}
         try:
             working = await _call(self._actor("working", tenant).add_items.remote(tenant, session_id, items))
@@ -125,12 +145,20 @@ class Orchestration:
             turns=[TurnOut(**t) for t in episodic["turns"]],
             versions=versions,
             missing=missing,
+            redacted=pii.report(),
         )
 
     async def add_working_items(
-        self, tenant: str, session_id: str, body: WorkingItemsIn, *, expected_version: int | None = None
+        self,
+        tenant: str,
+        session_id: str,
+        body: WorkingItemsIn,
+        *,
+        expected_version: int | None = None,
+        by: str = "",
     ) -> WorkingState:
         validate_id(session_id, field="session_id")
+        body = self._pii.for_tenant(tenant).model(body)
         state = await _call(
             self._actor("working", tenant).add_items.remote(
                 tenant,
@@ -140,9 +168,10 @@ class Orchestration:
                 expected_version=expected_version,
             )
         )
+        await self._record(tenant, by, "add_working_items", "working", session_id, state["version"])
         return WorkingState(**state)
 
-    async def forget_session(self, tenant: str, session_id: str) -> ForgetResult:
+    async def forget_session(self, tenant: str, session_id: str, *, by: str = "") -> ForgetResult:
         """Forget a session in every layer; 404 only if no layer knew it."""
         validate_id(session_id, field="session_id")
         results = await asyncio.gather(
@@ -159,35 +188,60 @@ class Orchestration:
             removed[layer], versions[layer] = result["removed"], result["version"]
         if not removed:
             raise NotFound(f"session {session_id!r} has no memory to forget")
+        for layer, version in versions.items():
+            await self._record(tenant, by, "forget_session", layer, session_id, version)
         return ForgetResult(session_id=session_id, removed=removed, versions=versions)
 
+    async def forget_tenant(self, tenant: str, *, by: str = "") -> dict[str, int]:
+        """Delete everything every layer holds for ``tenant`` (rows, vectors, indexes, jobs);
+        returns the rows removed per layer. Its keys are the caller's to revoke."""
+        validate_id(tenant, field="tenant")
+        if tenant == SYSTEM_TENANT:
+            raise InvalidInput("the system tenant cannot be forgotten", field="tenant")
+        layers = list(AVAILABLE_LAYERS)
+        results = await asyncio.gather(
+            *(_call(self._actor(layer, tenant).forget_tenant.remote(tenant)) for layer in layers)
+        )
+        await self._record(tenant, by, "forget_tenant", "all", tenant, None)
+        return {layer: int(r["removed"]) for layer, r in zip(layers, results)}
+
     async def index_document(
-        self, tenant: str, body: DocumentIn, *, expected_version: int | None = None, wait: bool = True
+        self, tenant: str, body: DocumentIn, *, expected_version: int | None = None, wait: bool = True, by: str = ""
     ) -> DocumentOut:
         """Index or re-index a document (atomically: searches see one version)."""
+        # A document may be megabytes: its redaction runs off the event loop.
+        body = await asyncio.to_thread(self._pii.for_tenant(tenant).model, body)
         out = await _call(
             self._actor("semantic", tenant).index_document.remote(
                 tenant, body.model_dump(), expected_version=expected_version, wait=wait
             )
         )
-        return DocumentOut(**out)
+        doc = DocumentOut(**out)
+        # A background job's version is the one it will make; the audit records the request.
+        await self._record(tenant, by, "index_document", "semantic", doc.doc_id, doc.version)
+        return doc
 
-    async def delete_document(self, tenant: str, doc_id: str, *, expected_version: int | None = None) -> DocumentDeleted:
+    async def delete_document(
+        self, tenant: str, doc_id: str, *, expected_version: int | None = None, by: str = ""
+    ) -> DocumentDeleted:
         validate_id(doc_id, field="doc_id")
         out = await _call(
             self._actor("semantic", tenant).delete_document.remote(tenant, doc_id, expected_version=expected_version)
         )
+        await self._record(tenant, by, "delete_document", "semantic", doc_id, out["version"])
         return DocumentDeleted(**out)
 
     # -- procedural memory ------------------------------------------------------
 
     async def extract_skill(self, tenant: str, body: SkillExtractIn, *, by: str = "") -> SkillOut:
         """Learn a skill from a trace now (merging into a near-duplicate)."""
+        body = await asyncio.to_thread(self._pii.for_tenant(tenant).model, body)
         out = await _call(
             self._actor("procedural", tenant).extract_skill.remote(
                 tenant, body.task, _trace(body.trace), body.outcome, by=by
             )
         )
+        await self._record(tenant, by, "extract_skill", "procedural", out["skill_id"], out["version"])
         return SkillOut(**out)
 
     async def find_skills(
@@ -208,6 +262,7 @@ class Orchestration:
             return SkillList(**await _call(actor.list_skills.remote(tenant, after=after, limit=limit)))
         if not task.strip():
             raise InvalidInput("task is blank", field="task")
+        task = self._pii.for_tenant(tenant).text(task)
         vector = (await self._embed([task]))[0]
         found = await self._procedural_search(tenant, vector, task, top_k=top_k, min_success_rate=min_success_rate)
         return SkillList(skills=[SkillOut(**s) for s in found["skills"]], total=len(found["skills"]))
@@ -221,11 +276,13 @@ class Orchestration:
     ) -> SkillOut:
         """Count a use; without ``expected_version`` an atomic increment, with it a 409 when stale."""
         validate_id(skill_id, field="skill_id")
+        body = self._pii.for_tenant(tenant).model(body)
         out = await _call(
             self._actor("procedural", tenant).record_outcome.remote(
                 tenant, skill_id, body.success, body.notes, expected_version=expected_version, by=by
             )
         )
+        await self._record(tenant, by, "record_outcome", "procedural", skill_id, out["version"])
         return SkillOut(**out)
 
     async def update_skill(
@@ -237,19 +294,23 @@ class Orchestration:
                 "editing a skill needs If-Match with the version you edited (GET the skill for its ETag)",
                 field="If-Match",
             )
-        changes = body.model_dump(exclude_unset=True)
+        changes = self._pii.for_tenant(tenant).model(body).model_dump(exclude_unset=True)
         out = await _call(
             self._actor("procedural", tenant).update_skill.remote(
                 tenant, skill_id, changes, expected_version=expected_version, by=by
             )
         )
+        await self._record(tenant, by, "update_skill", "procedural", skill_id, out["version"])
         return SkillOut(**out)
 
-    async def delete_skill(self, tenant: str, skill_id: str, *, expected_version: int | None = None) -> SkillDeleted:
+    async def delete_skill(
+        self, tenant: str, skill_id: str, *, expected_version: int | None = None, by: str = ""
+    ) -> SkillDeleted:
         validate_id(skill_id, field="skill_id")
         out = await _call(
             self._actor("procedural", tenant).delete_skill.remote(tenant, skill_id, expected_version=expected_version)
         )
+        await self._record(tenant, by, "delete_skill", "procedural", skill_id, out["version"])
         return SkillDeleted(**out)
 
     async def skill_history(self, tenant: str, skill_id: str) -> SkillHistory:
@@ -263,7 +324,11 @@ class Orchestration:
     async def post_interaction(self, tenant: str, body: InteractionIn, *, by: str = "") -> InteractionResult:
         """Record the exchange in working and episodic memory; a success of a learning
         task type queues a skill extraction (durable, in the background)."""
-        recorded = await self.record_turns(tenant, body.session_id, [body.turn()])
+        # Redacted here once (the turn, and the trace the job keeps); record_turns
+        # redacts again, which changes nothing: redaction is idempotent.
+        pii = self._pii.for_tenant(tenant)
+        body = await asyncio.to_thread(pii.model, body)
+        recorded = await self.record_turns(tenant, body.session_id, [body.turn()], by=by)
         learn_from = self.settings.procedural.learn_from
         job: SkillJobOut | None = None
         missing = dict(recorded.missing)
@@ -290,7 +355,36 @@ class Orchestration:
             except StrataError as exc:
                 missing["procedural"] = exc.message
                 learning = "not learned: the trace could not be kept (see missing); the turn is recorded"
-        return InteractionResult(**{**recorded.model_dump(), "missing": missing}, skill_job=job, learning=learning)
+        return InteractionResult(
+            **{**recorded.model_dump(), "missing": missing, "redacted": pii.report()}, skill_job=job, learning=learning
+        )
+
+    # -- the audit history --------------------------------------------------------
+
+    async def _audit_log(self) -> AuditLog:
+        if self._audit is None:
+            store, names = await asyncio.to_thread(open_store, self.settings)
+            self._audit = AuditLog(store, names.state)
+        return self._audit
+
+    async def _record(
+        self, tenant: str, by: str, op: str, layer: str, record_id: str, version: int | None
+    ) -> None:
+        """Append to the tenant's audit history. Best effort: the change is durable already,
+        and failing the call now would make the caller retry a write that happened."""
+        try:
+            log_ = await self._audit_log()
+            await asyncio.to_thread(log_.append, tenant, [audit_entry(op, layer, record_id, key_id=by, version=version)])
+        except StrataError as exc:
+            log.warning("audit of %s %s for tenant %s not written: %s", op, record_id, tenant, exc.message)
+
+    async def audit(self, tenant: str, *, since: datetime | None = None, limit: int = 100) -> AuditHistory:
+        """The tenant's changes, oldest first: time, key id, operation, layer, record, version."""
+        if not 1 <= limit <= 1000:
+            raise InvalidInput(f"limit must be between 1 and 1000, got {limit}", field="limit")
+        log_ = await self._audit_log()
+        entries = await asyncio.to_thread(log_.read, tenant, since=since, limit=limit)
+        return AuditHistory(entries=[AuditEntryOut(**e.to_payload()) for e in entries])
 
     # -- reads ----------------------------------------------------------------
 
@@ -318,11 +412,12 @@ class Orchestration:
         validate_id(session_id, field="session_id")
         return WorkingState(**await _call(self._actor("working", tenant).get.remote(tenant, session_id)))
 
-    async def build_context(self, tenant: str, req: ContextRequest) -> ContextResult:
+    async def build_context(self, tenant: str, req: ContextRequest, *, session_only: bool = False) -> ContextResult:
         """Working memory always; the task type's other layers concurrently; fitted to the budget.
 
         A layer that fails or misses its deadline (``context.layer_timeouts``)
         is left out and named in ``missing``; the others still make the context.
+        ``session_only``: episodic memory of this session only (a session-bound key).
         """
         ctx = self.settings.context
         if req.task_type not in ctx.policies and req.layers is None:
@@ -338,7 +433,7 @@ class Orchestration:
         # A time expression read off the message is a preference, not a filter,
         # and its words stay in the query: a date is often content.
         time_range = resolve_time_range(req.message, reference)
-        query = req.message
+        query = self._pii.for_tenant(tenant).text(req.message)
         wanted = [layer for layer in policy if layer != "working"]
         missing: dict[str, str] = {
             layer: "not available in this version of Strata" for layer in wanted if layer not in AVAILABLE_LAYERS
@@ -361,7 +456,7 @@ class Orchestration:
                 found = await self._procedural_search(tenant, vector, query, top_k=top_k)
                 return [ContextItem(**_skill_hit(s)) for s in found["skills"]], None
             found = await self._episodic_search(
-                tenant, vector, query, top_k=top_k, session_id=None,
+                tenant, vector, query, top_k=top_k, session_id=req.session_id if session_only else None,
                 prefer=(time_range.start, time_range.end) if time_range else None,
             )
             return [ContextItem(**h) for h in found["hits"]], found["version"]
@@ -509,7 +604,7 @@ class Orchestration:
         start = req.time_range.start if req.time_range else None
         end = req.time_range.end if req.time_range else None
         prefer = (parsed.start, parsed.end) if parsed else None
-        query = req.query
+        query = self._pii.for_tenant(tenant).text(req.query)
         hits: list[SearchHit] = []
         versions: dict[str, int] = {}
 

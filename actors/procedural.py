@@ -121,6 +121,17 @@ class ProceduralShard(LayerShard[ProceduralMemory]):
             tenant, store=store, collection=collections.procedural, settings=self.settings.procedural
         )
 
+    def tenant_rows(self, collections: Collections) -> tuple[str, list[str] | None]:
+        return collections.procedural, None
+
+    async def forget_derived(self, tenant: str) -> int:
+        """The tenant's pending skill jobs: they hold its traces."""
+        doomed = [job for job in self._jobs.values() if job.tenant == tenant]
+        for job in doomed:
+            await self._drop_job(job)
+            self._jobs.pop(job.job_id, None)
+        return len(doomed)
+
     def load_layer(self, layer: ProceduralMemory) -> None:
         layer.load()
 

@@ -101,6 +101,9 @@ class SemanticShard(LayerShard[SemanticMemory]):
             extractor=self._extractor,
         )
 
+    def tenant_rows(self, collections: Collections) -> tuple[str, list[str] | None]:
+        return collections.semantic, None
+
     def load_layer(self, layer: SemanticMemory) -> None:
         layer.load()
 

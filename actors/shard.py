@@ -234,6 +234,30 @@ class LayerShard(Generic[L]):
                 if slot.last_used < cutoff and not slot.lock.locked():
                     del self._tenants[tenant]
 
+    # -- forgetting a whole tenant ------------------------------------------------
+
+    def tenant_rows(self, collections: Collections) -> tuple[str, list[str] | None]:
+        """Where this layer keeps a tenant's rows: a collection, and the kinds there (None = all).
+        Version counters are never among them: they carry no content, and a forgotten
+        tenant's versions must not be reused."""
+        raise NotImplementedError
+
+    async def forget_tenant(self, tenant: str) -> dict[str, Any]:
+        """Delete every row this layer holds for ``tenant`` and drop it from memory."""
+        validate_id(tenant, field="tenant")
+        store, collections, _ = await self._backend()
+        collection, kinds = self.tenant_rows(collections)
+        slot = await self._tenant(tenant)
+        async with slot.lock:
+            removed = await asyncio.to_thread(store.delete, collection, tenant=tenant, kinds=kinds)
+            removed += await self.forget_derived(tenant)
+            self._tenants.pop(tenant, None)
+        return {"removed": removed}
+
+    async def forget_derived(self, tenant: str) -> int:
+        """Rows of ``tenant`` a layer keeps elsewhere (e.g. pending jobs); none by default."""
+        return 0
+
     # -- remote methods common to all layers -------------------------------------
 
     async def ping(self) -> dict[str, Any]:

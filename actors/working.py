@@ -11,6 +11,7 @@ from strata.records import RecordStore
 from strata.storage import Collections
 from strata.tokens import TiktokenCounter
 from strata.working import WorkingItem
+from strata.working_sessions import KIND as WORKING_KIND
 from strata.working_sessions import WorkingSessions
 
 __all__ = ["WorkingShard"]
@@ -40,6 +41,9 @@ class WorkingShard(LayerShard[WorkingSessions]):
         return WorkingSessions(
             tenant, store=store, collection=collections.state, settings=self.settings.working, counter=self._counter
         )
+
+    def tenant_rows(self, collections: Collections) -> tuple[str, list[str] | None]:
+        return collections.state, [WORKING_KIND]
 
     def _view(self, sessions: WorkingSessions, session_id: str, budget_tokens: int | None) -> dict[str, Any]:
         memory = sessions.session(session_id)

@@ -218,6 +218,15 @@ def main(argv: list[str] | None = None) -> int:
     bench_orchestrator.add_arguments(fanout)
     fanout.add_argument("--calls", type=int, default=60, help="measured calls per layer set")
     fanout.set_defaults(fn=lambda a: bench_orchestrator.run(a, "fanout"))
+    from serve_app import bench_pii
+
+    pii = benches.add_parser("pii", help="precision and recall of PII redaction per type, on the labelled corpus")
+    bench_pii.add_arguments(pii)
+    pii.set_defaults(fn=bench_pii.run)
+    from serve_app import keys_cli
+
+    keys = sub.add_parser("keys", help="create, list, rotate and revoke API keys")
+    keys_cli.add_arguments(keys)
     args = parser.parse_args(argv)
     from serve_app.stack import StackError
     from strata.errors import StrataError

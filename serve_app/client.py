@@ -26,7 +26,9 @@ from strata.errors import (
     Unauthorized,
     VersionConflict,
 )
+from strata.keys import Forbidden
 from strata.schema import (
+    AuditHistory,
     Layer,
     ContextRequest,
     ContextResult,
@@ -67,6 +69,7 @@ P = ParamSpec("P")
 _BY_STATUS: dict[int, type[StrataError]] = {
     401: Unauthorized,
     404: NotFound,
+    403: Forbidden,
     409: VersionConflict,
     422: InvalidInput,
     428: PreconditionRequired,
@@ -282,6 +285,10 @@ def post_interaction(interaction: InteractionIn | dict[str, Any]) -> _Call[Inter
     return _Call("POST", "/v1/interactions", InteractionResult, body)
 
 
+def audit(*, since: datetime | None = None, limit: int = 100) -> _Call[AuditHistory]:
+    return _Call("GET", "/v1/audit", AuditHistory, params={"since": since.isoformat() if since else None, "limit": limit})
+
+
 def health() -> _Call[Health]:
     return _Call("GET", "/healthz", Health)
 
@@ -336,6 +343,7 @@ class StrataClient:
     skill_history = _sync(skill_history)
     skill_job = _sync(skill_job)
     post_interaction = _sync(post_interaction)
+    audit = _sync(audit)
     health = _sync(health)
 
     def __enter__(self) -> StrataClient:
@@ -377,6 +385,7 @@ class AsyncStrataClient:
     skill_history = _async(skill_history)
     skill_job = _async(skill_job)
     post_interaction = _async(post_interaction)
+    audit = _async(audit)
     health = _async(health)
 
     async def __aenter__(self) -> AsyncStrataClient:

@@ -98,12 +98,12 @@ class Orchestrator:
         return result
 
     async def record_turns(
-        self, tenant: str, session_id: str, turns: list[TurnIn], expected_version: int | None = None
+        self, tenant: str, session_id: str, turns: list[TurnIn], expected_version: int | None = None, by: str = ""
     ) -> Any:
-        return await self._flow.record_turns(tenant, session_id, turns, expected_version=expected_version)
+        return await self._flow.record_turns(tenant, session_id, turns, expected_version=expected_version, by=by)
 
-    async def build_context(self, tenant: str, req: ContextRequest) -> Any:
-        return await self._flow.build_context(tenant, req)
+    async def build_context(self, tenant: str, req: ContextRequest, session_only: bool = False) -> Any:
+        return await self._flow.build_context(tenant, req, session_only=session_only)
 
     async def search(self, tenant: str, req: SearchRequest) -> Any:
         return await self._flow.search(tenant, req)
@@ -112,17 +112,17 @@ class Orchestrator:
         return await self._flow.working(tenant, session_id)
 
     async def add_working_items(
-        self, tenant: str, session_id: str, body: WorkingItemsIn, expected_version: int | None = None
+        self, tenant: str, session_id: str, body: WorkingItemsIn, expected_version: int | None = None, by: str = ""
     ) -> Any:
-        return await self._flow.add_working_items(tenant, session_id, body, expected_version=expected_version)
+        return await self._flow.add_working_items(tenant, session_id, body, expected_version=expected_version, by=by)
 
-    async def forget_session(self, tenant: str, session_id: str) -> Any:
-        return await self._flow.forget_session(tenant, session_id)
+    async def forget_session(self, tenant: str, session_id: str, by: str = "") -> Any:
+        return await self._flow.forget_session(tenant, session_id, by=by)
 
     async def index_document(
-        self, tenant: str, body: DocumentIn, expected_version: int | None = None, wait: bool = True
+        self, tenant: str, body: DocumentIn, expected_version: int | None = None, wait: bool = True, by: str = ""
     ) -> Any:
-        return await self._flow.index_document(tenant, body, expected_version=expected_version, wait=wait)
+        return await self._flow.index_document(tenant, body, expected_version=expected_version, wait=wait, by=by)
 
     async def get_document(self, tenant: str, doc_id: str, include_text: bool = False) -> Any:
         return await self._flow.get_document(tenant, doc_id, include_text=include_text)
@@ -130,8 +130,10 @@ class Orchestrator:
     async def list_documents(self, tenant: str, after: str | None = None, limit: int = 50) -> Any:
         return await self._flow.list_documents(tenant, after=after, limit=limit)
 
-    async def delete_document(self, tenant: str, doc_id: str, expected_version: int | None = None) -> Any:
-        return await self._flow.delete_document(tenant, doc_id, expected_version=expected_version)
+    async def delete_document(
+        self, tenant: str, doc_id: str, expected_version: int | None = None, by: str = ""
+    ) -> Any:
+        return await self._flow.delete_document(tenant, doc_id, expected_version=expected_version, by=by)
 
     async def entity(self, tenant: str, name: str) -> Any:
         return await self._flow.entity(tenant, name)
@@ -155,8 +157,16 @@ class Orchestrator:
     ) -> Any:
         return await self._flow.update_skill(tenant, skill_id, body, expected_version=expected_version, by=by)
 
-    async def delete_skill(self, tenant: str, skill_id: str, expected_version: int | None = None) -> Any:
-        return await self._flow.delete_skill(tenant, skill_id, expected_version=expected_version)
+    async def delete_skill(
+        self, tenant: str, skill_id: str, expected_version: int | None = None, by: str = ""
+    ) -> Any:
+        return await self._flow.delete_skill(tenant, skill_id, expected_version=expected_version, by=by)
+
+    async def forget_tenant(self, tenant: str, by: str = "") -> Any:
+        return await self._flow.forget_tenant(tenant, by=by)
+
+    async def audit(self, tenant: str, since: Any = None, limit: int = 100) -> Any:
+        return await self._flow.audit(tenant, since=since, limit=limit)
 
     async def skill_history(self, tenant: str, skill_id: str) -> Any:
         return await self._flow.skill_history(tenant, skill_id)

@@ -77,6 +77,18 @@ def _wait(what: str, check: Callable[[], bool], timeout_s: float, log: Path | No
     raise StackError(f"{what} did not come up within {timeout_s:.0f} s{tail}")
 
 
+def _secret_file(path: Path) -> str:
+    """The secret in ``path`` (0600), made on first use."""
+    if not path.exists():
+        import secrets
+
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(secrets.token_hex(32))
+    return path.read_text().strip()
+
+
 @dataclass
 class Stack:
     settings: StrataSettings
@@ -191,13 +203,7 @@ class Stack:
         if self.settings.ray.address:
             return {}
         path = self.data_dir / "ray-auth-token"
-        if not path.exists():
-            import secrets
-
-            self.data_dir.mkdir(parents=True, exist_ok=True)
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(fd, "w") as f:
-                f.write(secrets.token_hex(32))
+        _secret_file(path)
         return {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(path)}
 
     def ray_running(self) -> bool:
@@ -246,6 +252,12 @@ class Stack:
     def up(self) -> str:
         """Start what is not running; return the development API key."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        if self.settings.pii.hash_key is None:
+            # The pseudonyms' secret: the same for the life of the data, never in the config.
+            key = _secret_file(self.data_dir / "pii-hash-key")
+            self.settings = self.settings.model_copy(
+                update={"pii": self.settings.pii.model_copy(update={"hash_key": key})}
+            )
         running = _read_stack_json(self.data_dir)
         if running and running.get("serve_port") != self.settings.serve.port and self.healthy_at(running):
             raise StackError(

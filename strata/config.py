@@ -35,6 +35,8 @@ __all__ = [
     "ContextSettings",
     "LayerPolicy",
     "ProceduralSettings",
+    "PIISettings",
+    "AuthSettings",
     "ChunkingSettings",
     "SemanticSettings",
     "SemanticTenantSettings",
@@ -266,6 +268,55 @@ class ProceduralSettings(_Section):
     job_retry_s: float = Field(default=5.0, gt=0)
 
 
+PII_TYPES = ("email", "phone", "card", "cn_id", "iban", "ip", "secret", "person", "address")
+PIIAction = Literal["mask", "hash", "keep"]
+
+
+def _all_masked() -> dict[str, PIIAction]:
+    return {t: "mask" for t in PII_TYPES}
+
+
+class PIISettings(_Section):
+    """Redaction before anything is written: what each detected type becomes.
+
+    ``mask`` writes ``[EMAIL]``; ``hash`` a stable pseudonym ``[EMAIL:3f9a1c2e]`` (an HMAC with
+    ``hash_key``, so the memory still links what was the same value); ``keep`` leaves it.
+    """
+
+    enabled: bool = True
+    policy: dict[str, PIIAction] = Field(default_factory=lambda: _all_masked())
+    #: Per-tenant departures from ``policy``, by tenant id.
+    tenants: dict[str, dict[str, PIIAction]] = Field(default_factory=dict)
+    #: Use Presidio for names and addresses when it is installed.
+    ner: bool = True
+    #: Secret of the ``hash`` pseudonyms; ``strata up`` makes one in the data dir when unset.
+    hash_key: str | None = None
+
+    @field_validator("policy")
+    @classmethod
+    def _known_types(cls, value: dict[str, str]) -> dict[str, str]:
+        unknown = set(value) - set(PII_TYPES)
+        if unknown:
+            raise ValueError(f"unknown PII type(s) {sorted(unknown)}; known: {', '.join(PII_TYPES)}")
+        return value
+
+    @field_validator("tenants")
+    @classmethod
+    def _known_tenant_types(cls, value: dict[str, dict[str, str]]) -> dict[str, dict[str, str]]:
+        for policy in value.values():
+            cls._known_types(policy)
+        return value
+
+    def policy_for(self, tenant: str) -> dict[str, str]:
+        """Every type's action for ``tenant``: a type no policy names is masked."""
+        return {**_all_masked(), **self.policy, **self.tenants.get(tenant, {})}
+
+
+class AuthSettings(_Section):
+    #: An admin key for ``/v1/admin``, besides the admin keys ``strata keys`` stores (hashed).
+    admin_key: str | None = None
+
+
 LAYER_NAMES = ("working", "episodic", "semantic", "procedural")
 
 
@@ -356,6 +407,8 @@ class StrataSettings(BaseSettings):
     semantic: SemanticSettings = SemanticSettings()
     procedural: ProceduralSettings = ProceduralSettings()
     context: ContextSettings = ContextSettings()
+    pii: PIISettings = PIISettings()
+    auth: AuthSettings = AuthSettings()
 
     @model_validator(mode="after")
     def _check(self) -> StrataSettings:

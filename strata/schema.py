@@ -51,6 +51,9 @@ __all__ = [
     "SkillJobOut",
     "InteractionIn",
     "InteractionResult",
+    "AuditEntryOut",
+    "AuditHistory",
+    "TenantForgotten",
     "LAYERS",
     "Layer",
     "RetrievalPath",
@@ -124,6 +127,9 @@ class RecordTurnsResult(_Out):
     versions: dict[str, int]
     missing: dict[str, str] = Field(
         default_factory=dict, description="Layers the turns did not reach, and why; the turns are recorded"
+    )
+    redacted: dict[str, int] = Field(
+        default_factory=dict, description="PII masked or hashed before anything was written, by type"
     )
 
 
@@ -536,3 +542,25 @@ class InteractionIn(_In):
 class InteractionResult(RecordTurnsResult):
     skill_job: SkillJobOut | None = Field(default=None, description="The background job learning a skill from it")
     learning: str = Field(description="Whether a skill is being learned from it, and why (not)")
+
+
+# -- the audit history -----------------------------------------------------------
+
+
+class AuditEntryOut(_Out):
+    at: datetime
+    key_id: str = Field(description="Id of the key that made the change (empty: the in-cluster client)")
+    op: str
+    layer: str
+    record_id: str = Field(description="The session, document, skill or tenant it touched")
+    version: int | None = None
+
+
+class AuditHistory(_Out):
+    entries: list[AuditEntryOut] = Field(description="Oldest first; never the content of what changed")
+
+
+class TenantForgotten(_Out):
+    tenant: str
+    removed: dict[str, int] = Field(description="Durable rows removed, per layer")
+    keys_revoked: list[str] = Field(description="Ids of the tenant's keys, revoked first")

@@ -322,6 +322,48 @@ def test_interaction_teaches_a_skill_used_by_the_next_context(stack: Running) ->
     assert ctx["token_count"] <= 800 and ctx["missing"] == {}
 
 
+def _cn_id(first17: str) -> str:
+    weights = [7, 9, 10, 5, 8, 4, 2, 1, 6, 3, 7, 9, 10, 5, 8, 4, 2]
+    return first17 + "10X98765432"[sum(int(d) * w for d, w in zip(first17, weights)) % 11]
+
+
+def test_pii_never_reaches_the_data_dir(stack: Running) -> None:
+    raw = {
+        "email": "maria.lopez@example.org",
+        "phone": "+44 20 7946 0958",
+        "card": "4111 1111 1111 1111",
+        "cn_id": _cn_id("11010519491231002"),
+        "ip": "203.0.113.77",
+        "secret": "sk-proj-Qw3rTy9UiOp1AsDf7GhJk2LzXcVb",
+    }
+    marker = "zebraquokka"  # written as is: proves the grep below sees what the stores wrote
+    text = (f"{marker} notes: mail {raw['email']}, phone {raw['phone']}, card {raw['card']}, "
+            f"身份证 {raw['cn_id']}, server {raw['ip']}, key {raw['secret']}")
+    r = stack.post("/v1/sessions/pii-1/turns", {"user": text, "agent": f"Noted, I will email {raw['email']}."})
+    assert r.status_code == 201, r.text
+    assert set(r.json()["redacted"]) == set(raw)
+    assert stack.post("/v1/documents", {"doc_id": "pii-doc", "title": f"Contacts {marker}", "text": "# Contacts\n\n" + text}).status_code == 201
+    skill = stack.post("/v1/skills:extract", {"task": f"Rotate the {marker} API key", "trace": [
+        {"command": f"vault write secret/app key={raw['secret']}", "output": f"sent to {raw['email']}"},
+        {"tool": "notify", "args": {"to": raw["email"], "server": raw["ip"]}},
+    ]})
+    assert skill.status_code == 201, skill.text
+    interaction = stack.post("/v1/interactions", {"session_id": "pii-2", "user": f"{marker}: reach me at {raw['phone']}",
+                                                  "agent": "ok", "task_type": "deployment", "success": True,
+                                                  "trace": [f"ssh root@{raw['ip']}"]})
+    assert interaction.status_code == 201 and interaction.json()["redacted"] == {"phone": 1, "ip": 1}
+    hits = stack.post("/v1/search", {"query": f"{marker} notes mail", "top_k": 20}).json()["hits"]
+    assert hits and all(raw["email"] not in h["text"] for h in hits)
+    assert any("[EMAIL]" in h["text"] for h in hits)
+
+    blobs = [p.read_bytes() for p in stack.data_dir.rglob("*") if p.is_file()]
+    assert any(marker.encode() in b for b in blobs), "the stores' files do not show plain text: this check proves nothing"
+    for kind, value in raw.items():
+        forms = {value, value.replace(" ", "")}
+        leaked = [f for f in forms for b in blobs if f.encode() in b]
+        assert not leaked, f"raw {kind} found in the data dir"
+
+
 def test_openapi_docs(stack: Running) -> None:
     assert httpx.get(stack.url + "/docs", timeout=10).status_code == 200
     paths = httpx.get(stack.url + "/openapi.json", timeout=10).json()["paths"]

@@ -1,0 +1,490 @@
+"""PII detection and redaction, applied to text before any layer writes it.
+
+A :class:`Detector` finds spans (:class:`Finding`); a :class:`Redactor` applies the tenant's policy to
+each: ``mask`` -> ``[EMAIL]``, ``hash`` -> ``[EMAIL:3f9a1c2e]`` (a keyed pseudonym, so the memory still
+links what was the same value), ``keep``. Placeholders are never detected again: redacting twice changes nothing.
+
+:class:`RuleDetector` (the default, no dependencies) pairs each shape with a check, because memory text is
+full of numbers: Luhn and an issuer prefix for cards, MOD 11-2 and a real birth date for Chinese ids, mod-97
+and the country's length for IBANs, separators and the words just before (``Order #``, ``订单号``,
+``version``) for phones and IPs. Not detected: names and addresses (only with Presidio), ``user@localhost``
+(no dotted domain), phones without separators other than Chinese mobiles, 7-digit local numbers, 15-digit
+ids, lower-case IBANs, credentials inside URLs, and secrets not after a known key word (``password``,
+``api_key``, ``token``, ``密码``, ...) unless they have a known token shape (``sk-``, ``AKIA``, a JWT, ...).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import importlib.util
+import ipaddress
+import logging
+import re
+from collections.abc import Collection, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from datetime import date
+from typing import Any, Protocol
+
+from strata.config import PII_TYPES, PIISettings
+
+__all__ = [
+    "Detector", "Finding", "MergedDetector", "PresidioDetector", "Redacted", "Redactor", "RuleDetector",
+    "cn_id_check_char", "iban_valid", "luhn_valid", "make_detector", "normalize", "resolve",
+]  # fmt: skip
+
+log = logging.getLogger(__name__)
+
+ACTIONS = ("mask", "hash", "keep")
+#: Of two overlapping findings of the same length, the earlier type here wins.
+_SPECIFICITY = ("secret", "cn_id", "card", "iban", "email", "ip", "phone", "person", "address")
+_PLACEHOLDER = re.compile(r"\[(?:" + "|".join(t.upper() for t in PII_TYPES) + r")(?::[0-9a-f]{8})?\]")
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One detected value: ``text[start:end]``, of ``type`` (one of ``PII_TYPES``)."""
+
+    type: str
+    start: int
+    end: int
+
+
+class Detector(Protocol):
+    """Finds PII in a text. Findings are non-overlapping and sorted by ``start``."""
+
+    def find(self, text: str) -> list[Finding]: ...
+
+
+def resolve(candidates: Iterable[Finding], text: str) -> list[Finding]:
+    """Non-overlapping findings: the longest wins, then the more specific type; none inside a placeholder."""
+    taken = [(m.start(), m.end()) for m in _PLACEHOLDER.finditer(text)]
+    rank = {t: i for i, t in enumerate(_SPECIFICITY)}
+    kept: list[Finding] = []
+    for f in sorted(set(candidates), key=lambda f: (f.start - f.end, rank.get(f.type, 99), f.start)):
+        if f.end > f.start and all(f.end <= s or f.start >= e for s, e in taken):
+            kept.append(f)
+            taken.append((f.start, f.end))
+    return sorted(kept, key=lambda f: f.start)
+
+
+# --- checksums ------------------------------------------------------------------
+
+
+def luhn_valid(digits: str) -> bool:
+    """The Luhn check of card numbers (``digits`` only)."""
+    total = 0
+    for i, ch in enumerate(reversed(digits)):
+        d = int(ch) * (2 if i % 2 else 1)
+        total += d - 9 if d > 9 else d
+    return bool(digits) and total % 10 == 0
+
+
+def cn_id_check_char(first17: str) -> str:
+    """The ISO 7064 MOD 11-2 check character of an 18-character Chinese resident id."""
+    total = sum(int(d) * (2 ** (17 - i) % 11) for i, d in enumerate(first17))
+    return "10X98765432"[total % 11]
+
+
+def iban_valid(iban: str) -> bool:
+    """mod-97 of an IBAN written without spaces (country letters, check digits, account)."""
+    moved = iban[4:] + iban[:4]
+    return int("".join(str(int(ch, 36)) for ch in moved)) % 97 == 1
+
+
+# --- rules ----------------------------------------------------------------------
+
+_EMAIL = re.compile(
+    r"(?<![A-Za-z0-9._%+-])[A-Za-z0-9](?:[A-Za-z0-9._%+-]*[A-Za-z0-9_%+-])?"
+    r"@(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)+[A-Za-z]{2,24}(?![A-Za-z0-9-])"
+)
+_PHONES = (
+    # +CC and groups: +44 20 7946 0958, +1 (415) 555-0132, +44 (0)20 7946 0958, +8613800138000
+    re.compile(r"(?:\(\+\d{1,3}\)|\+\d{1,3})(?:[ .\-]?\(\d{1,4}\)|[ .\-]?\d{1,5}){1,6}"),
+    # North America: (415) 555-0132, 415-555-0132, 1-800-555-0199
+    re.compile(r"(?:1([ .\-]))?(?:\([2-9]\d\d\) ?\d{3}[ .\-]\d{4}|[2-9]\d\d([ .\-])\d{3}\2\d{4})"),
+    # a trunk 0 and one kind of separator: 020 7946 0958, 06 12 34 56 78, 089/1234567, 010-62345678
+    re.compile(r"\(0[1-9]\d{0,3}\) ?\d{3,4}[ \-]?\d{3,4}|0[1-9]\d{0,3}([ /.\-])\d{2,8}(?:\1\d{2,8}){0,3}"),
+    # Chinese mobiles: 13800138000, 138 0013 8000, +86 139-1234-5678, 8613712345678
+    re.compile(r"(?:(?:\+|00)?86[ \-]?)?1[3-9]\d(?:[ \-]?\d{4}){2}"),
+)
+_CARD = re.compile(
+    r"(?<!\d)(?:\d{4}([ \-])\d{4}\1\d{4}\1\d{4}\1\d{1,3}|\d{4}([ \-])\d{4}\2\d{4}\2\d{1,4}"
+    r"|\d{4}([ \-])\d{6}\3\d{4,5}|\d{13,19})(?!\d)"
+)
+#: Visa; Mastercard 51-55, 2221-2720; Amex; Diners; Discover, UnionPay, JCB: prefix and lengths.
+_ISSUERS: tuple[tuple[re.Pattern[str], Collection[int]], ...] = tuple(
+    (re.compile(prefix), lengths)
+    for prefix, lengths in (
+        ("4", (13, 16, 19)), ("5[1-5]|222[1-9]|22[3-9]|2[3-6]|27[01]|2720", (16,)), ("3[47]", (15,)),
+        ("3(?:0[0-5]|[68])", (14,)), ("6011|6[25]|64[4-9]|35", range(16, 20)),
+    )
+)  # fmt: skip
+_CN_ID = re.compile(r"(?<!\d)\d{6}([ \-]?)\d{8}\1\d{3}[\dXx](?![0-9A-Za-z])")
+_IBAN = re.compile(r"(?<![A-Za-z0-9])[A-Z]{2}\d{2}(?:(?: [A-Z0-9]{4}){2,7}(?: [A-Z0-9]{1,4})?|[A-Z0-9]{11,30})")
+_OCTET = r"(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)"
+_IPV4 = re.compile(rf"(?<![\dA-Za-z])(?<!\d\.){_OCTET}(?:\.{_OCTET}){{3}}(?!\d|\.\d)")
+_IPV6 = re.compile(r"(?<![0-9A-Za-z_:.])[0-9A-Fa-f]*:[0-9A-Fa-f:.]*")
+_SECRETS = re.compile(
+    r"(?<![A-Za-z0-9_\-])(?:"
+    r"sk-(?:proj-|strata-)?[A-Za-z0-9_\-]{20,}"
+    r"|(?:AKIA|ASIA)[0-9A-Z]{16}"
+    r"|gh[opsur]_[A-Za-z0-9]{30,255}|github_pat_[A-Za-z0-9_]{22,255}"
+    r"|xox[baprs]-[A-Za-z0-9\-]{10,}"
+    r"|AIza[0-9A-Za-z_\-]{35}"
+    r"|[sr]k_(?:live|test)_[0-9A-Za-z]{16,}"
+    r"|eyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]*"
+    r")(?![A-Za-z0-9_\-])"
+    r"|-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----(?:[\s\S]*?-----END (?:[A-Z0-9]+ )*PRIVATE KEY-----"
+    r"|(?:\s+[A-Za-z0-9+/=]{16,})+)"
+)
+_ASSIGN_EN = re.compile(
+    r"(?<![A-Za-z0-9])(?:[A-Za-z0-9]+[_\-.])*"
+    r"(?P<key>password|passwd|passphrase|secret|client[_\-]?secret|secret[_\-]?key|api[_\-]?key|apikey"
+    r"|access[_\-]?key|private[_\-]?key|token|access[_\-]?token|auth[_\-]?token|refresh[_\-]?token)"
+    r"[\"']?(?:\s*[:=：]\s*|\s+is\s+)"
+    # a quoted value, or printable ASCII up to a quote, comma, semicolon or space
+    r"(?:\"(?P<dq>[^\"\n]{1,200})\"|'(?P<sq>[^'\n]{1,200})'|(?P<bare>[\x21\x23-\x26\x28-\x2b\x2d-\x3a\x3c-\x7e]+))",
+    re.IGNORECASE,
+)
+_ASSIGN_ZH = re.compile(r"(?P<key>密码|口令|密钥|秘钥|令牌)\s*(?:是|为|[:：=])\s*(?P<bare>[!-~]+)")
+#: Values after a key word that are not secrets: templates, masks, literals, and code (``self._token``,
+#: ``settings.api_key``, ``re.compile(``, ``OPENAI_API_KEY``).
+_NOT_A_VALUE = re.compile(
+    r"^(?:\$|\{\{|<|%\(|\*+$|x{3,}$|\.\.\.|(?:null|none|true|false)$"
+    r"|[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*\(|[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+$|[a-z_]*_[a-z_]*$)",
+    re.IGNORECASE,
+)
+#: Words just before a number that make it an id, not a phone or a card.
+_ID_CONTEXT = re.compile(
+    r"(?<![A-Za-z])(?:order|invoice|tracking|isbn|sku|ref|serial|ticket|case|id|qq|version|ver|build|release"
+    r"|订单|单号|编号|运单|快递|工单|序号|流水|版本|批次|发票)\s*(?:号|no\.?|number|#|id)?\s*[.:：#=]?\s*$",
+    re.IGNORECASE,
+)
+_VERSION_CONTEXT = re.compile(r"(?<![A-Za-z])(?:version|ver|release|build|版本)\s*(?:号)?\s*[.:：#=]?\s*$", re.IGNORECASE)
+_CN_PROVINCES = frozenset(str(n) for a, b in ((11, 15), (21, 23), (31, 37), (41, 46), (50, 54), (61, 65), (71, 71),
+                                                (81, 83)) for n in range(a, b + 1))
+#: IBAN length per country (SWIFT registry); other countries: 15-34.
+IBAN_LENGTHS = {c: int(n) for c, n in re.findall(r"([A-Z]{2})(\d\d)", (
+    "AD24 AE23 AL28 AT20 AZ28 BA20 BE16 BG22 BH22 BR29 CH21 CR22 CY28 CZ24 DE22 DK18 DO28 EE20 EG29 ES24 FI18 FO18"
+    " FR27 GB22 GE22 GI23 GL18 GR27 GT28 HR21 HU28 IE22 IL23 IQ23 IS26 IT27 JO30 KW30 KZ20 LB28 LC32 LI21 LT20 LU20"
+    " LV21 MC27 MD24 ME22 MK19 MR27 MT31 MU30 NL18 NO15 PK24 PL28 PS29 PT25 QA29 RO24 RS22 SA24 SC31 SE24 SI19 SK24"
+    " SM27 TN24 TR26 UA29 VG24 XK20"
+))}  # fmt: skip
+
+
+def _embedded(text: str, start: int, end: int) -> bool:
+    """Whether a number is part of a longer token (``SF1234...``, ``2024-05-12``, ``v1.2``)."""
+    before = text[start - 1] if start else ""
+    after = text[end] if end < len(text) else ""
+    if (before.isascii() and before.isalnum()) or (after.isascii() and after.isalnum()):
+        return True
+    prev = text[start - 2] if start >= 2 else ""
+    if before and before in ".-/:_" and (prev.isdigit() or (before in "-_" and prev.isascii() and prev.isalnum())):
+        return True  # "Tel:555..." is a phone, "ID-555..." and "2024-05..." are not
+    nxt = text[end + 1] if end + 1 < len(text) else ""
+    return bool(after) and after in ".-/:_" and (nxt.isdigit() or (after != "." and nxt.isascii() and nxt.isalnum()))
+
+
+def _in_digit_run(text: str, start: int, end: int) -> bool:
+    """Whether the span's digit groups go on before or after it (``5500 0000 0000 0005``: not a phone)."""
+    seps = set(text[start:end]) & set(" .-/")
+    before = start >= 2 and text[start - 1] in seps and text[start - 2].isdigit()
+    return before or (end + 1 < len(text) and text[end] in seps and text[end + 1].isdigit())
+
+
+def _isolated_number_fails(text: str, start: int, end: int) -> bool:
+    """Whether a phone- or card-shaped number is part of a longer one, or an id by the words before it."""
+    context = _ID_CONTEXT.search(text[max(0, start - 24) : start]) is not None
+    return context or _embedded(text, start, end) or _in_digit_run(text, start, end)
+
+
+def _card_ok(digits: str) -> bool:
+    issuer = any(prefix.match(digits) and len(digits) in lengths for prefix, lengths in _ISSUERS)
+    return issuer and luhn_valid(digits)
+
+
+def _cn_id_ok(value: str) -> bool:
+    value = value.upper()
+    if value[:2] not in _CN_PROVINCES or cn_id_check_char(value[:17]) != value[17]:
+        return False
+    try:
+        born = date(int(value[6:10]), int(value[10:12]), int(value[12:14]))
+    except ValueError:
+        return False
+    return date(1900, 1, 1) <= born <= date.today()
+
+
+def _iban_end(text: str, start: int, end: int) -> int | None:
+    """Where the IBAN starting at ``start`` ends inside the candidate, or ``None`` if it is not one."""
+    positions = [i for i in range(start, end) if text[i] != " "]
+    known = IBAN_LENGTHS.get(text[start : start + 2])
+    for length in [known] if known else range(min(len(positions), 34), 14, -1):
+        if length is None or length > len(positions):
+            continue
+        stop = positions[length - 1] + 1
+        if text[stop : stop + 1].isascii() and text[stop : stop + 1].isalnum():
+            continue  # would cut a group or a word in two
+        if iban_valid("".join(text[i] for i in positions[:length])):
+            return stop
+    return None
+
+
+def _ipv6_ok(value: str) -> bool:
+    try:
+        ipaddress.IPv6Address(value)
+    except ValueError:
+        return False
+    # "ab::cd" or "::1" in code and prose are rarely addresses; a digit and two groups (``fe80::1``) are
+    groups = [g for g in value.split(":") if g]
+    return "." in value or (len(groups) >= 2 and any(ch.isdigit() for ch in value) and max(map(len, groups)) >= 3)
+
+
+def _secret_value_ok(key: str, value: str) -> bool:
+    if len(value) < 4 or _NOT_A_VALUE.search(value):
+        return False
+    if key.lower() == "token" and (len(value) < 8 or value.isdigit()):
+        return False
+    # English keys in prose are followed by words ("password: click the link"); secrets have digits or symbols
+    plain = value.isalpha() and (value.islower() or value.isupper() or value.istitle())
+    return not plain or len(value) >= 12
+
+
+class RuleDetector:
+    """The default detector: regular expressions with checksums and context, no dependencies.
+
+    Detects ``email``, ``phone``, ``card``, ``cn_id``, ``iban``, ``ip`` and ``secret``
+    (what it leaves out is listed in the module docstring).
+    """
+
+    def find(self, text: str) -> list[Finding]:
+        """The PII in ``text``, sorted and non-overlapping.
+
+        Args:
+            text: any text, English, Chinese or mixed.
+        """
+        return resolve(self._candidates(text), text)
+
+    def _candidates(self, text: str) -> Iterator[Finding]:
+        for m in _EMAIL.finditer(text):
+            yield Finding("email", m.start(), m.end())
+        yield from self._phones(text)
+        for m in _CARD.finditer(text):
+            if _card_ok(re.sub(r"\D", "", m.group())) and not _isolated_number_fails(text, *m.span()):
+                yield Finding("card", m.start(), m.end())
+        for m in _CN_ID.finditer(text):
+            if _cn_id_ok(re.sub(r"[ \-]", "", m.group())) and not _embedded(text, *m.span()):
+                yield Finding("cn_id", m.start(), m.end())
+        for m in _IBAN.finditer(text):
+            stop = _iban_end(text, m.start(), m.end())
+            if stop is not None:
+                yield Finding("iban", m.start(), stop)
+        for m in _IPV4.finditer(text):
+            if not _VERSION_CONTEXT.search(text[max(0, m.start() - 16) : m.start()]):
+                yield Finding("ip", m.start(), m.end())
+        for m in _IPV6.finditer(text):
+            value = m.group().rstrip(".")
+            value = value[:-1] if value.endswith(":") and not value.endswith("::") else value
+            after = text[m.start() + len(value) : m.start() + len(value) + 1]
+            if not (after.isascii() and (after.isalnum() or after == "_")) and _ipv6_ok(value):
+                yield Finding("ip", m.start(), m.start() + len(value))
+        yield from self._secrets(text)
+
+    def _phones(self, text: str) -> Iterator[Finding]:
+        for pattern in _PHONES:
+            for m in pattern.finditer(text):
+                start, end = m.span()
+                digits = re.sub(r"\D", "", m.group())
+                if not 8 <= len(digits) <= 15 or (m.group()[0] == "0" and len(digits) < 9):
+                    continue  # E.164 has 8-15 digits; 8 with a trunk 0 are mostly dates (05.12.2024)
+                if not _isolated_number_fails(text, start, end):
+                    yield Finding("phone", start, end)
+
+    def _secrets(self, text: str) -> Iterator[Finding]:
+        for m in _SECRETS.finditer(text):
+            if not m.group().startswith("sk-") or any(ch.isdigit() for ch in m.group()):
+                yield Finding("secret", m.start(), m.end())
+        for pattern in (_ASSIGN_EN, _ASSIGN_ZH):
+            for m in pattern.finditer(text):
+                group = next(g for g in ("dq", "sq", "bare") if m.groupdict().get(g) is not None)
+                start, end = m.span(group)
+                value = m.group(group)
+                if group == "bare":  # not the rest of a query string, nor the sentence's full stop
+                    value = re.split(r"&(?=[A-Za-z_][\w.\-]*=)", value, maxsplit=1)[0].rstrip(".,;:)]}>")
+                    end = start + len(value)
+                if _secret_value_ok(m.group("key"), value):
+                    yield Finding("secret", start, end)
+
+
+# --- presidio ---------------------------------------------------------------------
+
+_PRESIDIO_TYPES = {"PERSON": "person", "LOCATION": "address", "ADDRESS": "address", "STREET_ADDRESS": "address"}
+
+
+class PresidioDetector:
+    """Names (``person``) and places (``address``) by Presidio's analyzer (spaCy NER).
+
+    Args:
+        analyzer: a ``presidio_analyzer.AnalyzerEngine``; by default one is built
+            (which needs the spaCy model Presidio is configured with, ``en_core_web_lg``).
+        language: the language passed to the analyzer.
+        min_score: findings below this confidence are dropped.
+
+    Raises:
+        ImportError: ``analyzer`` is not given and presidio-analyzer is not installed.
+    """
+
+    def __init__(self, *, analyzer: Any | None = None, language: str = "en", min_score: float = 0.5) -> None:
+        if analyzer is None:
+            try:
+                engine = importlib.import_module("presidio_analyzer").AnalyzerEngine
+            except ImportError as exc:
+                raise ImportError(
+                    "PresidioDetector needs presidio-analyzer and its spaCy model (pip install presidio-analyzer; "
+                    "python -m spacy download en_core_web_lg); without them only the rule types are detected"
+                ) from exc
+            analyzer = engine()
+        self._analyzer = analyzer
+        self._language = language
+        self._min_score = min_score
+        supported = set(analyzer.get_supported_entities(language))
+        self._entities = sorted(e for e in _PRESIDIO_TYPES if e in supported)
+
+    def find(self, text: str) -> list[Finding]:
+        """Names and places in ``text``, sorted and non-overlapping.
+
+        Args:
+            text: the text to analyze, in the detector's ``language``.
+        """
+        if not self._entities or not text.strip():
+            return []
+        results = self._analyzer.analyze(text=text, language=self._language, entities=self._entities)
+        found = (
+            Finding(_PRESIDIO_TYPES[r.entity_type], int(r.start), int(r.end))
+            for r in results
+            if r.entity_type in _PRESIDIO_TYPES and r.score >= self._min_score
+        )
+        return resolve(found, text)
+
+
+class MergedDetector:
+    """The findings of ``primary``, plus those of ``secondary`` that overlap none of them."""
+
+    def __init__(self, primary: Detector, secondary: Detector) -> None:
+        self.primary = primary
+        self.secondary = secondary
+
+    def find(self, text: str) -> list[Finding]:
+        first = self.primary.find(text)
+        extra = [s for s in self.secondary.find(text) if all(s.end <= f.start or s.start >= f.end for f in first)]
+        return sorted(first + extra, key=lambda f: f.start)
+
+
+def make_detector(settings: PIISettings) -> Detector:
+    """The rule detector, merged with Presidio (rules win on overlap) when ``settings.ner`` and it is installed.
+
+    Args:
+        settings: the ``pii`` section; only ``ner`` is read.
+    """
+    rules = RuleDetector()
+    if not settings.ner or importlib.util.find_spec("presidio_analyzer") is None:
+        return rules
+    try:
+        return MergedDetector(rules, PresidioDetector())
+    # An optional plug-in that cannot start degrades to the rules: spaCy raises OSError for a missing model,
+    # and its downloader exits the process when it has no network.
+    except (ImportError, OSError, SystemExit) as exc:
+        log.warning("PII: Presidio is installed but cannot start (%s); names and addresses are not detected", exc)
+        return rules
+
+
+# --- redaction --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Redacted:
+    """A redacted text and how many findings per type were masked or hashed (kept ones are not counted)."""
+
+    text: str
+    counts: dict[str, int]
+
+
+def normalize(type_: str, value: str) -> str:
+    """The form of a value that the ``hash`` pseudonym is computed from: equal values, equal forms."""
+    if type_ in ("phone", "card", "cn_id", "iban"):
+        return re.sub(r"[^0-9A-Za-z]", "", value).upper()
+    if type_ == "ip":
+        try:
+            return ipaddress.ip_address(value).compressed
+        except ValueError:
+            return value.lower()
+    if type_ == "secret":
+        return value
+    return " ".join(value.split()).casefold()
+
+
+class Redactor:
+    """Applies a policy (type -> ``mask`` | ``hash`` | ``keep``) to what a detector finds.
+
+    Args:
+        detector: finds the values.
+        policy: action per type; a type missing from it is masked.
+        hash_key: the HMAC key of the ``hash`` pseudonyms; the same key gives the same pseudonym
+            in every process.
+
+    Raises:
+        ValueError: an action is not ``mask``, ``hash`` or ``keep``, or ``hash`` is used with an empty key.
+    """
+
+    def __init__(self, detector: Detector, policy: Mapping[str, str], *, hash_key: bytes) -> None:
+        bad = {t: a for t, a in policy.items() if a not in ACTIONS}
+        if bad:
+            raise ValueError(f"unknown PII action(s) {bad}; known: {', '.join(ACTIONS)}")
+        if "hash" in policy.values() and not hash_key:
+            raise ValueError("the PII 'hash' action needs a non-empty hash_key")
+        self.detector = detector
+        self.policy = dict(policy)
+        self._key = hash_key
+
+    def pseudonym(self, type_: str, value: str) -> str:
+        """``[TYPE:8 hex]`` for a value: HMAC-SHA256 of ``type:normalized value``."""
+        digest = hmac.new(self._key, f"{type_}:{normalize(type_, value)}".encode(), hashlib.sha256).hexdigest()
+        return f"[{type_.upper()}:{digest[:8]}]"
+
+    def redact(self, text: str) -> Redacted:
+        """``text`` with each finding masked, hashed or kept, and the counts of the first two.
+
+        Args:
+            text: the text to redact; placeholders of an earlier redaction stay as they are.
+        """
+        pieces: list[str] = []
+        counts: dict[str, int] = {}
+        last = 0
+        for f in self.detector.find(text):
+            action = self.policy.get(f.type, "mask")
+            if action == "keep":
+                continue
+            pieces.append(text[last : f.start])
+            value = text[f.start : f.end]
+            pieces.append(f"[{f.type.upper()}]" if action == "mask" else self.pseudonym(f.type, value))
+            counts[f.type] = counts.get(f.type, 0) + 1
+            last = f.end
+        pieces.append(text[last:])
+        return Redacted("".join(pieces), counts)
+
+    def redact_value(self, value: Any) -> Any:
+        """Redacts every string inside dicts, lists and tuples (dict keys stay as they are).
+
+        Args:
+            value: JSON-like data; values of other types come back unchanged.
+        """
+        if isinstance(value, str):
+            return self.redact(value).text
+        if isinstance(value, dict):
+            return {k: self.redact_value(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [self.redact_value(v) for v in value]
+        if isinstance(value, tuple):
+            items = [self.redact_value(v) for v in value]
+            return type(value)(*items) if hasattr(value, "_fields") else tuple(items)
+        return value
