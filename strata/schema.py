@@ -75,9 +75,33 @@ class _Out(BaseModel):
 _METADATA_BYTES_MAX = 8192
 
 
+_INT64 = 2**63
+
+
+def _storable(value: Any, where: str = "metadata") -> None:
+    """Raise unless ``value`` is JSON the stores keep as is: integers within 64 bits, finite floats."""
+    import math
+
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return
+    if isinstance(value, int):
+        if not -_INT64 <= value < _INT64:
+            raise ValueError(f"{where}: integers must fit in 64 bits (send a larger number as a string)")
+    elif isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError(f"{where}: numbers must be finite")
+    elif isinstance(value, dict):
+        for item in value.values():
+            _storable(item, where)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            _storable(item, where)
+
+
 def _small_json(value: dict[str, Any]) -> dict[str, Any]:
     import json
 
+    _storable(value)
     if len(json.dumps(value, ensure_ascii=False).encode()) > _METADATA_BYTES_MAX:
         raise ValueError(f"metadata is limited to {_METADATA_BYTES_MAX} bytes of JSON")
     return value
@@ -404,6 +428,7 @@ def _trace_size(trace: list[Any]) -> list[Any]:
     import json
 
     raw = [t.model_dump(exclude_defaults=True) if isinstance(t, BaseModel) else t for t in trace]
+    _storable(raw, "trace")
     if len(json.dumps(raw, ensure_ascii=False).encode()) > _TRACE_BYTES_MAX:
         raise ValueError(f"the trace is limited to {_TRACE_BYTES_MAX} bytes of JSON; send its essential steps")
     return trace
