@@ -188,8 +188,8 @@ class Orchestration:
             removed[layer], versions[layer] = result["removed"], result["version"]
         if not removed:
             raise NotFound(f"session {session_id!r} has no memory to forget")
-        for layer, version in versions.items():
-            await self._record(tenant, by, "forget_session", layer, session_id, version)
+        for name, version in versions.items():
+            await self._record(tenant, by, "forget_session", name, session_id, version)
         return ForgetResult(session_id=session_id, removed=removed, versions=versions)
 
     async def forget_tenant(self, tenant: str, *, by: str = "") -> dict[str, int]:

@@ -66,6 +66,7 @@ from strata.schema import (
     WorkingItemsIn,
     WorkingState,
 )
+from strata.ratelimit import RateLimiter
 from strata.storage import open_store
 
 __all__ = ["Api", "app"]
@@ -113,6 +114,8 @@ class Api:
         self._settings = StrataSettings.from_dict(settings)
         self._orchestrator = orchestrator
         self._keys: KeyStore | None = None
+        auth = self._settings.auth
+        self._limits = RateLimiter(per_s=auth.rate_limit_per_s, burst=auth.rate_burst)
 
     async def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
         try:
@@ -152,6 +155,7 @@ class Api:
         info = await asyncio.to_thread(keys.lookup, key)
         if info is None:
             raise Unauthorized("unknown API key")  # the same words for a revoked key
+        self._limits.take(info.key_id)
         return info
 
     async def _admin(self, authorization: str | None) -> None:

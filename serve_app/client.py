@@ -21,6 +21,7 @@ from strata.errors import (
     LLMError,
     NotFound,
     PreconditionRequired,
+    RateLimited,
     StoreUnavailable,
     StrataError,
     Unauthorized,
@@ -73,6 +74,7 @@ _BY_STATUS: dict[int, type[StrataError]] = {
     409: VersionConflict,
     422: InvalidInput,
     428: PreconditionRequired,
+    429: RateLimited,
     502: LLMError,
     503: StoreUnavailable,
 }

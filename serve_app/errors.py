@@ -2,20 +2,22 @@
 
 from __future__ import annotations
 
+import math
+
 from fastapi import Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
 from actors.errors import unwrap
-from strata.errors import StoreUnavailable, StrataError, Unauthorized, VersionConflict
+from strata.errors import RateLimited, StoreUnavailable, StrataError, Unauthorized, VersionConflict
 
 __all__ = ["error_response", "validation_response", "install_handlers"]
 
 
 def error_response(exc: StrataError) -> JSONResponse:
     headers: dict[str, str] = {}
-    if isinstance(exc, StoreUnavailable):
-        headers["Retry-After"] = str(int(exc.details.get("retry_after_s", 2)))
+    if isinstance(exc, (StoreUnavailable, RateLimited)):
+        headers["Retry-After"] = str(max(1, math.ceil(float(exc.details.get("retry_after_s", 2)))))
     if isinstance(exc, Unauthorized):
         headers["WWW-Authenticate"] = "Bearer"
     if isinstance(exc, VersionConflict):

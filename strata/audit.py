@@ -18,7 +18,7 @@ from typing import Any
 from strata.ids import validate_id
 from strata.records import Record, RecordStore
 
-__all__ = ["AuditEntry", "AuditLog", "AUDIT_KIND", "entry"]
+__all__ = ["AUDIT_KIND", "AuditEntry", "AuditLog", "entry"]
 
 AUDIT_KIND = "audit"
 

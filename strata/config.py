@@ -315,6 +315,10 @@ class PIISettings(_Section):
 class AuthSettings(_Section):
     #: An admin key for ``/v1/admin``, besides the admin keys ``strata keys`` stores (hashed).
     admin_key: str | None = None
+    #: Requests per second each key may send to one API replica (0: no limit), and the burst
+    #: it may send at once; above it, 429 with Retry-After.
+    rate_limit_per_s: float = Field(default=200.0, ge=0)
+    rate_burst: int = Field(default=400, ge=1)
 
 
 LAYER_NAMES = ("working", "episodic", "semantic", "procedural")

@@ -12,6 +12,7 @@ place (``serve_app/errors.py``)::
     ├── NotFound              404  no such session, item or record
     ├── VersionConflict       409  expected version is stale; carries the current one
     ├── PreconditionRequired  428  the change needs If-Match (the version it was made against)
+    ├── RateLimited           429  the key sent more than its rate; carries retry_after_s
     ├── StoreUnavailable      503  Milvus (or another store) cannot be reached
     └── LLMError              502  the configured LLM failed or answered garbage
         └── LLMOutputInvalid       its answer did not parse or validate
@@ -32,6 +33,7 @@ __all__ = [
     "NotFound",
     "VersionConflict",
     "PreconditionRequired",
+    "RateLimited",
     "StoreUnavailable",
     "LLMError",
     "LLMOutputInvalid",
@@ -83,6 +85,10 @@ class VersionConflict(StrataError):
 
 class PreconditionRequired(StrataError):
     status_code = 428
+
+
+class RateLimited(StrataError):
+    status_code = 429
 
 
 class StoreUnavailable(StrataError):

@@ -5,7 +5,8 @@ operation, so the run stays within CI time."""
 from __future__ import annotations
 
 import os
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import hypothesis
 import pytest
@@ -13,8 +14,7 @@ import schemathesis
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import content_type_conformance, response_schema_conformance
 
-from tests.e2e.test_stack import STRATA, Running
-from tests.conftest import free_port
+from tests.e2e.running import Running, started
 
 #: Examples per operation; 28 operations, so about 700 requests (50 each: 1,351 cases, all passing).
 EXAMPLES = int(os.environ.get("STRATA_FUZZ_EXAMPLES", "25"))
@@ -22,17 +22,8 @@ EXAMPLES = int(os.environ.get("STRATA_FUZZ_EXAMPLES", "25"))
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
-    data_dir = tmp_path_factory.mktemp("fuzz") / "data"
-    env = {**os.environ, "STRATA_MILVUS__PORT": str(free_port()), "STRATA_RAY__GCS_PORT": str(free_port())}
-    running = Running(data_dir, free_port(), env, key="")
-    up = running.cli("up")
-    assert up.returncode == 0, up.stdout + up.stderr
-    running.key = up.stdout.strip().splitlines()[-1]
-    try:
+    with started(tmp_path_factory, "fuzz") as running:
         yield running
-    finally:
-        down = running.cli("down")
-        assert down.returncode == 0, down.stdout + down.stderr
 
 
 def _fuzz(operation: Any, name: str, cases: dict[str, int], headers: dict[str, str]) -> Any:

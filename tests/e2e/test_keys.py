@@ -2,63 +2,24 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
-import httpx
 import pytest
 
 from strata.keys import hash_key
 from tests.conftest import free_port
+from tests.e2e.running import STRATA, Running, started
 
-STRATA = [sys.executable, "-m", "serve_app.cli"]
 CONFIGURED_ADMIN = "sk-strata-configured-" + uuid.uuid4().hex
-
-
-class Running:
-    def __init__(self, data_dir: Path, port: int, env: dict[str, str]) -> None:
-        self.data_dir, self.port, self.env, self.key = data_dir, port, env, ""
-        self.url = f"http://127.0.0.1:{port}"
-
-    def cli(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-        extra = ["--data-dir", str(self.data_dir)] + (["--port", str(self.port)] if args[0] == "up" else [])
-        return subprocess.run([*STRATA, *args, *extra], check=False, env=self.env, capture_output=True, text=True, timeout=timeout)
-
-    def new_key(self, *args: str) -> str:
-        """``strata keys <args>``; the key it prints on its last line."""
-        done = self.cli("keys", *args)
-        assert done.returncode == 0, done.stdout + done.stderr
-        key = done.stdout.strip().splitlines()[-1]
-        assert key.startswith("sk-strata-") and " " not in key
-        return key
-
-    def call(self, method: str, path: str, key: str | None, body: Any = None, **kw: Any) -> httpx.Response:
-        headers = {"Authorization": f"Bearer {key}"} if key else {}
-        return httpx.request(method, self.url + path, json=body, headers=headers, timeout=30, **kw)
 
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
-    data_dir = tmp_path_factory.mktemp("keys") / "data"
-    env = {**os.environ, "STRATA_MILVUS__PORT": str(free_port()), "STRATA_RAY__GCS_PORT": str(free_port()),
-           "STRATA_AUTH__ADMIN_KEY": CONFIGURED_ADMIN}
-    running = Running(data_dir, free_port(), env)
-    up = running.cli("up")
-    assert up.returncode == 0, up.stdout + up.stderr
-    running.key = up.stdout.strip().splitlines()[-1]
-    try:
+    with started(tmp_path_factory, "keys", STRATA_AUTH__ADMIN_KEY=CONFIGURED_ADMIN) as running:
         yield running
-    finally:
-        import ray
-
-        ray.shutdown()
-        down = running.cli("down")
-        assert down.returncode == 0, down.stdout + down.stderr
 
 
 def turn(text: str) -> dict[str, str]:

@@ -5,8 +5,6 @@ from __future__ import annotations
 import json
 import os
 import stat
-import subprocess
-import sys
 import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -17,44 +15,15 @@ import pytest
 
 from serve_app.client import AsyncStrataClient, StrataClient
 from strata.errors import InvalidInput, NotFound, StoreUnavailable, Unauthorized, VersionConflict
-from tests.conftest import free_port
+from tests.e2e.running import Running, started
 
-STRATA = [sys.executable, "-m", "serve_app.cli"]
 DAY1 = datetime(2025, 6, 2, 9, 0, tzinfo=timezone.utc)  # a Monday
-
-
-class Running:
-    def __init__(self, data_dir: Path, port: int, env: dict[str, str], key: str) -> None:
-        self.data_dir, self.port, self.env, self.key = data_dir, port, env, key
-        self.url = f"http://127.0.0.1:{port}"
-
-    def cli(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-        extra = ["--data-dir", str(self.data_dir)]
-        if args[0] in ("up", "demo"):
-            extra += ["--port", str(self.port)]
-        return subprocess.run([*STRATA, *args, *extra], env=self.env, capture_output=True, text=True, timeout=timeout)
-
-    def post(self, path: str, body: Any = None, *, key: str | None = None, **kw: Any) -> httpx.Response:
-        headers = {"Authorization": f"Bearer {key or self.key}", **kw.pop("headers", {})}
-        return httpx.post(self.url + path, json=body, headers=headers, timeout=30, **kw)
 
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
-    data_dir = tmp_path_factory.mktemp("stack") / "data"
-    env = {**os.environ, "STRATA_MILVUS__PORT": str(free_port()), "STRATA_RAY__GCS_PORT": str(free_port())}
-    running = Running(data_dir, free_port(), env, key="")
-    up = running.cli("up")
-    assert up.returncode == 0, up.stdout + up.stderr
-    running.key = up.stdout.strip().splitlines()[-1]
-    try:
+    with started(tmp_path_factory, "stack") as running:
         yield running
-    finally:
-        import ray
-
-        ray.shutdown()
-        down = running.cli("down")
-        assert down.returncode == 0, down.stdout + down.stderr
 
 
 def test_up_prints_a_private_dev_key_and_status_reports(stack: Running) -> None:

@@ -41,7 +41,7 @@ async def _until_up(handle: Any, timeout_s: float = 60) -> None:
         try:
             await handle.ping.remote()
             return
-        except Exception:  # noqa: BLE001 - restarting
+        except Exception:
             if time.monotonic() > deadline:
                 raise
             await asyncio.sleep(0.2)

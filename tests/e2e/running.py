@@ -1,0 +1,69 @@
+"""The stack as a user starts it, for the e2e modules: each starts its own with
+:func:`started` (one Ray and one milvus-lite per module, on free ports)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.conftest import free_port
+
+STRATA = [sys.executable, "-m", "serve_app.cli"]
+
+
+class Running:
+    def __init__(self, data_dir: Path, port: int, env: dict[str, str], key: str = "") -> None:
+        self.data_dir, self.port, self.env, self.key = data_dir, port, env, key
+        self.url = f"http://127.0.0.1:{port}"
+
+    def cli(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+        """``strata <args>`` against this stack's data dir (and port, for up and demo)."""
+        extra = ["--data-dir", str(self.data_dir)]
+        if args[0] in ("up", "demo"):
+            extra += ["--port", str(self.port)]
+        return subprocess.run(
+            [*STRATA, *args, *extra], check=False, env=self.env, capture_output=True, text=True, timeout=timeout
+        )
+
+    def new_key(self, *args: str) -> str:
+        """``strata keys <args>``; the key it prints on its last line."""
+        done = self.cli("keys", *args)
+        assert done.returncode == 0, done.stdout + done.stderr
+        key = done.stdout.strip().splitlines()[-1]
+        assert key.startswith("sk-strata-") and " " not in key
+        return key
+
+    def post(self, path: str, body: Any = None, *, key: str | None = None, **kw: Any) -> httpx.Response:
+        headers = {"Authorization": f"Bearer {key or self.key}", **kw.pop("headers", {})}
+        return httpx.post(self.url + path, json=body, headers=headers, timeout=30, **kw)
+
+    def call(self, method: str, path: str, key: str | None, body: Any = None, **kw: Any) -> httpx.Response:
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        return httpx.request(method, self.url + path, json=body, headers=headers, timeout=30, **kw)
+
+
+@contextmanager
+def started(tmp_path_factory: pytest.TempPathFactory, name: str, **env: str) -> Iterator[Running]:
+    """``strata up`` on free ports in a fresh data dir, ``strata down`` afterwards."""
+    data_dir = tmp_path_factory.mktemp(name) / "data"
+    environ = {**os.environ, "STRATA_MILVUS__PORT": str(free_port()), "STRATA_RAY__GCS_PORT": str(free_port()), **env}
+    running = Running(data_dir, free_port(), environ)
+    up = running.cli("up")
+    assert up.returncode == 0, up.stdout + up.stderr
+    running.key = up.stdout.strip().splitlines()[-1]
+    try:
+        yield running
+    finally:
+        import ray
+
+        ray.shutdown()  # a test may have joined the stack's Ray (the in-cluster client)
+        down = running.cli("down")
+        assert down.returncode == 0, down.stdout + down.stderr
