@@ -24,7 +24,7 @@ from serve_app.deployments import Refused
 from serve_app.errors import install_handlers
 from strata.config import StrataSettings
 from strata.errors import InvalidInput, StrataError, Unauthorized
-from strata.ids import ID_PATTERN
+from strata.ids import ID_PATTERN, SYSTEM_TENANT
 from strata.keys import (
     KEY_ID_PATTERN,
     Forbidden,
@@ -468,6 +468,8 @@ class Api:
         """Forget a whole tenant: every row, vector, index entry, summary, skill and pending
         job in every layer, and revoke its keys. The audit trail (no content) stays."""
         await self._admin(authorization)
+        if tenant == SYSTEM_TENANT:  # before any key is revoked: those are the admin keys
+            raise InvalidInput("the system tenant cannot be forgotten", field="tenant")
         keys = await self._key_store()
         # Keys first: nothing may write to the tenant while it is being forgotten.
         revoked = [k.key_id for k in await asyncio.to_thread(keys.list, tenant) if k.revoked_at is None]

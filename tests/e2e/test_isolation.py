@@ -12,7 +12,8 @@ import pytest
 
 from tests.e2e.running import Running, started
 
-ALPHA = "Alpha-Secret-7731"  # only tenant A ever writes this
+ALPHA = "Alpha-Secret-7731"  # only tenant A writes it; tenant B searches for it
+HIDDEN = "Quokka-Ledger-5512"  # written by A next to ALPHA, never sent by B: any sight of it is a leak
 
 HOSTILE_IDS = [
     'plans" or 1==1',
@@ -54,7 +55,9 @@ class Probe:
             self.problems.append(f"{where}: {r.status_code} {r.text[:200]}")
         elif expect_4xx and not 400 <= r.status_code < 500:
             self.problems.append(f"{where}: expected 4xx, got {r.status_code}")
-        if ALPHA.lower() in r.text.lower():
+        sent = f"{path} {kw}".lower()
+        # An error may echo B's own words back to B (ALPHA in B's query); never A's data.
+        if HIDDEN.lower() in r.text.lower() or (ALPHA.lower() in r.text.lower() and ALPHA.lower() not in sent):
             self.problems.append(f"{where}: LEAK of tenant A's content")
         return r
 
@@ -66,13 +69,13 @@ def test_no_route_crosses_tenants(stack: Running) -> None:
     b = Probe(stack, created.stdout.strip().splitlines()[-1])
 
     # Tenant A writes under ids tenant B will also use, and under ids only A has.
-    assert a.post("/v1/sessions/shared/turns", json={"user": f"My vault code is {ALPHA}."}).status_code == 201
-    assert a.post("/v1/sessions/a-only/turns", json={"user": f"{ALPHA} lives here too."}).status_code == 201
+    assert a.post("/v1/sessions/shared/turns", json={"user": f"My vault code is {ALPHA}, ledger {HIDDEN}."}).status_code == 201
+    assert a.post("/v1/sessions/a-only/turns", json={"user": f"{ALPHA} lives here too, with {HIDDEN}."}).status_code == 201
     assert a.post("/v1/sessions/shared/working/items",
-                  json={"items": [{"role": "user", "content": f"Keep {ALPHA} in mind"}]}).status_code == 200
+                  json={"items": [{"role": "user", "content": f"Keep {ALPHA} and {HIDDEN} in mind"}]}).status_code == 200
     for doc_id in ("plans", "a-only-doc"):
         r = a.post("/v1/documents", json={"doc_id": doc_id, "title": f"{ALPHA} plans",
-                                          "text": f"# Plans\n\n{ALPHA} Industries uses Kafka for billing."})
+                                          "text": f"# Plans\n\n{ALPHA} Industries uses Kafka for billing; ledger {HIDDEN}."})
         assert r.status_code == 201, r.text
     skill = a.post("/v1/skills:extract", json={"task": f"Rotate the {ALPHA} keys", "trace": ["vault rotate"]}).json()
     job = a.post("/v1/interactions", json={"session_id": "a-only", "user": f"deploy {ALPHA}", "agent": "done",
@@ -146,7 +149,7 @@ def test_no_route_crosses_tenants(stack: Running) -> None:
     for raw_path in ("/v1/documents/../sessions/a-only/working", "/v1/documents/%2e%2e%2fsessions"):
         b.cases += 1
         r = b.http.send(b.http.build_request("GET", httpx.URL(stack.url + raw_path)))
-        if r.status_code >= 500 or ALPHA.lower() in r.text.lower():
+        if r.status_code >= 500 or ALPHA.lower() in r.text.lower() or HIDDEN.lower() in r.text.lower():
             b.problems.append(f"raw {raw_path}: {r.status_code}")
 
     assert b.problems == [], "\n".join(b.problems)

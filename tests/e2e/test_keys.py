@@ -153,3 +153,20 @@ def test_keys_cli_without_a_running_store_says_so(stack: Running, tmp_path: Path
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 2
     assert "strata up" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_admin_forgets_a_tenant_and_its_keys(stack: Running) -> None:
+    key = stack.new_key("create", "t-gone")
+    assert stack.call("POST", "/v1/sessions/s1/turns", key, turn("The quartz lantern is in the attic.")).status_code == 201
+    assert stack.call("DELETE", "/v1/admin/tenants/t-gone", key).status_code == 403  # a tenant key cannot
+    gone = stack.call("DELETE", "/v1/admin/tenants/t-gone", CONFIGURED_ADMIN)
+    assert gone.status_code == 200, gone.text
+    assert gone.json()["keys_revoked"] == [hash_key(key)[:12]] and gone.json()["removed"]["episodic"] >= 1
+    assert stack.call("POST", "/v1/search", key, {"query": "quartz lantern"}).status_code == 401
+    fresh = stack.new_key("create", "t-gone")  # the tenant id may be used again, and it is empty
+    hits = stack.call("POST", "/v1/search", fresh, {"query": "quartz lantern attic"}).json()["hits"]
+    assert all("quartz" not in h["text"] for h in hits)
+    system = stack.call("DELETE", "/v1/admin/tenants/system", CONFIGURED_ADMIN)
+    assert system.status_code == 422 and "system" in system.json()["message"]
+    audit = stack.call("GET", "/v1/audit", fresh).json()["entries"]
+    assert [e["op"] for e in audit][:2] == ["record_turns", "forget_tenant"] and audit[1]["key_id"] == "admin"
