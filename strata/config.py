@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Literal, Mapping
+from typing import Any, Iterable, Literal, Mapping, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_settings import (
@@ -187,12 +187,17 @@ class ChunkingSettings(_Section):
 RETRIEVAL_PATHS = ("dense", "lexical", "graph")
 
 
+def _only_known(names: Iterable[str], known: Sequence[str], what: str) -> None:
+    """Raise ``ValueError("<what> [...]; known: ...")`` for names not in ``known``."""
+    unknown = set(names) - set(known)
+    if unknown:
+        raise ValueError(f"{what} {sorted(unknown)}; known: {', '.join(known)}")
+
+
 def _check_weights(weights: Mapping[str, float] | None) -> None:
     if weights is None:
         return
-    unknown = set(weights) - set(RETRIEVAL_PATHS)
-    if unknown:
-        raise ValueError(f"unknown retrieval path(s) {sorted(unknown)}; known: {', '.join(RETRIEVAL_PATHS)}")
+    _only_known(weights, RETRIEVAL_PATHS, "unknown retrieval path(s)")
     if any(w < 0 for w in weights.values()) or not any(w > 0 for w in weights.values()):
         raise ValueError("fusion weights must be >= 0 and at least one > 0")
 
@@ -295,9 +300,7 @@ class PIISettings(_Section):
     @field_validator("policy")
     @classmethod
     def _known_types(cls, value: dict[str, str]) -> dict[str, str]:
-        unknown = set(value) - set(PII_TYPES)
-        if unknown:
-            raise ValueError(f"unknown PII type(s) {sorted(unknown)}; known: {', '.join(PII_TYPES)}")
+        _only_known(value, PII_TYPES, "unknown PII type(s)")
         return value
 
     @field_validator("tenants")
@@ -373,17 +376,13 @@ class ContextSettings(_Section):
     @classmethod
     def _known_layers(cls, value: dict[str, dict[str, LayerPolicy]]) -> dict[str, dict[str, LayerPolicy]]:
         for name, layers in value.items():
-            unknown = set(layers) - set(LAYER_NAMES)
-            if unknown:
-                raise ValueError(f"policy {name!r} names unknown layer(s) {sorted(unknown)}; known: {', '.join(LAYER_NAMES)}")
+            _only_known(layers, LAYER_NAMES, f"policy {name!r} names unknown layer(s)")
         return value
 
     @field_validator("layer_timeouts")
     @classmethod
     def _positive(cls, value: dict[str, float]) -> dict[str, float]:
-        unknown = set(value) - set(LAYER_NAMES)
-        if unknown:
-            raise ValueError(f"layer_timeouts names unknown layer(s) {sorted(unknown)}")
+        _only_known(value, LAYER_NAMES, "layer_timeouts names unknown layer(s)")
         if any(not 0 < v <= 60 for v in value.values()):
             raise ValueError("layer_timeouts must be in (0, 60] seconds")
         return value
