@@ -13,6 +13,7 @@ import logging
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -54,6 +55,45 @@ def _alive(pid: int) -> bool:
             return f.read().split()[2] != "Z"
     except OSError:
         return True
+
+
+def _stop_processes_naming(marker: str, timeout_s: float = 15.0) -> int:
+    """SIGTERM every process of this user whose command line names ``marker``, and
+    their descendants (Ray's workers and agents rename themselves ``ray::…``); SIGKILL
+    those still alive after ``timeout_s``. Returns how many there were. (``ray stop``
+    cannot name one cluster: it stops every Ray of the user.)"""
+    me, uid = os.getpid(), os.getuid()
+    named = re.compile(re.escape(marker).encode() + rb"(?:/|\x00|$)")  # not /tmp/x-1 for /tmp/x-10
+    parents: dict[int, int] = {}
+    found: set[int] = set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == me:
+            continue
+        try:
+            if entry.stat().st_uid != uid:
+                continue
+            parents[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            if named.search((entry / "cmdline").read_bytes()):
+                found.add(int(entry.name))
+        except (OSError, ValueError, IndexError):  # gone meanwhile
+            continue
+    while more := {pid for pid, parent in parents.items() if parent in found and pid not in found}:
+        found |= more
+    for pid in found:
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    deadline = time.monotonic() + timeout_s
+    while any(_alive(pid) for pid in found) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    for pid in found:
+        if _alive(pid):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    return len(found)
 
 
 def _read_stack_json(data_dir: Path) -> dict[str, Any] | None:
@@ -206,6 +246,13 @@ class Stack:
         _secret_file(path)
         return {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(path)}
 
+    @property
+    def ray_temp_dir(self) -> Path:
+        """The embedded head's own Ray temp dir: every process of that cluster names it in
+        its command line, so ``down`` stops those and no other Ray of the user. Short on
+        purpose (Ray's socket paths under it must stay below 107 characters)."""
+        return Path("/tmp") / f"strata-ray-{self.settings.ray.gcs_port}"
+
     def ray_running(self) -> bool:
         host, _, port = self.ray_address.rpartition(":")
         return _port_open(host, int(port))
@@ -222,7 +269,7 @@ class Stack:
                 f"--port={r.gcs_port}", "--node-ip-address=127.0.0.1",
                 f"--num-cpus={r.num_cpus}", "--include-dashboard=false",
                 f"--object-store-memory={r.object_store_memory_mb * 1024 * 1024}",
-                "--disable-usage-stats",
+                "--disable-usage-stats", f"--temp-dir={self.ray_temp_dir}",
             ]
             done = subprocess.run(command, capture_output=True, text=True, timeout=120)
             if done.returncode != 0:
@@ -344,9 +391,8 @@ class Stack:
             except Exception as exc:  # a broken cluster is stopped below all the same
                 self.say(f"Serve shutdown skipped: {type(exc).__name__}: {exc}")
             if not self.settings.ray.address:
-                subprocess.run([str(Path(sys.executable).parent / "ray"), "stop", "--force"],
-                               capture_output=True, timeout=120)
-                self.say("stopped Ray")
+                stopped = _stop_processes_naming(str(self.ray_temp_dir))
+                self.say(f"stopped Ray ({stopped} processes)")
         pid = self.milvus_pid()
         if pid:
             self._stop_pid(pid)
