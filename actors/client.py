@@ -131,8 +131,8 @@ class InClusterClient:
 
     async def index_document(self, text: str, *, doc_id: str | None = None, title: str | None = None,
                              metadata: dict[str, Any] | None = None, expected_version: int | None = None,
-                             wait: bool = True) -> DocumentOut:
-        body = DocumentIn(text=text, doc_id=doc_id, title=title, metadata=metadata or {})
+                             wait: bool = True, ttl_s: float | None = None) -> DocumentOut:
+        body = DocumentIn(text=text, doc_id=doc_id, title=title, metadata=metadata or {}, ttl_s=ttl_s)
         return await self._flow.index_document(self._tenant, body, expected_version=expected_version, wait=wait, by=_BY)
 
     async def get_document(self, doc_id: str, *, include_text: bool = False) -> DocumentOut:
@@ -148,8 +148,8 @@ class InClusterClient:
         return EntityOut(**await self._flow.entity(self._tenant, name))
 
     async def extract_skill(self, task: str, trace: Sequence[TraceStepIn | dict[str, Any] | str], *,
-                            outcome: str | None = None) -> SkillOut:
-        body = SkillExtractIn(task=task, trace=list(trace), outcome=outcome)  # type: ignore[arg-type]
+                            outcome: str | None = None, ttl_s: float | None = None) -> SkillOut:
+        body = SkillExtractIn(task=task, trace=list(trace), outcome=outcome, ttl_s=ttl_s)  # type: ignore[arg-type]
         return await self._flow.extract_skill(self._tenant, body, by=_BY)
 
     async def find_skills(self, task: str | None = None, *, top_k: int = 5, min_success_rate: float | None = None,

@@ -16,11 +16,12 @@ from typing import Any
 import numpy as np
 
 from actors.shard import LayerShard
-from strata.episodic import EpisodicHit, EpisodicMemory, Turn, TurnInput, summary_inputs
+from strata.episodic import SUMMARY, TURN, EpisodicHit, EpisodicMemory, Turn, TurnInput, summary_inputs
 from strata.llm import make_llm
 from strata.records import RecordStore
 from strata.storage import Collections
 from strata.summarize import ExtractiveSummarizer, LLMSummarizer, Summarizer
+from strata.ttl import from_ms_or_none
 
 __all__ = ["EpisodicShard", "turn_text"]
 
@@ -49,6 +50,7 @@ def _hit(hit: EpisodicHit) -> dict[str, Any]:
 
 class EpisodicShard(LayerShard[EpisodicMemory]):
     layer_name = "episodic"
+    expiring_kinds = (TURN, SUMMARY)
 
     def __init__(self, settings: dict[str, Any], shard: int) -> None:
         super().__init__(settings, shard)
@@ -57,13 +59,33 @@ class EpisodicShard(LayerShard[EpisodicMemory]):
         self._summarising: dict[str, asyncio.Task[None]] = {}
 
     def make_layer(self, tenant: str, store: RecordStore, collections: Collections) -> EpisodicMemory:
-        return EpisodicMemory(tenant, store=store, collection=collections.episodic, settings=self.settings.episodic)
+        return EpisodicMemory(
+            tenant, store=store, collection=collections.episodic, settings=self.settings.episodic, ttl=self.settings.ttl
+        )
 
     def tenant_rows(self, collections: Collections) -> tuple[str, list[str] | None]:
         return collections.episodic, None
 
     def load_layer(self, layer: EpisodicMemory) -> None:
         layer.load()
+
+    # -- expiry: turns, and the summaries made from them ------------------------------
+
+    def due(self, layer: EpisodicMemory) -> int | None:
+        return layer.expiries.due()
+
+    def expiring(self, layer: EpisodicMemory, at_ms: int) -> dict[str, Any]:
+        turns, summaries = layer.expired(at_ms)
+        return {SCOPE: (turns, summaries)} if turns or summaries else {}
+
+    def delete_expired(self, layer: EpisodicMemory, scope: str, expired: Any) -> int:
+        return layer.delete_keys(*expired)
+
+    def drop_expired(self, layer: EpisodicMemory, scope: str, expired: Any) -> None:
+        layer.drop_keys(*expired)
+
+    def after_expiry(self, tenant: str) -> None:
+        self._schedule_summaries(tenant)  # the turns a dropped summary covered, from what remains
 
     # -- writes ---------------------------------------------------------------
 
@@ -100,7 +122,11 @@ class EpisodicShard(LayerShard[EpisodicMemory]):
         prepared, version = await self.mutate(tenant, SCOPE, expected_version, write, apply)
         self._schedule_summaries(tenant)
         return {
-            "turns": [{"session_id": t.session_id, "turn_id": t.turn_id, "timestamp": t.timestamp} for t in prepared],
+            "turns": [
+                {"session_id": t.session_id, "turn_id": t.turn_id, "timestamp": t.timestamp,
+                 "expires_at": from_ms_or_none(t.expires_ms)}
+                for t in prepared
+            ],
             "version": version,
         }
 

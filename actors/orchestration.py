@@ -127,11 +127,14 @@ class Orchestration:
         # Working memory follows the episodic write: the turn is durable first.
         # If working memory fails now, the turn stays recorded (a retry would
         # record it twice); the result says what is missing instead.
+        # A turn's copies in working memory expire no later than the turn.
         items = []
         for d, out in zip(dicts, episodic["turns"]):
+            left = (out["expires_at"] - datetime.now(timezone.utc)).total_seconds() if out["expires_at"] else None
             for role, text in (("user", d["user"]), ("assistant", d["agent"])):
                 if text and text.strip():
-                    items.append({"role": role, "content": text, "created_at": out["timestamp"]})
+                    items.append({"role": role, "content": text, "created_at": out["timestamp"],
+                                  "ttl_s": max(left, 0.001) if left is not None else None})
         versions = {"episodic": episodic["version"]}
         await self._record(tenant, by, "record_turns", "episodic", session_id, episodic["version"])
         missing: dict[str, str] = {}
@@ -238,7 +241,7 @@ class Orchestration:
         body = await asyncio.to_thread(self._pii.for_tenant(tenant).model, body)
         out = await _call(
             self._actor("procedural", tenant).extract_skill.remote(
-                tenant, body.task, _trace(body.trace), body.outcome, by=by
+                tenant, body.task, _trace(body.trace), body.outcome, by=by, ttl_s=body.ttl_s
             )
         )
         await self._record(tenant, by, "extract_skill", "procedural", out["skill_id"], out["version"])

@@ -33,7 +33,7 @@ from actors.shard import LayerShard
 from strata.errors import InvalidInput, LLMError, NotFound, StrataError
 from strata.ids import SYSTEM_TENANT, validate_id
 from strata.llm import make_llm
-from strata.procedural import ProceduralMemory, Skill, new_skill_id, validated_changes
+from strata.procedural import SKILL, ProceduralMemory, Skill, new_skill_id, validated_changes
 from strata.records import Record, RecordStore
 from strata.skills import RuleSkillExtractor, SkillDraft, SkillExtractor, make_skill_extractor, skill_search_text
 from strata.storage import Collections
@@ -89,6 +89,10 @@ class _Job:
         }
 
 
+#: The payload keys of a job row that are fields of :class:`_Job`; the others are its ``extra``.
+_JOB_FIELDS = frozenset(("job_id", "tenant", "task", "trace", "outcome", "by", "created_at", "attempts", "error", "status"))
+
+
 def _extract(extractor: SkillExtractor, job: _Job) -> SkillDraft:
     try:
         draft = extractor.extract(job.task, job.trace, job.outcome)
@@ -105,6 +109,7 @@ def _hit(skill: Skill, version: int, similarity: float, score: float) -> dict[st
 
 class ProceduralShard(LayerShard[ProceduralMemory]):
     layer_name = "procedural"
+    expiring_kinds = (SKILL,)
 
     def __init__(self, settings: dict[str, Any], shard: int) -> None:
         super().__init__(settings, shard)
@@ -118,7 +123,8 @@ class ProceduralShard(LayerShard[ProceduralMemory]):
 
     def make_layer(self, tenant: str, store: RecordStore, collections: Collections) -> ProceduralMemory:
         return ProceduralMemory(
-            tenant, store=store, collection=collections.procedural, settings=self.settings.procedural
+            tenant, store=store, collection=collections.procedural, settings=self.settings.procedural,
+            ttl=self.settings.ttl,
         )
 
     def tenant_rows(self, collections: Collections) -> tuple[str, list[str] | None]:
@@ -135,6 +141,20 @@ class ProceduralShard(LayerShard[ProceduralMemory]):
     def load_layer(self, layer: ProceduralMemory) -> None:
         layer.load()
 
+    # -- expiry: whole skills with their history, each its own version scope -----------
+
+    def due(self, layer: ProceduralMemory) -> int | None:
+        return layer.expiries.due()
+
+    def expiring(self, layer: ProceduralMemory, at_ms: int) -> dict[str, Any]:
+        return {skill_id: skill_id for skill_id in layer.expiries.expired(at_ms)}
+
+    def delete_expired(self, layer: ProceduralMemory, scope: str, expired: Any) -> int:
+        return layer.delete(expired)
+
+    def drop_expired(self, layer: ProceduralMemory, scope: str, expired: Any) -> None:
+        layer.drop(expired)
+
     async def _backend(self) -> Any:
         backend = await super()._backend()
         if self._jobs_loop is None:
@@ -144,7 +164,8 @@ class ProceduralShard(LayerShard[ProceduralMemory]):
     # -- learning ---------------------------------------------------------------
 
     async def extract_skill(
-        self, tenant: str, task: str, trace: list[Any], outcome: str | None = None, *, by: str = ""
+        self, tenant: str, task: str, trace: list[Any], outcome: str | None = None, *, by: str = "",
+        ttl_s: float | None = None,
     ) -> dict[str, Any]:
         """Learn a skill from a trace now; returns it, its version and whether it merged.
 
@@ -152,7 +173,7 @@ class ProceduralShard(LayerShard[ProceduralMemory]):
             LLMError: the LLM failed or answered garbage twice; the trace is
                 kept and learned in the background (``job_id`` in the error).
         """
-        job = await self._enqueue(tenant, task, trace, outcome, by)
+        job = await self._enqueue(tenant, task, trace, outcome, by, extra={"ttl_s": ttl_s} if ttl_s else None)
         try:
             return await self._attempt(job)
         except LLMError as exc:
@@ -203,7 +224,7 @@ class ProceduralShard(LayerShard[ProceduralMemory]):
         extractor = self._extractor if use_llm else self._rules
         try:
             draft = await asyncio.to_thread(_extract, extractor, job)
-            result = await self._learn(job.tenant, draft, task=job.task, by=job.by)
+            result = await self._learn(job.tenant, draft, task=job.task, by=job.by, ttl_s=job.extra.get("ttl_s"))
         except InvalidInput as exc:
             # Not worth a retry: the same trace fails the same way. The caller of a
             # direct extraction has its input and the 422; a background job says why.
@@ -234,7 +255,9 @@ class ProceduralShard(LayerShard[ProceduralMemory]):
             log.warning("skill job %s learned but its row stays: %s", job.job_id, exc.message)
         return result
 
-    async def _learn(self, tenant: str, draft: SkillDraft, *, task: str, by: str) -> dict[str, Any]:
+    async def _learn(
+        self, tenant: str, draft: SkillDraft, *, task: str, by: str, ttl_s: float | None = None
+    ) -> dict[str, Any]:
         vector = (await self.embed([skill_search_text(draft)]))[0]
         # One learning at a time per tenant: two near-duplicates learned at once
         # must find each other instead of both creating a skill.
@@ -248,7 +271,7 @@ class ProceduralShard(LayerShard[ProceduralMemory]):
                 skill_id,
                 None,
                 lambda layer, v: layer.write_learned(
-                    skill_id, draft, vector, embed=self._embed_one, task=task, by=by, version=v, now=now
+                    skill_id, draft, vector, embed=self._embed_one, task=task, by=by, version=v, now=now, ttl_s=ttl_s
                 ),
                 lambda layer, pending: layer.apply(pending),
             )
@@ -297,6 +320,7 @@ class ProceduralShard(LayerShard[ProceduralMemory]):
                 job_id=p["job_id"], tenant=p["tenant"], task=p["task"], trace=p["trace"], outcome=p.get("outcome"),
                 by=p.get("by", ""), created_at=p.get("created_at", ""), attempts=int(p.get("attempts", 0)),
                 error=p.get("error"), status="failed" if p.get("status") == "failed" else "pending",
+                extra={k: v for k, v in p.items() if k not in _JOB_FIELDS},
             )
             self._jobs[job.job_id] = job
         if rows:

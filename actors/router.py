@@ -12,7 +12,6 @@ actor for a tenant, and creates it if it does not exist yet.
 
 from __future__ import annotations
 
-import zlib
 from typing import Any
 
 import ray
@@ -20,6 +19,7 @@ import ray
 from actors.episodic import EpisodicShard
 from actors.procedural import ProceduralShard
 from actors.semantic import SemanticShard
+from actors.shard import owner_shard
 from actors.working import WorkingShard
 from strata.config import StrataSettings
 from strata.ids import validate_id
@@ -51,7 +51,7 @@ class LayerRouter:
 
     def shard_of(self, layer: str, tenant: str) -> int:
         validate_id(tenant, field="tenant")
-        return zlib.crc32(tenant.encode()) % self.shards(layer)
+        return owner_shard(tenant, self.shards(layer))
 
     def handle(self, layer: str, tenant: str) -> Any:
         return self.shard_handle(layer, self.shard_of(layer, tenant))

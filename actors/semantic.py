@@ -35,7 +35,7 @@ from strata.graph import EntityExtractor
 from strata.ids import validate_id
 from strata.llm import make_llm
 from strata.records import RecordStore
-from strata.semantic import DocumentInput, SemanticHit, SemanticMemory
+from strata.semantic import DOC, DocumentInput, SemanticHit, SemanticMemory
 from strata.storage import Collections
 from strata.tokens import TiktokenCounter
 
@@ -80,6 +80,7 @@ def _hit(hit: SemanticHit) -> dict[str, Any]:
 
 class SemanticShard(LayerShard[SemanticMemory]):
     layer_name = "semantic"
+    expiring_kinds = (DOC,)
 
     def __init__(self, settings: dict[str, Any], shard: int) -> None:
         super().__init__(settings, shard)
@@ -99,6 +100,7 @@ class SemanticShard(LayerShard[SemanticMemory]):
             settings=self.settings.semantic,
             chunker=chunker,
             extractor=self._extractor,
+            ttl=self.settings.ttl,
         )
 
     def tenant_rows(self, collections: Collections) -> tuple[str, list[str] | None]:
@@ -106,6 +108,20 @@ class SemanticShard(LayerShard[SemanticMemory]):
 
     def load_layer(self, layer: SemanticMemory) -> None:
         layer.load()
+
+    # -- expiry: whole documents, each its own version scope ---------------------------
+
+    def due(self, layer: SemanticMemory) -> int | None:
+        return layer.expiries.due()
+
+    def expiring(self, layer: SemanticMemory, at_ms: int) -> dict[str, Any]:
+        return {doc_id: doc_id for doc_id in layer.expiries.expired(at_ms)}
+
+    def delete_expired(self, layer: SemanticMemory, scope: str, expired: Any) -> int:
+        return layer.delete(expired)
+
+    def drop_expired(self, layer: SemanticMemory, scope: str, expired: Any) -> None:
+        layer.drop(expired)
 
     # -- writes ---------------------------------------------------------------
 

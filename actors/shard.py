@@ -16,6 +16,12 @@ only in one step after the durable write.
 Tenant state is loaded on first use and evicted after ``idle_evict_s``
 without calls; it comes back from the store on the next call, so eviction
 and an actor restart are the same thing to a caller.
+
+Expiry (TTL): before a shard answers any call for a tenant, it purges the
+tenant's items whose deadline has passed (from every store, as a versioned
+change, derived artefacts included), so an expired item is never returned.
+A sweep every ``ttl.sweep_interval_s`` asks the store which rows have
+expired and purges those tenants too, loaded or not.
 """
 
 from __future__ import annotations
@@ -24,31 +30,46 @@ import asyncio
 import dataclasses
 import logging
 import time
+import zlib
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Generic, Sequence, TypeVar
+from typing import Any, AsyncIterator, Awaitable, Callable, Generic, Iterable, Sequence, TypeVar
 
 import numpy as np
 
 from strata.config import StrataSettings
 from strata.embedding import Embedder, make_embedder
-from strata.errors import VersionConflict
-from strata.ids import validate_id
+from strata.audit import AuditLog
+from strata.audit import entry as audit_entry
+from strata.errors import StrataError, VersionConflict
+from strata.ids import SYSTEM_TENANT, validate_id
 from strata.llm import LLM, LLMUsage
 from strata.records import RecordStore
 from strata.storage import Collections, open_store
+from strata.ttl import EXPIRES, now_ms
 from strata.versions import VersionStore
 
-__all__ = ["LayerShard"]
+__all__ = ["LayerShard", "owner_shard", "EXPIRY_KEY_ID"]
+
+#: The audit history's key id of a purge by TTL (no key made that change).
+EXPIRY_KEY_ID = "ttl"
 
 L = TypeVar("L")
 R = TypeVar("R")
 log = logging.getLogger(__name__)
 
 
+def owner_shard(tenant: str, shards: int) -> int:
+    """The shard of a layer with ``shards`` actors that owns ``tenant``."""
+    return zlib.crc32(tenant.encode()) % shards
+
+
 @dataclass
 class _Tenant(Generic[L]):
     layer: L
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    #: The task holding ``lock``: a call it makes that purges expired items must not wait for it.
+    holder: asyncio.Task[Any] | None = None
     versions: dict[str, int] = field(default_factory=dict)
     last_used: float = field(default_factory=time.monotonic)
 
@@ -57,6 +78,8 @@ class LayerShard(Generic[L]):
     """Base of the layer actors: tenant slots, versions, lazy load, eviction."""
 
     layer_name = "layer"
+    #: Row kinds that may carry a deadline (``payload.expires_ms``), for the sweep.
+    expiring_kinds: tuple[str, ...] = ()
 
     def __init__(self, settings: dict[str, Any], shard: int) -> None:
         self.settings = StrataSettings.from_dict(settings)
@@ -67,6 +90,9 @@ class LayerShard(Generic[L]):
         self._tenants: dict[str, _Tenant[L]] = {}
         self._loading: dict[str, asyncio.Future[_Tenant[L]]] = {}
         self._evictor: asyncio.Task[None] | None = None
+        self._sweeper: asyncio.Task[None] | None = None
+        #: Items purged because they expired, since this actor started.
+        self.expired_items = 0
         #: The LLM this shard calls, if any: its usage is reported by :meth:`llm_usage`.
         self.llm: LLM | None = None
         self._embedder: Embedder | None = None
@@ -78,6 +104,29 @@ class LayerShard(Generic[L]):
 
     def load_layer(self, layer: L) -> None:
         """Blocking load of a tenant's durable state (runs in a worker thread)."""
+
+    # -- expiry, for layers whose items may carry a TTL -----------------------------
+
+    def due(self, layer: L) -> int | None:
+        """The earliest deadline (epoch ms) of the items in memory; None: nothing expires."""
+        return None
+
+    def expiring(self, layer: L, at_ms: int) -> dict[str, Any]:
+        """What has expired at ``at_ms``, by version scope (pure: no change yet)."""
+        return {}
+
+    def delete_expired(self, layer: L, scope: str, expired: Any) -> int:
+        """Blocking: remove ``expired`` (from :meth:`expiring`) from the store; rows removed."""
+        return 0
+
+    def drop_expired(self, layer: L, scope: str, expired: Any) -> None:
+        """Remove ``expired`` from memory (after :meth:`delete_expired`)."""
+
+    def load_for_expiry(self, layer: L, sessions: set[str]) -> None:
+        """Blocking: load state the layer reads lazily (the sessions the sweep found)."""
+
+    def after_expiry(self, tenant: str) -> None:
+        """Called on the event loop after items of ``tenant`` were purged."""
 
     # -- embedding, for layers that embed in the actor ------------------------------
 
@@ -100,9 +149,23 @@ class LayerShard(Generic[L]):
             self._versions = VersionStore(store, collections.state)
         if self._evictor is None:
             self._evictor = asyncio.get_running_loop().create_task(self._evict_idle())
+        if self._sweeper is None and self.expiring_kinds:
+            self._sweeper = asyncio.get_running_loop().create_task(self._sweep_forever())
         return self._store, self._collections, self._versions
 
     async def _tenant(self, tenant: str) -> _Tenant[L]:
+        """The tenant's slot, loaded, with what has expired purged."""
+        slot = await self._load(tenant)
+        due = self.due(slot.layer)
+        if due is not None and due <= now_ms():
+            if slot.holder is asyncio.current_task():
+                await self._expire_locked(tenant, slot)
+            else:
+                async with self._hold(slot):
+                    await self._expire_locked(tenant, slot)
+        return slot
+
+    async def _load(self, tenant: str) -> _Tenant[L]:
         validate_id(tenant, field="tenant")
         slot = self._tenants.get(tenant)
         if slot is not None:
@@ -127,6 +190,80 @@ class LayerShard(Generic[L]):
             raise
         finally:
             self._loading.pop(tenant, None)
+
+    @asynccontextmanager
+    async def _hold(self, slot: _Tenant[L]) -> AsyncIterator[None]:
+        """The tenant's lock, noting which task holds it."""
+        async with slot.lock:
+            slot.holder = asyncio.current_task()
+            try:
+                yield
+            finally:
+                slot.holder = None
+
+    async def _claim(self, tenant: str, slot: _Tenant[L], scope: str) -> int:
+        """Durably claim the next version of ``scope`` (the caller holds the lock)."""
+        _, _, versions = await self._backend()
+        new = await self._version(tenant, slot, scope) + 1
+        await asyncio.to_thread(versions.put, tenant, self.layer_name, scope, new)
+        slot.versions[scope] = new
+        return new
+
+    async def _expire_locked(self, tenant: str, slot: _Tenant[L]) -> int:
+        """Purge what has expired, one versioned change per scope (the caller holds the lock)."""
+        purged, entries = 0, []
+        for scope, expired in self.expiring(slot.layer, now_ms()).items():
+            version = await self._claim(tenant, slot, scope)
+            purged += await asyncio.to_thread(self.delete_expired, slot.layer, scope, expired)
+            self.drop_expired(slot.layer, scope, expired)
+            entries.append(audit_entry("expire", self.layer_name, scope, key_id=EXPIRY_KEY_ID, version=version))
+        if entries:
+            self.expired_items += purged
+            self.after_expiry(tenant)
+            store, collections, _ = await self._backend()
+            try:  # best effort, as every audit row: the purge is durable already
+                await asyncio.to_thread(AuditLog(store, collections.state).append, tenant, entries)
+            except StrataError as exc:
+                log.warning("audit of expired %s items of tenant %s not written: %s", self.layer_name, tenant, exc.message)
+        return purged
+
+    async def sweep(self) -> int:
+        """Purge every expired row of this shard's tenants, loaded or not; returns rows removed."""
+        store, collections, _ = await self._backend()
+        collection, _ = self.tenant_rows(collections)
+        rows = await asyncio.to_thread(store.expired, collection, now_ms=now_ms(), kinds=self.expiring_kinds)
+        shards = int(getattr(self.settings.actors, f"{self.layer_name}_shards"))
+        found: dict[str, tuple[set[str], list[str]]] = {}
+        for tenant, session, pk in rows:
+            if tenant != SYSTEM_TENANT and owner_shard(tenant, shards) == self.shard:
+                sessions, pks = found.setdefault(tenant, (set(), []))
+                sessions.add(session)
+                pks.append(pk)
+        purged = 0
+        for tenant, (sessions, pks) in found.items():
+            slot = await self._load(tenant)
+            async with self._hold(slot):
+                await asyncio.to_thread(self.load_for_expiry, slot.layer, sessions)
+                purged += await self._expire_locked(tenant, slot)
+                purged += await asyncio.to_thread(self._delete_stragglers, store, collection, tenant, pks)
+        return purged
+
+    @staticmethod
+    def _delete_stragglers(store: RecordStore, collection: str, tenant: str, pks: list[str]) -> int:
+        """Delete the rows among ``pks`` that are still there and expired (none, when memory
+        mirrors the store). Read again under the lock: a row the sweep saw may have been
+        purged and written anew, with the same key and a later deadline, meanwhile."""
+        at = now_ms()
+        stale = [r.pk for r in store.get(collection, tenant=tenant, pks=pks) if 0 < int(r.payload.get(EXPIRES) or 0) <= at]
+        return store.delete(collection, tenant=tenant, pks=stale) if stale else 0
+
+    async def _sweep_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.ttl.sweep_interval_s)
+            try:
+                await self.sweep()
+            except Exception as exc:  # the store is down, say: the next sweep tries again
+                log.warning("%s shard %d: TTL sweep failed: %s", self.layer_name, self.shard, exc)
 
     async def version(self, tenant: str, scope: str) -> int:
         """The current version of (tenant, scope)."""
@@ -179,14 +316,11 @@ class LayerShard(Generic[L]):
         if expected_version is not None and known is not None and expected_version < known:
             # Versions only grow: stale already, no need to queue for the lock to say so.
             raise self._conflict(scope, known, expected_version)
-        async with slot.lock:
+        async with self._hold(slot):
             current = await self._version(tenant, slot, scope)
             if expected_version is not None and expected_version != current:
                 raise self._conflict(scope, current, expected_version)
-            _, _, versions = await self._backend()
-            new = current + 1
-            await asyncio.to_thread(versions.put, tenant, self.layer_name, scope, new)
-            slot.versions[scope] = new
+            new = await self._claim(tenant, slot, scope)
             result: Any = await asyncio.to_thread(write, slot.layer, new)
             if apply is not None:
                 result = apply(slot.layer, result)
@@ -222,7 +356,7 @@ class LayerShard(Generic[L]):
     async def run_locked(self, tenant: str, fn: Callable[[L], Awaitable[R]]) -> R:
         """Run an async step under the tenant's lock without claiming a version."""
         slot = await self._tenant(tenant)
-        async with slot.lock:
+        async with self._hold(slot):
             return await fn(slot.layer)
 
     async def _evict_idle(self) -> None:
@@ -247,8 +381,8 @@ class LayerShard(Generic[L]):
         validate_id(tenant, field="tenant")
         store, collections, _ = await self._backend()
         collection, kinds = self.tenant_rows(collections)
-        slot = await self._tenant(tenant)
-        async with slot.lock:
+        slot = await self._load(tenant)
+        async with self._hold(slot):
             removed = await asyncio.to_thread(store.delete, collection, tenant=tenant, kinds=kinds)
             removed += await self.forget_derived(tenant)
             self._tenants.pop(tenant, None)
@@ -264,7 +398,10 @@ class LayerShard(Generic[L]):
         """Health of this shard: loaded tenants, and whether its store answers."""
         store, _, _ = await self._backend()
         await asyncio.to_thread(store.ping)
-        return {"layer": self.layer_name, "shard": self.shard, "tenants_loaded": len(self._tenants)}
+        return {
+            "layer": self.layer_name, "shard": self.shard, "tenants_loaded": len(self._tenants),
+            "expired_items": self.expired_items,
+        }
 
     async def llm_usage(self) -> dict[str, int]:
         """This shard's LLM calls and tokens since it started (all tenants), for cost reports."""
@@ -276,6 +413,6 @@ class LayerShard(Generic[L]):
         slot = self._tenants.get(tenant)
         if slot is None:
             return False
-        async with slot.lock:
+        async with self._hold(slot):
             self._tenants.pop(tenant, None)
         return True

@@ -13,11 +13,12 @@ from strata.tokens import TiktokenCounter
 from strata.working import WorkingItem
 from strata.working_sessions import KIND as WORKING_KIND
 from strata.working_sessions import WorkingSessions
+from strata.ttl import from_ms_or_none
 
 __all__ = ["WorkingShard"]
 
 
-def _item(item: WorkingItem) -> dict[str, Any]:
+def _item(item: WorkingItem, expires: int | None) -> dict[str, Any]:
     return {
         "id": item.id,
         "role": item.role,
@@ -27,11 +28,13 @@ def _item(item: WorkingItem) -> dict[str, Any]:
         "summarized": item.summarized,
         "created_at": item.created_at,
         "reasons": list(item.reasons),
+        "expires_at": from_ms_or_none(expires),
     }
 
 
 class WorkingShard(LayerShard[WorkingSessions]):
     layer_name = "working"
+    expiring_kinds = (WORKING_KIND,)
 
     def __init__(self, settings: dict[str, Any], shard: int) -> None:
         super().__init__(settings, shard)
@@ -39,17 +42,41 @@ class WorkingShard(LayerShard[WorkingSessions]):
 
     def make_layer(self, tenant: str, store: RecordStore, collections: Collections) -> WorkingSessions:
         return WorkingSessions(
-            tenant, store=store, collection=collections.state, settings=self.settings.working, counter=self._counter
+            tenant, store=store, collection=collections.state, settings=self.settings.working,
+            counter=self._counter, ttl=self.settings.ttl,
         )
 
     def tenant_rows(self, collections: Collections) -> tuple[str, list[str] | None]:
         return collections.state, [WORKING_KIND]
 
+    # -- expiry: items, by session (the version scope) ------------------------------
+
+    def due(self, layer: WorkingSessions) -> int | None:
+        return layer.expiries.due()
+
+    def expiring(self, layer: WorkingSessions, at_ms: int) -> dict[str, Any]:
+        return layer.expired(at_ms)
+
+    def delete_expired(self, layer: WorkingSessions, scope: str, expired: Any) -> int:
+        return layer.delete_items(scope, expired)
+
+    def drop_expired(self, layer: WorkingSessions, scope: str, expired: Any) -> None:
+        layer.drop_items(scope, expired)
+
+    def load_for_expiry(self, layer: WorkingSessions, sessions: set[str]) -> None:
+        for session_id in sessions:
+            layer.session(session_id)
+
+    async def _load_session(self, tenant: str, sessions: WorkingSessions, session_id: str) -> None:
+        """Load a session (off the event loop) and purge what has expired in it (under the lock)."""
+        await asyncio.to_thread(sessions.session, session_id)
+        await self._tenant(tenant)
+
     def _view(self, sessions: WorkingSessions, session_id: str, budget_tokens: int | None) -> dict[str, Any]:
         memory = sessions.session(session_id)
         return {
             "session_id": session_id,
-            "items": [_item(i) for i in memory.items],
+            "items": [_item(i, sessions.expiries.get((session_id, i.id))) for i in memory.items],
             "messages": memory.messages(budget_tokens=budget_tokens, now=datetime.now(timezone.utc)),
             "total_tokens": memory.total_tokens,
             "max_tokens": self.settings.working.max_tokens,
@@ -60,7 +87,7 @@ class WorkingShard(LayerShard[WorkingSessions]):
 
         async def view(sessions: WorkingSessions) -> dict[str, Any]:
             # The first read of a session loads it from the store: off the event loop.
-            await asyncio.to_thread(sessions.session, session_id)
+            await self._load_session(tenant, sessions, session_id)
             # Read under the same lock as the view, so the two belong together.
             return {**self._view(sessions, session_id, budget_tokens), "version": await self.version(tenant, session_id)}
 
@@ -78,6 +105,8 @@ class WorkingShard(LayerShard[WorkingSessions]):
     ) -> dict[str, Any]:
         """Add items; returns the session's state as of this write, with its version."""
         now = now or datetime.now(timezone.utc)
+        # Expired items must not count against the budget, nor show in the state returned.
+        await self.run_locked(tenant, lambda sessions: self._load_session(tenant, sessions, session_id))
 
         def write(sessions: WorkingSessions) -> tuple[Any, dict[str, Any]]:
             _, report = sessions.add(session_id, items, now=now, task=task)

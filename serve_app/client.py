@@ -196,8 +196,9 @@ def index_document(
     metadata: dict[str, Any] | None = None,
     expected_version: int | None = None,
     wait: bool = True,
+    ttl_s: float | None = None,
 ) -> _Call[DocumentOut]:
-    body = DocumentIn(text=text, doc_id=doc_id, title=title, metadata=metadata or {})
+    body = DocumentIn(text=text, doc_id=doc_id, title=title, metadata=metadata or {}, ttl_s=ttl_s)
     return _Call("POST", "/v1/documents", DocumentOut, body, expected_version, {"wait": wait})
 
 
@@ -237,9 +238,10 @@ def forget_session(session_id: str) -> _Call[ForgetResult]:
 
 
 def extract_skill(
-    task: str, trace: Sequence[TraceStepIn | dict[str, Any] | str], *, outcome: str | None = None
+    task: str, trace: Sequence[TraceStepIn | dict[str, Any] | str], *, outcome: str | None = None,
+    ttl_s: float | None = None,
 ) -> _Call[SkillOut]:
-    body = SkillExtractIn(task=task, trace=list(trace), outcome=outcome)  # type: ignore[arg-type]
+    body = SkillExtractIn(task=task, trace=list(trace), outcome=outcome, ttl_s=ttl_s)  # type: ignore[arg-type]
     return _Call("POST", "/v1/skills:extract", SkillOut, body)
 
 

@@ -37,6 +37,8 @@ __all__ = [
     "ProceduralSettings",
     "PIISettings",
     "AuthSettings",
+    "TTLLayers",
+    "TTLSettings",
     "ChunkingSettings",
     "SemanticSettings",
     "SemanticTenantSettings",
@@ -326,6 +328,36 @@ class AuthSettings(_Section):
 
 LAYER_NAMES = ("working", "episodic", "semantic", "procedural")
 
+#: An item's ttl_s may be at most about 100 years.
+TTL_MAX_S = 3.2e9
+
+
+class TTLLayers(_Section):
+    """Seconds an item of each layer lives after it is written; null or 0 = forever."""
+
+    working: float | None = Field(default=None, ge=0, le=TTL_MAX_S)
+    episodic: float | None = Field(default=None, ge=0, le=TTL_MAX_S)
+    semantic: float | None = Field(default=None, ge=0, le=TTL_MAX_S)
+    procedural: float | None = Field(default=None, ge=0, le=TTL_MAX_S)
+
+
+class TTLSettings(TTLLayers):
+    """How long memories live. An item's own ``ttl_s`` (on write) may shorten what is
+    configured for its layer and tenant, never lengthen it: a retention rule is a ceiling."""
+
+    #: Per tenant: these layers' TTLs replace the defaults above (0 = forever for that tenant).
+    tenants: dict[str, TTLLayers] = Field(default_factory=dict)
+    #: Expired items are never returned; each shard purges them from every store at least
+    #: this often (milvus-lite keeps a collection TTL but does not apply it).
+    sweep_interval_s: float = Field(default=60.0, gt=0, le=86_400)
+
+    def seconds(self, tenant: str, layer: str, item_ttl_s: float | None = None) -> float | None:
+        """The TTL of a new item of ``layer`` for ``tenant``; None = it never expires."""
+        override = self.tenants.get(tenant)
+        configured = getattr(override, layer) if override and getattr(override, layer) is not None else getattr(self, layer)
+        limits = [t for t in (configured, item_ttl_s) if t]
+        return min(limits) if limits else None
+
 
 class LayerPolicy(_Section):
     """How one layer takes part in a task type's context."""
@@ -412,6 +444,7 @@ class StrataSettings(BaseSettings):
     context: ContextSettings = ContextSettings()
     pii: PIISettings = PIISettings()
     auth: AuthSettings = AuthSettings()
+    ttl: TTLSettings = TTLSettings()
 
     @model_validator(mode="after")
     def _check(self) -> StrataSettings:

@@ -22,7 +22,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from strata.config import EpisodicSettings
+from strata.config import EpisodicSettings, TTLSettings
 from strata.errors import InvalidInput, NotFound
 from strata.ids import validate_id
 from strata.entities import RuleExtractor
@@ -31,6 +31,7 @@ from strata.lexical import LexicalIndex, cjk_share, language_weights, rrf_fuse
 from strata.records import Record, RecordStore
 from strata.vectors import VectorIndex, best
 from strata.summarize import EpisodeSummary, SummaryInput
+from strata.ttl import EXPIRES, Expiries, expires_ms
 
 __all__ = [
     "TurnInput",
@@ -68,6 +69,8 @@ class TurnInput:
     #: Label for the user side ("Caroline"); "user" when unset.
     speaker: str | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
+    #: Seconds it lives; it may shorten the configured TTL, never lengthen it.
+    ttl_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -83,6 +86,8 @@ class Turn:
     #: What the entity extractor found in the turn (``Extraction.to_dict()``);
     #: None for rows written before extraction existed.
     entities: dict[str, Any] | None = None
+    #: When it expires (epoch ms); None: never.
+    expires_ms: int | None = None
 
     @property
     def said(self) -> str:
@@ -109,6 +114,7 @@ class Turn:
             "speaker": self.speaker,
             "metadata": self.metadata,
             "graph": self.entities,
+            **({EXPIRES: self.expires_ms} if self.expires_ms else {}),
         }
 
 
@@ -122,6 +128,8 @@ class SummaryRecord:
     start: datetime
     end: datetime
     content: EpisodeSummary
+    #: The earliest deadline of the turns it summarises: it goes with the first of them.
+    expires_ms: int | None = None
 
     @property
     def text(self) -> str:
@@ -155,11 +163,15 @@ class EpisodicMemory:
         collection: str,
         settings: EpisodicSettings,
         extractor: EntityExtractor | None = None,
+        ttl: TTLSettings | None = None,
     ) -> None:
         self.tenant = validate_id(tenant, field="tenant")
         self._store = store
         self._collection = collection
         self._settings = settings
+        self._ttl = ttl or TTLSettings()
+        #: Deadlines of turns and summaries, keyed (TURN, key) and (SUMMARY, key).
+        self.expiries: Expiries[tuple[str, str]] = Expiries()
         self._extractor = extractor or RuleExtractor()
         self._graph = KnowledgeGraph()
         self._turns: dict[str, Turn] = {}  # key: session/turn_id
@@ -213,8 +225,9 @@ class EpisodicMemory:
             timestamp = item.timestamp or now
             if timestamp.tzinfo is None:
                 timestamp = timestamp.replace(tzinfo=timezone.utc)
+            deadline = expires_ms(self._ttl.seconds(self.tenant, "episodic", item.ttl_s), now=now)
             turn = Turn(session_id, turn_id, seq, timestamp, item.user, item.agent, item.speaker, dict(item.metadata))
-            turn = replace(turn, entities=self._extractor.extract(turn.said).to_dict())
+            turn = replace(turn, entities=self._extractor.extract(turn.said).to_dict(), expires_ms=deadline)
             if len(turn.text.encode()) > _TEXT_BYTES_MAX:
                 raise InvalidInput(f"turn {position}: text is over {_TEXT_BYTES_MAX} bytes")
             turns.append(turn)
@@ -272,6 +285,7 @@ class EpisodicMemory:
     def write_summary(self, turns: Sequence[Turn], content: EpisodeSummary, vector: np.ndarray) -> SummaryRecord:
         """The durable half of :meth:`add_summary`."""
         session = turns[0].session_id
+        deadlines = [t.expires_ms for t in turns if t.expires_ms]
         record = SummaryRecord(
             summary_id=f"s{turns[0].seq:06d}-{turns[-1].seq:06d}",
             session_id=session,
@@ -281,6 +295,7 @@ class EpisodicMemory:
             start=min(t.timestamp for t in turns),
             end=max(t.timestamp for t in turns),
             content=content,
+            expires_ms=min(deadlines) if deadlines else None,
         )
         payload = {
             "summary_id": record.summary_id,
@@ -290,6 +305,7 @@ class EpisodicMemory:
             "start": record.start.isoformat(),
             "end": record.end.isoformat(),
             "content": content.to_dict(),
+            **({EXPIRES: record.expires_ms} if record.expires_ms else {}),
         }
         self._store.upsert(
             self._collection,
@@ -331,22 +347,66 @@ class EpisodicMemory:
 
     def drop_session(self, session_id: str) -> None:
         """The in-memory half of :meth:`forget_session`."""
-        gone = [k for k, t in self._turns.items() if t.session_id == session_id]
-        self._turn_lexical.remove(gone)
-        self._graph.remove(gone)
+        self._drop(
+            [k for k, t in self._turns.items() if t.session_id == session_id],
+            [k for k, s in self._summaries.items() if s.session_id == session_id],
+        )
+
+    # -- expiry ---------------------------------------------------------------
+
+    def expired(self, at_ms: int) -> tuple[list[str], list[str]]:
+        """Keys of the turns and summaries expired at ``at_ms``; a summary of an expired
+        turn goes with it (its deadline is its turns' earliest)."""
+        keys = self.expiries.expired(at_ms)
+        turns = [key for kind, key in keys if kind == TURN]
+        summaries = {key for kind, key in keys if kind == SUMMARY}
+        gone = {(self._turns[k].session_id, self._turns[k].turn_id) for k in turns}
+        summaries |= {k for k, s in self._summaries.items() if any((s.session_id, t) in gone for t in s.turn_ids)}
+        return turns, sorted(summaries)
+
+    def delete_keys(self, turn_keys: Sequence[str], summary_keys: Sequence[str]) -> int:
+        """Delete turns and summaries (by key) from the store; the rows removed."""
+        pks = [self._pk(self._turns[k].session_id, self._turns[k].turn_id) for k in turn_keys]
+        pks += [self._pk(self._summaries[k].session_id, "summary", self._summaries[k].summary_id) for k in summary_keys]
+        return self._store.delete(self._collection, tenant=self.tenant, pks=pks) if pks else 0
+
+    def drop_keys(self, turn_keys: Sequence[str], summary_keys: Sequence[str]) -> None:
+        """Remove turns and summaries from memory. Turns a dropped summary covered are
+        summarised again, from what remains; neighbours of dropped turns are re-indexed."""
+        sessions = {self._turns[k].session_id for k in turn_keys}
+        self._drop(turn_keys, summary_keys)
+        for session in sessions:
+            order = self._order.get(session, [])
+            for position, (_, key) in enumerate(order):
+                self._turn_index.set(key, self._context_vector(order, position))
+
+    def _drop(self, turn_keys: Sequence[str], summary_keys: Sequence[str]) -> None:
+        gone, gone_summaries = set(turn_keys), set(summary_keys)
+        self._turn_lexical.remove(list(gone))
+        self._graph.remove(list(gone))
         for key in gone:
             self._raw.pop(key, None)
             speaker = self._turns[key].speaker
             if speaker:
                 self._speakers[speaker] -= 1
         self._speakers = +self._speakers  # drop speakers with no turns left
-        self._order.pop(session_id, None)
-        self._summary_lexical.remove([k for k, s in self._summaries.items() if s.session_id == session_id])
-        self._turns = {k: t for k, t in self._turns.items() if t.session_id != session_id}
-        self._summaries = {k: s for k, s in self._summaries.items() if s.session_id != session_id}
-        self._summarised.pop(session_id, None)
-        self._turn_index.remove_group(session_id)
-        self._summary_index.remove_group(session_id)
+        for session, order in list(self._order.items()):
+            self._order[session] = [entry for entry in order if entry[1] not in gone]
+            if not self._order[session]:
+                del self._order[session]
+        for key in gone_summaries:
+            summary = self._summaries[key]
+            self._summarised.get(summary.session_id, set()).difference_update(summary.turn_ids)
+        for key in gone:
+            turn = self._turns[key]
+            self._summarised.get(turn.session_id, set()).discard(turn.turn_id)
+        self._summary_lexical.remove(list(gone_summaries))
+        self._turns = {k: t for k, t in self._turns.items() if k not in gone}
+        self._summaries = {k: s for k, s in self._summaries.items() if k not in gone_summaries}
+        self._summarised = {session: ids for session, ids in self._summarised.items() if ids}
+        self._turn_index.remove(gone)
+        self._summary_index.remove(gone_summaries)
+        self.expiries.drop([(TURN, k) for k in gone] + [(SUMMARY, k) for k in gone_summaries])
 
     # -- reading ------------------------------------------------------------
 
@@ -497,6 +557,7 @@ class EpisodicMemory:
                 if 0 <= neighbour < len(order):
                     self._turn_index.set(order[neighbour][1], self._context_vector(order, neighbour))
         self._turn_lexical.add(key, turn.text)
+        self.expiries.set((TURN, key), turn.expires_ms)
         extraction = Extraction.from_dict(turn.entities) if turn.entities is not None else self._extractor.extract(turn.said)
         self._graph.add(key, extraction)
         self._next_seq = max(self._next_seq, turn.seq + 1)
@@ -518,6 +579,7 @@ class EpisodicMemory:
         if vector is not None:
             self._summary_index.add(key, vector, summary.session_id)
         self._summary_lexical.add(key, " ".join([summary.text, *summary.content.key_topics]))
+        self.expiries.set((SUMMARY, key), summary.expires_ms)
         self._summarised.setdefault(summary.session_id, set()).update(summary.turn_ids)
 
 
@@ -582,6 +644,7 @@ def _turn_from_record(row: Record) -> Turn:
         speaker=p.get("speaker"),
         metadata=p.get("metadata") or {},
         entities=p.get("graph"),
+        expires_ms=p.get(EXPIRES),
     )
 
 
@@ -596,4 +659,5 @@ def _summary_from_record(row: Record) -> SummaryRecord:
         start=datetime.fromisoformat(p["start"]),
         end=datetime.fromisoformat(p["end"]),
         content=EpisodeSummary.from_dict(p["content"]),
+        expires_ms=p.get(EXPIRES),
     )

@@ -167,19 +167,7 @@ class MilvusRecordStore:
         if with_vectors:
             fields.append("vec")
 
-        def run(client: Any) -> list[dict[str, Any]]:
-            iterator = client.query_iterator(
-                collection, batch_size=_QUERY_LIMIT, filter=expr, output_fields=fields, timeout=self._timeout_s
-            )
-            rows: list[dict[str, Any]] = []
-            try:
-                while batch := iterator.next():
-                    rows.extend(batch)
-            finally:
-                iterator.close()
-            return rows
-
-        return [self._record(row) for row in self._call("read", run, collection=collection)]
+        return [self._record(row) for row in self._query_all(collection, expr, fields)]
 
     def get(self, collection: str, *, tenant: str, pks: Sequence[str]) -> list[Record]:
         if not pks:
@@ -223,6 +211,30 @@ class MilvusRecordStore:
 
     def ping(self) -> None:
         self._call("answer", lambda c: c.list_collections(timeout=self._timeout_s))
+
+    def expired(self, collection: str, *, now_ms: int, kinds: Sequence[str]) -> list[tuple[str, str, str]]:
+        # The sweeper's read across tenants: ids only, never text or payload.
+        expr = f'kind in {in_list(list(kinds), field="kind")} and payload["expires_ms"] <= {int(now_ms)}'
+
+        rows = self._query_all(collection, expr, ["pk", "tenant", "session"])
+        return [(r["tenant"], r["session"], r["pk"]) for r in rows]
+
+    def _query_all(self, collection: str, expr: str, fields: list[str]) -> list[dict[str, Any]]:
+        """Every row matching ``expr``, read in batches."""
+
+        def run(client: Any) -> list[dict[str, Any]]:
+            iterator = client.query_iterator(
+                collection, batch_size=_QUERY_LIMIT, filter=expr, output_fields=fields, timeout=self._timeout_s
+            )
+            rows: list[dict[str, Any]] = []
+            try:
+                while batch := iterator.next():
+                    rows.extend(batch)
+            finally:
+                iterator.close()
+            return rows
+
+        return self._call("read", run, collection=collection)
 
     # -- helpers ------------------------------------------------------------
 

@@ -28,11 +28,12 @@ from typing import Any
 
 import numpy as np
 
-from strata.config import ProceduralSettings
+from strata.config import ProceduralSettings, TTLSettings
 from strata.errors import InvalidInput, NotFound
 from strata.ids import validate_id
 from strata.records import Record, RecordStore
 from strata.skills import SkillDraft, merge_drafts, skill_search_text
+from strata.ttl import EXPIRES, Expiries, expires_ms, from_ms_or_none
 from strata.vectors import VectorIndex
 
 __all__ = ["HistoryEntry", "ProceduralMemory", "Skill", "SkillHit", "new_skill_id", "validated_changes", "wilson_lower_bound"]
@@ -80,6 +81,8 @@ class Skill:
     last_used: datetime | None = None
     #: The tasks it was learned from, newest last (a merge adds one).
     tasks: tuple[str, ...] = ()
+    #: When it expires (epoch ms), counted from its last learning; None: never.
+    expires_ms: int | None = None
 
     @property
     def success_rate(self) -> float | None:
@@ -99,6 +102,7 @@ class Skill:
             "successes": self.successes,
             "last_used": self.last_used.isoformat() if self.last_used else None,
             "tasks": list(self.tasks),
+            **({EXPIRES: self.expires_ms} if self.expires_ms else {}),
         }
 
     @classmethod
@@ -114,6 +118,7 @@ class Skill:
             successes=int(payload.get("successes", 0)),
             last_used=_time(payload.get("last_used")),
             tasks=tuple(payload.get("tasks", ())),
+            expires_ms=payload.get(EXPIRES),
         )
 
     def brief(self) -> str:
@@ -144,6 +149,7 @@ class Skill:
             "updated_at": self.updated_at,
             "updated_by": self.updated_by,
             "tasks": list(self.tasks),
+            "expires_at": from_ms_or_none(self.expires_ms),
         }
 
 
@@ -192,8 +198,14 @@ class _Pending:
 class ProceduralMemory:
     """One tenant's skills: durable rows plus an exact in-memory vector index."""
 
-    def __init__(self, tenant: str, *, store: RecordStore, collection: str, settings: ProceduralSettings) -> None:
+    def __init__(
+        self, tenant: str, *, store: RecordStore, collection: str, settings: ProceduralSettings,
+        ttl: TTLSettings | None = None,
+    ) -> None:
         self.tenant = validate_id(tenant, field="tenant")
+        self._ttl = ttl or TTLSettings()
+        #: Deadlines of the skills that expire, by skill id.
+        self.expiries: Expiries[str] = Expiries()
         self._store = store
         self._collection = collection
         self.settings = settings
@@ -285,20 +297,26 @@ class ProceduralMemory:
         by: str,
         version: int,
         now: datetime,
+        ttl_s: float | None = None,
     ) -> _Pending:
         """Create a skill, or merge ``draft`` into the existing ``skill_id`` (a near-duplicate).
 
         ``vector`` is the embedding of ``draft``'s search text; ``embed`` makes
-        the merged skill's when its text differs from both.
+        the merged skill's when its text differs from both. A merge renews the
+        skill's expiry: it lives until the later of its deadline and the new one.
         """
         validate_id(skill_id, field="skill_id")
         existing = self._skills.get(skill_id)
+        deadline = expires_ms(self._ttl.seconds(self.tenant, "procedural", ttl_s), now=now)
         if existing is None:
-            skill = Skill(skill_id, draft, created_at=now, updated_at=now, updated_by=by, tasks=(task[:300],))
+            skill = Skill(
+                skill_id, draft, created_at=now, updated_at=now, updated_by=by, tasks=(task[:300],), expires_ms=deadline
+            )
             return self._write(skill, vector, change="created", version=version, now=now)
         merged = merge_drafts(existing.draft, draft)
         tasks = (*existing.tasks, task[:300])[-_TASKS_KEPT:]
-        skill = replace(existing, draft=merged, updated_at=now, updated_by=by, tasks=tasks)
+        later = max(existing.expires_ms, deadline) if existing.expires_ms and deadline else None
+        skill = replace(existing, draft=merged, updated_at=now, updated_by=by, tasks=tasks, expires_ms=later)
         return self._write(skill, self._vector_for(skill, embed, known=(draft, vector)), change="merged", version=version, now=now)
 
     def write_edit(
@@ -347,6 +365,7 @@ class ProceduralMemory:
         return pending.skill
 
     def drop(self, skill_id: str) -> None:
+        self.expiries.drop([skill_id])
         self._skills.pop(skill_id, None)
         self._vectors.pop(skill_id, None)
         self._index.remove_group(skill_id)
@@ -415,6 +434,7 @@ class ProceduralMemory:
             self._index.add(skill.skill_id, vector, group=skill.skill_id)
         self._skills[skill.skill_id] = skill
         self._vectors[skill.skill_id] = vector
+        self.expiries.set(skill.skill_id, skill.expires_ms)
 
     def _pk(self, *parts: str) -> str:
         return "/".join((self.tenant, *parts))

@@ -74,6 +74,12 @@ class RecordStore(Protocol):
         """Raise StoreUnavailable unless the backend answers."""
         ...
 
+    def expired(self, collection: str, *, now_ms: int, kinds: Sequence[str]) -> list[tuple[str, str, str]]:
+        """``(tenant, session, pk)`` of the rows of ``kinds`` whose ``payload.expires_ms`` is
+        ``now_ms`` or earlier: the one read across tenants, for the TTL sweeper; it
+        returns no content."""
+        ...
+
 
 class InMemoryRecordStore:
     """A dict per collection; the reference implementation for tests."""
@@ -141,3 +147,11 @@ class InMemoryRecordStore:
 
     def ping(self) -> None:
         return None
+
+    def expired(self, collection: str, *, now_ms: int, kinds: Sequence[str]) -> list[tuple[str, str, str]]:
+        with self._lock:
+            return [
+                (r.tenant, r.session, r.pk)
+                for r in self._rows[collection].values()
+                if r.kind in kinds and isinstance(r.payload.get("expires_ms"), (int, float)) and r.payload["expires_ms"] <= now_ms
+            ]

@@ -12,6 +12,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from strata.config import TTL_MAX_S
+
 __all__ = [
     "TurnIn",
     "TurnBatchIn",
@@ -75,6 +77,17 @@ class _Out(BaseModel):
 _METADATA_BYTES_MAX = 8192
 
 
+def _ttl() -> Any:
+    return Field(
+        default=None, gt=0, le=TTL_MAX_S,
+        description="Seconds it lives; it may shorten the TTL configured for its layer and tenant, not lengthen it",
+    )
+
+
+def _expires() -> Any:
+    return Field(default=None, description="When it expires and is purged; null: never")
+
+
 _INT64 = 2**63
 
 
@@ -124,6 +137,7 @@ class TurnIn(_In):
     turn_id: str | None = Field(default=None, pattern=_ID, description="Caller-given id, unique in the session")
     speaker: str | None = Field(default=None, max_length=64, description="Label of the user side, e.g. a name")
     metadata: dict[str, Any] = Field(default_factory=dict)
+    ttl_s: float | None = _ttl()
 
     _tz = field_validator("timestamp")(classmethod(lambda cls, v: _aware(v)))
     _meta = field_validator("metadata")(classmethod(lambda cls, v: _small_json(v)))
@@ -143,6 +157,7 @@ class TurnOut(_Out):
     session_id: str
     turn_id: str
     timestamp: datetime
+    expires_at: datetime | None = _expires()
 
 
 class RecordTurnsResult(_Out):
@@ -298,6 +313,7 @@ class WorkingItemIn(_In):
     importance: float | None = Field(default=None, ge=0, le=1)
     created_at: datetime | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
+    ttl_s: float | None = _ttl()
 
     _tz = field_validator("created_at")(classmethod(lambda cls, v: _aware(v)))
     _meta = field_validator("metadata")(classmethod(lambda cls, v: _small_json(v)))
@@ -317,6 +333,7 @@ class WorkingItemOut(_Out):
     summarized: bool
     created_at: datetime
     reasons: list[str] = Field(default_factory=list)
+    expires_at: datetime | None = _expires()
 
 
 class WorkingState(_Out):
@@ -344,6 +361,7 @@ class DocumentIn(_In):
     doc_id: str | None = Field(default=None, pattern=_ID, description="Default: a new id; an existing id re-indexes it")
     title: str | None = Field(default=None, max_length=500)
     metadata: dict[str, Any] = Field(default_factory=dict)
+    ttl_s: float | None = _ttl()
 
     _meta = field_validator("metadata")(classmethod(lambda cls, v: _small_json(v)))
 
@@ -375,6 +393,7 @@ class DocumentOut(_Out):
     progress: DocumentProgress | None = Field(default=None, description="While indexing")
     error: str | None = Field(default=None, description="Why the last indexing failed")
     text: str | None = Field(default=None, description="With ?include_text=true")
+    expires_at: datetime | None = _expires()
 
 
 class DocumentList(_Out):
@@ -438,6 +457,7 @@ class SkillExtractIn(_In):
     task: str = Field(min_length=1, max_length=2000, description="What the agent was asked to do")
     trace: list[TraceStepIn | str] = Field(min_length=1, max_length=200, description="The steps, in order")
     outcome: str | None = Field(default=None, max_length=2000, description="How it ended")
+    ttl_s: float | None = _ttl()
 
     _size = field_validator("trace")(classmethod(lambda cls, v: _trace_size(v)))
 
@@ -464,6 +484,7 @@ class SkillOut(_Out):
     merged: bool | None = Field(default=None, description="Extraction: it updated a near-duplicate skill")
     similarity: float | None = Field(default=None, description="Search: cosine to the task")
     score: float | None = Field(default=None, description="Search: similarity x confidence factor")
+    expires_at: datetime | None = _expires()
 
 
 class SkillList(_Out):
@@ -546,6 +567,7 @@ class InteractionIn(_In):
     speaker: str | None = Field(default=None, max_length=64)
     turn_id: str | None = Field(default=None, pattern=_ID)
     metadata: dict[str, Any] = Field(default_factory=dict)
+    ttl_s: float | None = _ttl()
 
     _tz = field_validator("timestamp")(classmethod(lambda cls, v: _aware(v)))
     _meta = field_validator("metadata")(classmethod(lambda cls, v: _small_json(v)))
@@ -560,7 +582,7 @@ class InteractionIn(_In):
     def turn(self) -> TurnIn:
         return TurnIn(
             user=self.user, agent=self.agent, timestamp=self.timestamp, turn_id=self.turn_id,
-            speaker=self.speaker, metadata=self.metadata,
+            speaker=self.speaker, metadata=self.metadata, ttl_s=self.ttl_s,
         )
 
 

@@ -35,13 +35,14 @@ from typing import Any, Sequence
 import numpy as np
 
 from strata.chunking import Chunker, ChunkTree
-from strata.config import SemanticSettings
+from strata.config import SemanticSettings, TTLSettings
 from strata.episodic import from_ms, to_ms
 from strata.errors import InvalidInput, NotFound
 from strata.graph import EntityExtractor, Extraction, KnowledgeGraph
 from strata.ids import validate_id
 from strata.lexical import LexicalIndex, language_weights, rrf_fuse
 from strata.records import Record, RecordStore
+from strata.ttl import EXPIRES, Expiries, expires_ms, from_ms_or_none
 from strata.vectors import VectorIndex, best
 
 __all__ = [
@@ -67,6 +68,8 @@ class DocumentInput:
     doc_id: str | None = None
     title: str | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
+    #: Seconds it lives; it may shorten the configured TTL, never lengthen it.
+    ttl_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -83,6 +86,8 @@ class Document:
     children: int
     created_at: datetime
     updated_at: datetime
+    #: When it expires (epoch ms), counted from its last indexing; None: never.
+    expires_ms: int | None = None
 
     def to_payload(self) -> dict[str, Any]:
         return {
@@ -95,6 +100,7 @@ class Document:
             "children": self.children,
             "created_ms": to_ms(self.created_at),
             "updated_ms": to_ms(self.updated_at),
+            **({EXPIRES: self.expires_ms} if self.expires_ms else {}),
         }
 
     @classmethod
@@ -111,6 +117,7 @@ class Document:
             children=int(p.get("children", 0)),
             created_at=from_ms(int(p.get("created_ms", row.ts_ms))),
             updated_at=from_ms(int(p.get("updated_ms", row.ts_ms))),
+            expires_ms=p.get(EXPIRES),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -124,6 +131,7 @@ class Document:
             "children": self.children,
             "created_at": self.created_at,
             "updated_at": self.updated_at,
+            "expires_at": from_ms_or_none(self.expires_ms),
         }
 
 
@@ -188,8 +196,12 @@ class SemanticMemory:
         settings: SemanticSettings,
         chunker: Chunker,
         extractor: EntityExtractor,
+        ttl: TTLSettings | None = None,
     ) -> None:
         self.tenant = validate_id(tenant, field="tenant")
+        self._ttl = ttl or TTLSettings()
+        #: Deadlines of the documents that expire, by doc id.
+        self.expiries: Expiries[str] = Expiries()
         self._store = store
         self._collection = collection
         self._settings = settings
@@ -269,6 +281,7 @@ class SemanticMemory:
             children=len(tree.children),
             created_at=old.created_at if old else now,
             updated_at=now,
+            expires_ms=expires_ms(self._ttl.seconds(self.tenant, "semantic", doc.ttl_s), now=now),
         )
         return PreparedDocument(document, tree, extractions)
 
@@ -322,6 +335,7 @@ class SemanticMemory:
         """Forget the document in memory: passages, vectors, BM25 entries, graph edges."""
         chunks = self._doc_chunks.pop(doc_id, None)
         self._docs.pop(doc_id, None)
+        self.expiries.drop([doc_id])
         if chunks is None:
             return
         parents, children = chunks
@@ -496,6 +510,7 @@ class SemanticMemory:
         passages = [_passage_from(r) for r in in_order if r.kind == PARENT]
         children = [r for r in in_order if r.kind == CHILD]
         self._docs[doc.doc_id] = doc
+        self.expiries.set(doc.doc_id, doc.expires_ms)
         for passage in passages:
             self._parents[passage.pk] = passage
         for row in children:

@@ -40,7 +40,12 @@ class VectorIndex:
         self.groups.append(group)
 
     def remove_group(self, group: str) -> None:
-        keep = [i for i, g in enumerate(self.groups) if g != group]
+        self._keep([i for i, g in enumerate(self.groups) if g != group])
+
+    def remove(self, item_ids: set[str]) -> None:
+        self._keep([i for i, item_id in enumerate(self.ids) if item_id not in item_ids])
+
+    def _keep(self, keep: list[int]) -> None:
         if len(keep) == len(self.ids):
             return
         self.ids = [self.ids[i] for i in keep]

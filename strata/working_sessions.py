@@ -11,13 +11,14 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Sequence
 
-from strata.config import WorkingSettings
+from strata.config import TTLSettings, WorkingSettings
 from strata.errors import InvalidInput, NotFound
 from strata.ids import validate_id
 from strata.records import Record, RecordStore
 from strata.tokens import TokenCounter
 from strata.working import CompressionReport, WorkingItem, WorkingMemory
 from strata.episodic import to_ms
+from strata.ttl import EXPIRES, Expiries, expires_ms
 
 __all__ = ["WorkingSessions", "KIND"]
 
@@ -33,8 +34,12 @@ class WorkingSessions:
         collection: str,
         settings: WorkingSettings,
         counter: TokenCounter,
+        ttl: TTLSettings | None = None,
     ) -> None:
         self.tenant = validate_id(tenant, field="tenant")
+        self._ttl = ttl or TTLSettings()
+        #: Deadlines of the loaded sessions' items, keyed (session, item id).
+        self.expiries: Expiries[tuple[str, str]] = Expiries()
         self._store = store
         self._collection = collection
         self._settings = settings
@@ -68,6 +73,8 @@ class WorkingSessions:
                 state["items"] = [{k: v for k, v in r.payload.items() if k != "seq"} for r in rows]
                 memory = WorkingMemory.from_dict(state, counter=self._counter)
             self._seqs[session_id] = {r.payload["id"]: int(r.payload.get("seq", 0)) for r in rows}
+            for r in rows:
+                self.expiries.set((session_id, r.payload["id"]), r.payload.get(EXPIRES))
             self._sessions[session_id] = memory
         return memory
 
@@ -97,15 +104,18 @@ class WorkingSessions:
                 )
                 for item in items
             ]
+            for spec, item in zip(items, added):
+                deadline = expires_ms(self._ttl.seconds(self.tenant, "working", spec.get("ttl_s")), now=now)
+                self.expiries.set((session_id, item.id), deadline)
             after = {item.id: item for item in memory.items}
             self._persist(session_id, before, after)
         except ValueError as exc:
-            self._sessions.pop(session_id, None)
+            self._unload(session_id)
             raise InvalidInput(str(exc)) from None
         except BaseException:
             # Invalid input or a failed write: forget the half-made change, so a
             # call is all or nothing and memory always matches the store.
-            self._sessions.pop(session_id, None)
+            self._unload(session_id)
             raise
         report = None
         dropped = tuple(i for i in [*before, *(a.id for a in added)] if i not in after)
@@ -134,9 +144,40 @@ class WorkingSessions:
             raise NotFound(f"session {session_id!r} has no working memory")
         # Only working rows: version counters share the collection.
         removed = self._store.delete(self._collection, tenant=self.tenant, session=session_id, kinds=[KIND])
+        self._unload(session_id)
+        return removed
+
+    def _unload(self, session_id: str) -> None:
+        """Drop a session from memory (it reloads from the store on next use)."""
         self._sessions.pop(session_id, None)
         self._seqs.pop(session_id, None)
-        return removed
+        self.expiries.drop([key for key in self.expiries.keys() if key[0] == session_id])
+
+    # -- expiry ---------------------------------------------------------------
+
+    def expired(self, at_ms: int) -> dict[str, list[str]]:
+        """Ids of the items expired at ``at_ms``, by session."""
+        found: dict[str, list[str]] = {}
+        for session_id, item_id in self.expiries.expired(at_ms):
+            found.setdefault(session_id, []).append(item_id)
+        return found
+
+    def delete_items(self, session_id: str, item_ids: Sequence[str]) -> int:
+        """Delete items from the store (blocking); the rows removed."""
+        pks = [self._pk(session_id, item_id) for item_id in item_ids]
+        return self._store.delete(self._collection, tenant=self.tenant, session=session_id, pks=pks)
+
+    def drop_items(self, session_id: str, item_ids: Sequence[str]) -> None:
+        """Remove items from memory (after :meth:`delete_items`)."""
+        memory = self._sessions.get(session_id)
+        for item_id in item_ids:
+            if memory is not None:
+                memory.remove(item_id)
+            self._seqs.get(session_id, {}).pop(item_id, None)
+        self.expiries.drop([(session_id, item_id) for item_id in item_ids])
+
+    def _pk(self, session_id: str, item_id: str) -> str:
+        return f"{self.tenant}/{KIND}/{session_id}/{item_id}"
 
     def _persist(self, session_id: str, before: dict[str, WorkingItem], after: dict[str, WorkingItem]) -> None:
         changed = [item for item_id, item in after.items() if before.get(item_id) != item]
@@ -150,7 +191,7 @@ class WorkingSessions:
                 next_seq += 1
 
         def pk(item_id: str) -> str:
-            return f"{self.tenant}/{KIND}/{session_id}/{item_id}"
+            return self._pk(session_id, item_id)
 
         self._store.upsert(
             self._collection,
@@ -162,7 +203,10 @@ class WorkingSessions:
                     kind=KIND,
                     ts_ms=to_ms(item.created_at),
                     text=item.content,
-                    payload={**item.to_dict(), "seq": seqs.get(item.id, assigned.get(item.id))},
+                    payload={
+                        **item.to_dict(), "seq": seqs.get(item.id, assigned.get(item.id)),
+                        **({EXPIRES: at} if (at := self.expiries.get((session_id, item.id))) else {}),
+                    },
                 )
                 for item in changed
             ],
@@ -184,3 +228,4 @@ class WorkingSessions:
         seqs.update(assigned)
         for item_id in gone:
             seqs.pop(item_id, None)
+        self.expiries.drop([(session_id, item_id) for item_id in gone])
