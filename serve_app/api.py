@@ -5,7 +5,8 @@ key decides the tenant, which never appears in a URL, and its scope (read-only,
 one session) decides which routes it may call (403 otherwise; the table is in
 ``strata/keys.py``). ``/v1/admin/keys`` manages keys and takes an admin key
 only. The ingress does no memory work itself: it authenticates, validates, and
-calls the orchestrator.
+calls the orchestrator. A request body over ``serve.max_body_bytes`` gets 413
+before any of that (:class:`serve_app.errors.BodyLimit`).
 """
 
 # No `from __future__ import annotations` here: Serve rewrites these methods
@@ -21,7 +22,7 @@ from ray import serve
 
 from actors.errors import unwrap
 from serve_app.deployments import Refused
-from serve_app.errors import install_handlers
+from serve_app.errors import BodyLimit, install_handlers
 from strata.config import StrataSettings
 from strata.errors import InvalidInput, StrataError, Unauthorized
 from strata.ids import ID_PATTERN, SYSTEM_TENANT
@@ -92,6 +93,21 @@ app = FastAPI(
 install_handlers(app)
 
 
+def _replica_max_body_bytes() -> int:
+    """``serve.max_body_bytes`` of the Api replica serving the request, from Serve's replica context.
+
+    The settings arrive in ``Api.__init__``, after ``@serve.ingress`` has frozen a copy of
+    ``app`` with its middleware. A value that ``__init__`` assigns to a global of this module
+    would not reach it either: Serve pickles ``Api`` by value, and its methods write to a copy
+    of these globals.
+    """
+    replica: Any = serve.get_replica_context().servable_object
+    return int(replica.max_body_bytes)
+
+
+app.add_middleware(BodyLimit, max_bytes=_replica_max_body_bytes)
+
+
 def _bearer(authorization: str | None) -> str:
     if not authorization or not authorization.lower().startswith("bearer "):
         raise Unauthorized("send your API key as 'Authorization: Bearer <key>'")
@@ -113,6 +129,7 @@ class Api:
     def __init__(self, settings: dict[str, Any], orchestrator: Any) -> None:
         self._settings = StrataSettings.from_dict(settings)
         self._orchestrator = orchestrator
+        self.max_body_bytes = self._settings.serve.max_body_bytes  # read by the BodyLimit middleware
         self._keys: KeyStore | None = None
         auth = self._settings.auth
         self._limits = RateLimiter(per_s=auth.rate_limit_per_s, burst=auth.rate_burst)

@@ -1,17 +1,29 @@
-"""Strata errors to HTTP responses, in one place."""
+"""Strata errors to HTTP responses, in one place; and the request body limit (413)."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from http import HTTPStatus
 
 from fastapi import Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from starlette.datastructures import Headers
+from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from actors.errors import unwrap
 from strata.errors import RateLimited, StoreUnavailable, StrataError, Unauthorized, VersionConflict
 
-__all__ = ["error_response", "validation_response", "install_handlers"]
+__all__ = [
+    "BodyLimit",
+    "error_response",
+    "http_error_response",
+    "install_handlers",
+    "too_large_response",
+    "validation_response",
+]
 
 
 def error_response(exc: StrataError) -> JSONResponse:
@@ -40,12 +52,108 @@ def validation_response(exc: RequestValidationError) -> JSONResponse:
     )
 
 
+def http_error_response(exc: HTTPException) -> JSONResponse:
+    """FastAPI's and Starlette's own errors (unknown route, wrong method, unreadable body) in
+    Strata's shape instead of ``{"detail": ...}``."""
+    if exc.status_code == 400 and isinstance(exc.__cause__, UnicodeDecodeError):
+        message = f"the body is not valid JSON (not UTF-8: {exc.__cause__.reason} at byte {exc.__cause__.start})"
+        return JSONResponse({"error": "InvalidInput", "message": message, "problems": [message]}, status_code=422)
+    try:
+        name = HTTPStatus(exc.status_code).phrase.title().replace(" ", "").replace("-", "")
+    except ValueError:
+        name = "HTTPError"
+    return JSONResponse({"error": name, "message": str(exc.detail)}, status_code=exc.status_code, headers=exc.headers)
+
+
+def too_large_response(limit_bytes: int, *, declared_bytes: int | None = None) -> JSONResponse:
+    """The 413 for a body over ``serve.max_body_bytes``; ``declared_bytes``: its Content-Length."""
+    size = f"{declared_bytes:,} bytes, over" if declared_bytes is not None else "over"
+    mib = f" ({limit_bytes / 2**20:.4g} MiB)" if limit_bytes >= 2**20 else ""
+    message = (f"the request body is {size} the limit of {limit_bytes:,} bytes{mib}; send less, or raise "
+               "serve.max_body_bytes (STRATA_SERVE__MAX_BODY_BYTES) on the server")
+    return JSONResponse(
+        {"error": "BodyTooLarge", "message": message, "max_body_bytes": limit_bytes},
+        status_code=413,
+        headers={"Connection": "close"},  # the rest of the body is not read
+    )
+
+
+class _OverLimit(Exception):
+    """Raised into the app by :class:`BodyLimit`'s ``receive`` once the body passes the limit."""
+
+
+class BodyLimit:
+    """Answer 413 to a request whose body is over ``max_bytes()`` bytes, before the app reads it.
+
+    Pure ASGI: ``BaseHTTPMiddleware`` would buffer the very body it is meant to bound. A
+    ``Content-Length`` over the limit is refused before the app is called. A body without one
+    (chunked) is counted as the app receives it: the message that passes the limit is never
+    handed on, the app's read fails instead, whatever the app answers to that is dropped,
+    and the client gets the 413.
+
+    Args:
+        app: the ASGI app to guard.
+        max_bytes: the limit in bytes, read once per request (the Api replica's settings
+            arrive after the app is built).
+    """
+
+    def __init__(self, app: ASGIApp, *, max_bytes: Callable[[], int]) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        limit = self.max_bytes()
+        try:
+            declared: int | None = int(Headers(scope=scope).get("content-length", ""))
+        except ValueError:  # absent (chunked) or malformed: counted below all the same
+            declared = None
+        if declared is not None and declared > limit:
+            await too_large_response(limit, declared_bytes=declared)(scope, receive, send)
+            return
+
+        received = 0
+        started = refused = False
+
+        async def counted() -> Message:
+            nonlocal received, refused
+            if received > limit:
+                raise _OverLimit
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > limit:
+                    refused = not started
+                    raise _OverLimit
+            return message
+
+        async def guarded(message: Message) -> None:
+            nonlocal started
+            if refused:  # the app's answer to its failed read (FastAPI makes it a 400)
+                return
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, counted, guarded)
+        except Exception:
+            if not refused:  # anything but the consequence of the refused read is the app's own
+                raise
+        if refused:
+            await too_large_response(limit)(scope, receive, send)
+
+
 def install_handlers(app: object) -> None:
     async def on_strata(request: Request, exc: Exception) -> JSONResponse:
         return error_response(exc)  # type: ignore[arg-type]
 
     async def on_validation(request: Request, exc: Exception) -> JSONResponse:
         return validation_response(exc)  # type: ignore[arg-type]
+
+    async def on_http(request: Request, exc: Exception) -> JSONResponse:
+        return http_error_response(exc)  # type: ignore[arg-type]
 
     async def on_other(request: Request, exc: Exception) -> JSONResponse:
         err = unwrap(exc)
@@ -58,4 +166,5 @@ def install_handlers(app: object) -> None:
 
     app.add_exception_handler(StrataError, on_strata)  # type: ignore[attr-defined]
     app.add_exception_handler(RequestValidationError, on_validation)  # type: ignore[attr-defined]
+    app.add_exception_handler(HTTPException, on_http)  # type: ignore[attr-defined]
     app.add_exception_handler(Exception, on_other)  # type: ignore[attr-defined]

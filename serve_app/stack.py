@@ -324,12 +324,17 @@ class Stack:
             try:
                 _wait("the Serve application", self.healthy, 180)
             except StackError as exc:
-                raise StackError(f"{exc}; its logs are in /tmp/ray/session_latest/logs/serve/") from None
+                raise StackError(f"{exc}; its logs are in {self.ray_temp_dir}/session_latest/logs/serve/") from None
         key = self._dev_key()
-        (self.data_dir / "stack.json").write_text(json.dumps(
-            {"serve_port": self.settings.serve.port, "milvus_port": self.settings.milvus.port,
-             "ray_address": self.ray_address, "ray_auth": self.ray_auth_env(),
-             "settings": self.settings.to_dict()}, indent=2))
+        # The settings hold secrets (auth.admin_key, pii.hash_key, API keys, the Milvus
+        # token) that `strata keys` and `down` read back: owner-only, like the key files.
+        path = self.data_dir / "stack.json"
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            json.dump({"serve_port": self.settings.serve.port, "milvus_port": self.settings.milvus.port,
+                       "ray_address": self.ray_address, "ray_auth": self.ray_auth_env(),
+                       "settings": self.settings.to_dict()}, f, indent=2)
+        os.chmod(path, 0o600)  # an older stack.json keeps its mode through O_TRUNC
         return key
 
     def _healthy_soon(self, timeout_s: float) -> bool:

@@ -109,6 +109,8 @@ class ServeSettings(_Section):
     request_timeout_s: float = Field(default=30.0, gt=0)
     embedding_max_batch_size: int = Field(default=32, ge=1)
     embedding_batch_wait_timeout_s: float = Field(default=0.005, ge=0)
+    #: 413 above this. 128 MiB admits a 20 M-char document of 4-byte UTF-8 (80 MB), or of CJK as \uXXXX JSON (120 MB).
+    max_body_bytes: int = Field(default=128 * 2**20, ge=1024)
 
 
 class ActorSettings(_Section):

@@ -1,12 +1,19 @@
-"""API keys end to end: `strata keys` against the stack `strata up` starts, then HTTP with those keys."""
+"""API keys end to end: `strata keys` against the stack `strata up` starts, then HTTP with those keys;
+and no secret or raw PII in any log or file the stack writes."""
 
 from __future__ import annotations
 
+import os
+import re
+import secrets
+import string
 import subprocess
+import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 
+import httpx
 import pytest
 
 from strata.keys import hash_key
@@ -14,11 +21,13 @@ from tests.conftest import free_port
 from tests.e2e.running import STRATA, Running, started
 
 CONFIGURED_ADMIN = "sk-strata-configured-" + uuid.uuid4().hex
+BODY_LIMIT = 1 << 20  # serve.max_body_bytes of this module's stack: a 413 costs a 1 MiB body, not 128 MiB
 
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
-    with started(tmp_path_factory, "keys", STRATA_AUTH__ADMIN_KEY=CONFIGURED_ADMIN) as running:
+    with started(tmp_path_factory, "keys", STRATA_AUTH__ADMIN_KEY=CONFIGURED_ADMIN,
+                 STRATA_SERVE__MAX_BODY_BYTES=str(BODY_LIMIT)) as running:
         yield running
 
 
@@ -170,3 +179,164 @@ def test_admin_forgets_a_tenant_and_its_keys(stack: Running) -> None:
     assert system.status_code == 422 and "system" in system.json()["message"]
     audit = stack.call("GET", "/v1/audit", fresh).json()["entries"]
     assert [e["op"] for e in audit][:2] == ["record_turns", "forget_tenant"] and audit[1]["key_id"] == "admin"
+
+
+def test_a_body_over_serve_max_body_bytes_gets_413(stack: Running) -> None:
+    big = {"text": "x" * BODY_LIMIT}
+    declared = stack.post("/v1/documents", big)
+    assert declared.status_code == 413, declared.text
+    assert declared.json()["error"] == "BodyTooLarge" and declared.json()["max_body_bytes"] == BODY_LIMIT
+    assert "1,048,576 bytes (1 MiB)" in declared.json()["message"]
+    assert "serve.max_body_bytes" in declared.json()["message"]
+
+    def chunked() -> Iterator[bytes]:  # no Content-Length: the limit is hit while the body arrives
+        yield b'{"text": "'
+        for _ in range(40):
+            yield b"x" * 65536
+        yield b'"}'
+
+    streamed = httpx.post(stack.url + "/v1/documents", content=chunked(), timeout=30,
+                          headers={"Authorization": f"Bearer {stack.key}", "content-type": "application/json"})
+    assert streamed.status_code == 413 and streamed.json()["error"] == "BodyTooLarge", streamed.text
+    # Just under the limit, the body reaches validation (a bad doc_id, so nothing is indexed).
+    under = stack.post("/v1/documents", {"doc_id": "not an id!", "text": "x" * (BODY_LIMIT - 100)})
+    assert under.status_code == 422 and "doc_id" in under.json()["message"], under.text
+
+
+def test_bodies_that_are_not_the_model_get_422(stack: Running) -> None:
+    headers = {"Authorization": f"Bearer {stack.key}", "content-type": "application/json"}
+    for body in (b"not json", b'[{"user": "hi"}]', b'"hi"', b"", b'{"user": "\xff"}', b'{"user": 3}'):
+        bad = httpx.post(stack.url + "/v1/sessions/s1/turns", content=body, headers=headers, timeout=30)
+        assert bad.status_code == 422 and bad.json()["error"] == "InvalidInput", (body, bad.text)
+    missing = stack.call("GET", "/v1/nowhere", stack.key)
+    assert missing.status_code == 404 and missing.json()["error"] == "NotFound"
+
+
+# -- no secret or raw PII in the logs or the data dir ---------------------------------------------
+
+#: Files of the data dir that hold a secret by design (0600, written by `strata up`), and the one
+#: each may hold. Nothing else may: the stores keep keys as SHA-256 hashes and text redacted, so
+#: milvus-lite's files are read like the logs.
+BY_DESIGN = {
+    "dev-api-key": "the development key",  # stack.key, handed to the user
+    "pii-hash-key": "the PII hash key",  # the HMAC secret of the `hash` policy's pseudonyms
+    "ray-auth-token": "the Ray auth token",  # Ray's token authentication for the embedded head
+}
+#: Secrets in the settings `strata up` records in DATA_DIR/stack.json (0600): `strata keys` and
+#: `strata down` read them back (test_stack_json_is_owner_only).
+STACK_JSON_KNOWN = ("the configured admin key", "the PII hash key")
+
+
+def grep(roots: Iterable[Path], needles: Mapping[str, str]) -> tuple[list[tuple[str, Path]], dict[Path, int]]:
+    """Each ``(needle name, file)`` where a needle occurs in a regular file under ``roots``, and the
+    bytes read from each file. Symlinks are not followed (Ray's ``session_latest`` points into the tree)."""
+    found: list[tuple[str, Path]] = []
+    read: dict[Path, int] = {}
+    for root in roots:
+        for parent, _, names in os.walk(root):
+            for path in (Path(parent) / name for name in names):
+                if path.is_symlink() or not path.is_file():
+                    continue
+                blob = path.read_bytes()
+                read[path] = len(blob)
+                found += [(name, path) for name, value in needles.items() if value.encode() in blob]
+    return found, read
+
+
+def _pii_forms(raw: Mapping[str, str]) -> dict[str, str]:
+    """Each raw value as written, and without its spaces and dashes."""
+    return {f"raw {kind} ({form!r})": form for kind, value in raw.items()
+            for form in {value, value.replace(" ", ""), re.sub(r"[ \-]", "", value)}}
+
+
+def test_no_secret_or_raw_pii_in_the_logs_or_the_data_dir(stack: Running) -> None:
+    token = "".join(secrets.choice(string.ascii_letters + string.digits) for _ in range(24))
+    raw = {
+        "email": "jonas.becker@example.net",
+        "card": "4111 1111 1111 1111",
+        "phone": "+1 415-555-0134",
+        "secret": "sk_live_" + token,
+    }
+    marker = "logmarker" + uuid.uuid4().hex[:12]  # plain text, sent in a header and a turn: the grep must see it
+    pii = f"{marker} mail {raw['email']}, card {raw['card']}, call {raw['phone']}, key {raw['secret']}"
+
+    # Keys: a tenant key, a read-only one, admin keys (CLI and API), one rotated, one revoked.
+    tenant = stack.new_key("create", "t-logs", "--name", "logs")
+    reader = stack.new_key("create", "t-logs", "--read-only")
+    admin = stack.new_key("create-admin")
+    made = stack.call("POST", "/v1/admin/keys", admin, {"tenant": "t-logs", "name": "to rotate"})
+    assert made.status_code == 201, made.text
+    rotated = stack.call("POST", f"/v1/admin/keys/{made.json()['key_id']}:rotate", CONFIGURED_ADMIN)
+    assert rotated.status_code == 201, rotated.text
+    revoked = stack.new_key("create", "t-logs")
+    assert stack.call("DELETE", f"/v1/admin/keys/{hash_key(revoked)[:12]}", admin).status_code == 200
+    never_issued = "sk-strata-" + secrets.token_urlsafe(24)
+    keys = {"a tenant key": tenant, "a read-only key": reader, "an admin key": admin,
+            "the configured admin key": CONFIGURED_ADMIN, "a key made by the admin API": made.json()["key"],
+            "a rotated key": rotated.json()["key"], "a revoked key": revoked, "a key never issued": never_issued}
+
+    # Successful calls, with PII in what they write and ask.
+    turn = stack.post("/v1/sessions/logs-1/turns", {"user": pii, "agent": f"I will mail {raw['email']}"}, key=tenant,
+                      headers={"X-Request-ID": marker})  # Serve logs the request id: the marker in its logs
+    assert turn.status_code == 201 and set(turn.json()["redacted"]) == set(raw), turn.text
+    batch = stack.call("POST", "/v1/sessions/logs-1/turns/batch", tenant, {"turns": [{"user": pii}, {"agent": pii}]})
+    assert batch.status_code == 201, batch.text
+    document = stack.call("POST", "/v1/documents", tenant, {"doc_id": "logs-doc", "text": f"# Contacts\n\n{pii}"})
+    assert document.status_code == 201, document.text
+    interaction = stack.call("POST", "/v1/interactions", tenant, {"session_id": "logs-2", "user": pii, "agent": "ok"})
+    assert interaction.status_code == 201, interaction.text
+    assert stack.call("POST", "/v1/search", reader, {"query": f"mail {raw['email']}"}).status_code == 200
+    assert stack.call("POST", "/v1/context", reader, {"message": pii, "session_id": "logs-1"}).status_code == 200
+    assert stack.call("GET", "/v1/admin/keys", admin, params={"tenant": "t-logs"}).status_code == 200
+    # Refused ones: wrong, revoked and retired keys (401), a read-only write (403), bad bodies
+    # carrying a key and PII (422), PII and a key in the URL, a body over the limit (413).
+    for key in (never_issued, revoked, made.json()["key"], "not-even-a-key " + raw["secret"]):
+        assert stack.call("POST", "/v1/sessions/logs-1/turns", key, {"user": pii}).status_code == 401
+    assert stack.call("POST", "/v1/sessions/logs-1/turns", reader, {"user": pii}).status_code == 403
+    invalid = [
+        ("/v1/sessions/logs-1/turns", {"user": pii, "api_key": tenant}),  # an unknown field
+        ("/v1/sessions/logs-1/turns", {"user": pii, "timestamp": f"when {raw['email']} says", "speaker": tenant}),
+        ("/v1/context", {"message": pii, "session_id": f"{raw['email']} {tenant}"}),
+        ("/v1/admin/keys", {"tenant": raw["email"], "name": tenant}),
+    ]
+    for path, body in invalid:
+        answer = stack.call("POST", path, admin if "admin" in path else tenant, body)
+        assert answer.status_code == 422, (path, answer.text)
+    truncated = httpx.post(stack.url + "/v1/search", content=f'{{"query": "{pii} {tenant}'.encode(), timeout=30,
+                           headers={"Authorization": f"Bearer {tenant}", "content-type": "application/json"})
+    assert truncated.status_code == 422, truncated.text
+    in_url = stack.call("GET", f"/v1/sessions/{raw['email']}/working", tenant, params={"after": tenant})
+    assert in_url.status_code == 422, in_url.text
+    assert stack.call("GET", "/v1/documents", tenant, params={"after": raw["secret"] + tenant}).status_code == 200
+    too_big = stack.call("POST", "/v1/documents", tenant, {"text": (pii + " " + tenant + " ") * (BODY_LIMIT // 100)})
+    assert too_big.status_code == 413, too_big.text
+
+    ray_dir = Path("/tmp") / f"strata-ray-{stack.env['STRATA_RAY__GCS_PORT']}"
+    by_design = {name: (stack.data_dir / name).read_text().strip() for name in BY_DESIGN}
+    needles = {**keys, **{BY_DESIGN[name]: value for name, value in by_design.items()}, **_pii_forms(raw)}
+    deadline = time.monotonic() + 15
+    while True:  # until the marker's log lines are written
+        markers, _ = grep([ray_dir / "session_latest" / "logs"], {"marker": marker})
+        if any("serve" in path.parts for _, path in markers) or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    found, read = grep([ray_dir, stack.data_dir], {**needles, "marker": marker})
+
+    # The grep read what the stack wrote: Serve's logs show the marker (the request id), the
+    # stores' files the marker written in plain text, and the logs are not empty.
+    shown = {path for name, path in found if name == "marker"}
+    assert any(ray_dir in path.parents and "serve" in path.parts for path in shown), "Serve's logs were not read"
+    assert any(stack.data_dir / "milvus" in path.parents for path in shown), "the stores' files were not read"
+    log_bytes = sum(n for path, n in read.items() if "logs" in path.parts)
+    assert log_bytes > 100_000 and sum(1 for path in read if path.suffix in (".log", ".err", ".out")) > 20
+    stack_json = stack.data_dir / "stack.json"
+    leaks = sorted(f"{name} in {path}" for name, path in found if name != "marker"
+                   and not (path.parent == stack.data_dir and by_design.get(path.name) == needles[name])
+                   and not (path == stack_json and name in STACK_JSON_KNOWN))
+    assert not leaks, "\n".join(leaks)
+
+
+def test_stack_json_is_owner_only(stack: Running) -> None:
+    """It records the settings, secrets included, like the key files beside it."""
+    for name in ("stack.json", *BY_DESIGN):
+        assert (stack.data_dir / name).stat().st_mode & 0o077 == 0, name
