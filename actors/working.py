@@ -7,6 +7,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from actors.shard import LayerShard
+from strata.idempotency import IDEM_KIND, IDEM_SESSION
 from strata.records import RecordStore
 from strata.storage import Collections
 from strata.tokens import TiktokenCounter
@@ -34,7 +35,8 @@ def _item(item: WorkingItem, expires: int | None) -> dict[str, Any]:
 
 class WorkingShard(LayerShard[WorkingSessions]):
     layer_name = "working"
-    expiring_kinds = (WORKING_KIND,)
+    # The answers kept for idempotent writes live beside working items and expire the same way.
+    expiring_kinds = (WORKING_KIND, IDEM_KIND)
 
     def __init__(self, settings: dict[str, Any], shard: int) -> None:
         super().__init__(settings, shard)
@@ -47,7 +49,7 @@ class WorkingShard(LayerShard[WorkingSessions]):
         )
 
     def tenant_rows(self, collections: Collections) -> tuple[str, list[str] | None]:
-        return collections.state, [WORKING_KIND]
+        return collections.state, [WORKING_KIND, IDEM_KIND]
 
     # -- expiry: items, by session (the version scope) ------------------------------
 
@@ -64,7 +66,7 @@ class WorkingShard(LayerShard[WorkingSessions]):
         layer.drop_items(scope, expired)
 
     def load_for_expiry(self, layer: WorkingSessions, sessions: set[str]) -> None:
-        for session_id in sessions:
+        for session_id in sessions - {IDEM_SESSION}:
             layer.session(session_id)
 
     async def _load_session(self, tenant: str, sessions: WorkingSessions, session_id: str) -> None:

@@ -23,6 +23,7 @@ from ray import serve
 from actors.errors import unwrap
 from serve_app.deployments import Refused
 from serve_app.errors import BodyLimit, install_handlers
+from serve_app.idempotent import Idempotent, Replica, replica_parts
 from strata.config import StrataSettings
 from strata.errors import InvalidInput, StrataError, Unauthorized
 from strata.ids import ID_PATTERN, SYSTEM_TENANT
@@ -67,6 +68,7 @@ from strata.schema import (
     WorkingItemsIn,
     WorkingState,
 )
+from strata.idempotency import IdempotencyStore
 from strata.ratelimit import RateLimiter
 from strata.storage import open_store
 
@@ -105,6 +107,12 @@ def _replica_max_body_bytes() -> int:
     return int(replica.max_body_bytes)
 
 
+def _replica_parts() -> Replica:
+    return replica_parts(serve.get_replica_context().servable_object)
+
+
+# Added first, so it runs inside BodyLimit: the body it reads is bounded already.
+app.add_middleware(Idempotent, replica=_replica_parts)
 app.add_middleware(BodyLimit, max_bytes=_replica_max_body_bytes)
 
 
@@ -131,6 +139,7 @@ class Api:
         self._orchestrator = orchestrator
         self.max_body_bytes = self._settings.serve.max_body_bytes  # read by the BodyLimit middleware
         self._keys: KeyStore | None = None
+        self._answers: IdempotencyStore | None = None
         auth = self._settings.auth
         self._limits = RateLimiter(per_s=auth.rate_limit_per_s, burst=auth.rate_burst)
 
@@ -148,6 +157,20 @@ class Api:
             store, names = await asyncio.to_thread(open_store, self._settings)
             self._keys = KeyStore(store, names.state)
         return self._keys
+
+    async def idempotency_store(self) -> IdempotencyStore:
+        """Where the answers to writes sent with an Idempotency-Key are kept (the middleware's)."""
+        if self._answers is None:
+            store, names = await asyncio.to_thread(open_store, self._settings)
+            self._answers = IdempotencyStore(store, names.state, ttl_s=self._settings.serve.idempotency_ttl_s)
+        return self._answers
+
+    async def tenant_of_key(self, key: str | None) -> str | None:
+        """The tenant of an active tenant key (no rate limit taken: the route takes it)."""
+        if not key:
+            return None
+        keys = await self._key_store()
+        return await asyncio.to_thread(keys.tenant_of, key)
 
     async def _tenant(self, authorization: str | None, *, writes: bool, session: str | None) -> str:
         return (await self._caller(authorization, writes=writes, session=session))[0]

@@ -111,6 +111,8 @@ class ServeSettings(_Section):
     embedding_batch_wait_timeout_s: float = Field(default=0.005, ge=0)
     #: 413 above this. 128 MiB admits a 20 M-char document of 4-byte UTF-8 (80 MB), or of CJK as \uXXXX JSON (120 MB).
     max_body_bytes: int = Field(default=128 * 2**20, ge=1024)
+    #: A write sent with an Idempotency-Key keeps its answer this long: its retries get it back.
+    idempotency_ttl_s: float = Field(default=86_400.0, gt=0, le=30 * 86_400)
 
 
 class ActorSettings(_Section):

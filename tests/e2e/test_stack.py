@@ -333,6 +333,21 @@ def test_pii_never_reaches_the_data_dir(stack: Running) -> None:
         assert not leaked, f"raw {kind} found in the data dir"
 
 
+def test_a_retried_write_with_an_idempotency_key_is_applied_once(stack: Running) -> None:
+    turn = {"user": "The spare key hangs behind the clock.", "turn_id": None}
+    sent = [stack.post("/v1/sessions/idem-1/turns", {"user": turn["user"]}, headers={"Idempotency-Key": "retry-7"})
+            for _ in range(3)]
+    assert [r.status_code for r in sent] == [201, 201, 201]
+    assert sent[1].json() == sent[0].json() == sent[2].json()
+    assert sent[1].headers["idempotent-replayed"] == "true" and "idempotent-replayed" not in sent[0].headers
+    window = httpx.get(stack.url + "/v1/sessions/idem-1/working", headers={"Authorization": f"Bearer {stack.key}"})
+    assert [i["content"] for i in window.json()["items"]] == [turn["user"]]  # applied once
+    other = stack.post("/v1/sessions/idem-1/turns", {"user": "something else"}, headers={"Idempotency-Key": "retry-7"})
+    assert other.status_code == 422 and "different request" in other.json()["message"]
+    fresh = stack.post("/v1/sessions/idem-1/turns", {"user": turn["user"]}, headers={"Idempotency-Key": "retry-8"})
+    assert fresh.status_code == 201 and fresh.json()["turns"][0]["turn_id"] != sent[0].json()["turns"][0]["turn_id"]
+
+
 def test_openapi_docs(stack: Running) -> None:
     assert httpx.get(stack.url + "/docs", timeout=10).status_code == 200
     paths = httpx.get(stack.url + "/openapi.json", timeout=10).json()["paths"]
