@@ -33,7 +33,7 @@ import time
 import zlib
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Awaitable, Callable, Generic, Iterable, Sequence, TypeVar
+from typing import Any, AsyncIterator, Awaitable, Callable, Generic, Sequence, TypeVar
 
 import numpy as np
 
@@ -262,7 +262,7 @@ class LayerShard(Generic[L]):
             await asyncio.sleep(self.settings.ttl.sweep_interval_s)
             try:
                 await self.sweep()
-            except Exception as exc:  # the store is down, say: the next sweep tries again
+            except Exception as exc:  # noqa: BLE001  (the store is down, say: the next sweep tries again)
                 log.warning("%s shard %d: TTL sweep failed: %s", self.layer_name, self.shard, exc)
 
     async def version(self, tenant: str, scope: str) -> int:

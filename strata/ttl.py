@@ -10,10 +10,11 @@ never returned; a periodic sweep purges tenants nobody calls.
 from __future__ import annotations
 
 import time
-from datetime import datetime, timezone
-from typing import Generic, Hashable, Iterable, TypeVar
+from collections.abc import Hashable, Iterable
+from datetime import UTC, datetime
+from typing import Generic, TypeVar
 
-__all__ = ["Expiries", "expires_ms", "now_ms", "from_ms_or_none", "EXPIRES"]
+__all__ = ["EXPIRES", "Expiries", "expires_ms", "from_ms_or_none", "now_ms"]
 
 K = TypeVar("K", bound=Hashable)
 
@@ -34,7 +35,7 @@ def expires_ms(ttl_s: float | None, *, now: datetime | None = None) -> int | Non
 
 
 def from_ms_or_none(ms: int | None) -> datetime | None:
-    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc) if ms else None
+    return datetime.fromtimestamp(ms / 1000, tz=UTC) if ms else None
 
 
 class Expiries(Generic[K]):

@@ -3,7 +3,7 @@ and what an expired turn takes with it in episodic memory (in-memory store)."""
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import numpy as np
 import pytest
@@ -16,7 +16,7 @@ from strata.schema import TurnIn
 from strata.summarize import EpisodeSummary
 from strata.ttl import Expiries, expires_ms
 
-NOW = datetime(2026, 1, 5, 12, 0, tzinfo=timezone.utc)
+NOW = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)
 
 
 def test_expiries_track_the_earliest_deadline() -> None:
