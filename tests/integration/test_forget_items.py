@@ -13,15 +13,13 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
-import ray
 
 from actors.client import InClusterClient
-from actors.orchestration import AVAILABLE_LAYERS
-from actors.router import LayerRouter
 from strata.errors import NotFound
 from strata.ids import SYSTEM_TENANT
 from strata.storage import open_store
 from tests.conftest import MilvusServer, settings_for
+from tests.integration.layers import restart_layer_actors
 
 pytestmark = [pytest.mark.usefixtures("ray_local"), pytest.mark.asyncio(loop_scope="module")]
 
@@ -250,26 +248,9 @@ async def world(settings: Any) -> World:
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def restarted(world: World) -> tuple[Seen, Seen]:
     """Every layer actor killed and restarted: their state comes back from the store only."""
-    router = LayerRouter(world.settings)
-    handles = [h for layer in AVAILABLE_LAYERS for h in router.all_handles(layer)]
-    for handle in handles:
-        ray.kill(handle, no_restart=False)
-    for handle in handles:
-        await _until_up(handle)
+    handles = await restart_layer_actors(world.settings)
     assert [(await h.ping.remote())["tenants_loaded"] for h in handles] == [0] * len(handles)  # memory is gone
     return await _sightings(world.acme), await _sightings(world.globex)
-
-
-async def _until_up(handle: Any, timeout_s: float = 60) -> None:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            await handle.ping.remote()
-            return
-        except Exception:
-            if time.monotonic() > deadline:
-                raise
-            await asyncio.sleep(0.2)
 
 
 async def test_every_path_sees_every_item_before(world: World) -> None:

@@ -3,19 +3,16 @@ and nothing of another tenant goes with it. Real Ray, real milvus-lite."""
 
 from __future__ import annotations
 
-import asyncio
-import time
 from typing import Any
 
 import pytest
-import ray
 
 from actors.client import InClusterClient
 from actors.orchestration import AVAILABLE_LAYERS
-from actors.router import LayerRouter
 from strata.errors import InvalidInput, NotFound
 from strata.storage import open_store
 from tests.conftest import MilvusServer, settings_for
+from tests.integration.layers import restart_layer_actors
 
 pytestmark = pytest.mark.usefixtures("ray_local")
 
@@ -33,18 +30,6 @@ async def _fill(client: InClusterClient) -> None:
     await client.add_working_items("s2", [{"role": "user", "content": f"Remember {SECRET} for later"}])
     await client.index_document(f"# Vault\n\n{SECRET} Systems uses Kafka for the vault queue.", doc_id="vault")
     await client.extract_skill(f"Open the {SECRET} vault", [{"command": "vault unseal --key-file /etc/vault/key"}])
-
-
-async def _until_up(handle: Any, timeout_s: float = 60) -> None:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            await handle.ping.remote()
-            return
-        except Exception:
-            if time.monotonic() > deadline:
-                raise
-            await asyncio.sleep(0.2)
 
 
 async def _traces(client: InClusterClient) -> list[str]:
@@ -79,12 +64,7 @@ async def test_forgetting_a_tenant_leaves_nothing_and_spares_the_others(settings
     assert await _traces(doomed) == []
 
     # restart every layer actor: nothing comes back from the store either
-    router = LayerRouter(settings)
-    handles = [h for layer in AVAILABLE_LAYERS for h in router.all_handles(layer)]
-    for handle in handles:
-        ray.kill(handle, no_restart=False)
-    for handle in handles:
-        await _until_up(handle)
+    await restart_layer_actors(settings)
     assert await _traces(doomed) == []
     store, names = open_store(settings)
     for collection in (names.episodic, names.semantic, names.procedural):

@@ -9,7 +9,6 @@ import time
 from typing import Any
 
 import pytest
-import ray
 
 from actors.client import InClusterClient
 from actors.orchestration import AVAILABLE_LAYERS
@@ -17,7 +16,7 @@ from actors.router import LayerRouter
 from strata.errors import NotFound
 from strata.storage import open_store
 from tests.conftest import MilvusServer, settings_for
-from tests.integration.test_forget_tenant import _until_up
+from tests.integration.layers import restart_layer_actors
 
 pytestmark = pytest.mark.usefixtures("ray_local")
 
@@ -89,14 +88,6 @@ async def _sleep_until(when: float) -> None:
     await asyncio.sleep(max(when - time.time(), 0) + 0.2)
 
 
-async def _restart_layers(settings: Any) -> None:
-    handles = [h for layer in AVAILABLE_LAYERS for h in LayerRouter(settings).all_handles(layer)]
-    for handle in handles:
-        ray.kill(handle, no_restart=False)
-    for handle in handles:
-        await _until_up(handle)
-
-
 async def test_expired_items_are_never_returned_and_the_rest_stays(settings: Any) -> None:
     await _fill(InClusterClient("ttl-warm", settings), ttl_s=None)  # models loaded, actors up
     client = InClusterClient("ttl-a", settings)
@@ -150,7 +141,7 @@ async def test_expiry_holds_across_a_restart_and_summaries_follow_their_turns(se
     state = await _session_state(settings, "ttl-c")
     assert any(GONE in s["summary"] for s in state["summaries"])  # a summary was made from it
 
-    await _restart_layers(settings)  # killed before it expires; it expires while they restart
+    await restart_layer_actors(settings)  # killed before it expires; it expires while they restart
     await _sleep_until(start + SHORT_S + 2)
     assert await _found(client, GONE) == []
     assert await client._flow.wait_for_summaries("ttl-c") == 0

@@ -1,0 +1,35 @@
+"""Helpers the integration modules share: waiting for a layer actor, restarting them all."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import ray
+
+from actors.orchestration import AVAILABLE_LAYERS
+from actors.router import LayerRouter
+
+
+async def until_up(handle: Any, timeout_s: float = 60) -> None:
+    """Until the actor answers a ping (it restarts in a few seconds after a kill)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            await handle.ping.remote()
+            return
+        except Exception:
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.2)
+
+
+async def restart_layer_actors(settings: Any) -> list[Any]:
+    """Kill every layer actor (Ray restarts each) and wait until all answer; returns their handles."""
+    handles = [h for layer in AVAILABLE_LAYERS for h in LayerRouter(settings).all_handles(layer)]
+    for handle in handles:
+        ray.kill(handle, no_restart=False)
+    for handle in handles:
+        await until_up(handle)
+    return handles
