@@ -29,6 +29,7 @@ import httpx
 from actors.ray_auth import use_ray_auth
 
 from strata.config import StrataSettings
+from strata.milvus_lite_server import COMMAND as MILVUS_LITE_COMMAND
 
 __all__ = ["Stack", "StackError", "scratch_milvus"]
 
@@ -190,9 +191,9 @@ class Stack:
             )
         logs = self.data_dir / "logs"
         logs.mkdir(parents=True, exist_ok=True)
-        binary = Path(sys.executable).parent / "milvus-lite"
-        command = [str(binary) if binary.exists() else "milvus-lite", "server",
-                   "--data-dir", str(self.data_dir / "milvus"), "--host", m.host, "--port", str(m.port)]
+        # Through strata.milvus_lite_server: milvus-lite with its writes serialised per collection.
+        command = [*MILVUS_LITE_COMMAND, "server", "--data-dir", str(self.data_dir / "milvus"), "--host", m.host,
+                   "--port", str(m.port)]
         log = logs / "milvus.log"
         with open(log, "ab") as out:
             process = subprocess.Popen(command, stdout=out, stderr=out, stdin=subprocess.DEVNULL, start_new_session=True)

@@ -6,18 +6,17 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
 from strata.config import StrataSettings, load_settings
-
-BIN = Path(sys.executable).parent
+from strata.milvus_lite_server import COMMAND as MILVUS_LITE
 
 
 def free_port() -> int:
@@ -62,7 +61,7 @@ class MilvusServer:
     def start(self) -> None:
         log = open(self.data_dir.parent / f"milvus-{self.port}.log", "ab")
         self.process = subprocess.Popen(
-            [str(BIN / "milvus-lite"), "server", "--data-dir", str(self.data_dir), "--host", "127.0.0.1", "--port", str(self.port)],
+            [*MILVUS_LITE, "server", "--data-dir", str(self.data_dir), "--host", "127.0.0.1", "--port", str(self.port)],
             stdout=log, stderr=log, start_new_session=True,
         )
         wait_for_milvus(self.port, self.process)
