@@ -71,7 +71,14 @@ class LayerRouter:
                 # write could apply twice), the caller sees the error instead.
                 max_task_retries=0,
                 max_concurrency=64,
+                # No CPU, but a token of memory (1 MiB): Ray's GCS sends an actor that asks
+                # for nothing to a random node whatever the strategy (8 shards on 3 nodes:
+                # as uneven as 6/1/1); with a request, SPREAD deals them out, at creation and
+                # when a dead node's shards restart elsewhere. A CPU share would do too, but
+                # would leave no node a whole CPU for an embedding replica.
                 num_cpus=0,
+                memory=2**20,
+                scheduling_strategy="SPREAD",
             ).remote(self._settings_dict, shard)
             self._handles[key] = handle
         return handle

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from ray.serve import Application
@@ -14,9 +15,19 @@ from serve_app.api import Api
 from serve_app.deployments import Embedding, Orchestrator
 from strata.config import StrataSettings, load_settings
 
-__all__ = ["build_app", "APP_NAME"]
+__all__ = ["APP_NAME", "build_app"]
 
 APP_NAME = "strata"
+
+
+def _config_path(path: str | None) -> str | None:
+    """A relative config path as given if it exists from here, else from the repository root:
+    Serve builds the app in a process whose working directory is where that node's Ray
+    started, not where ``serve deploy`` ran."""
+    if path is None or Path(path).is_absolute() or Path(path).exists():
+        return path
+    beside = Path(__file__).resolve().parent.parent / path
+    return str(beside) if beside.exists() else path
 
 
 def build_app(args: dict[str, Any] | None = None) -> Application:
@@ -25,7 +36,7 @@ def build_app(args: dict[str, Any] | None = None) -> Application:
     if "settings" in args:
         settings = StrataSettings.from_dict(args["settings"])
     else:
-        settings = load_settings(args.get("config"))
+        settings = load_settings(_config_path(args.get("config")))
     payload = settings.to_dict()
     embedding = Embedding.bind(payload)
     orchestrator = Orchestrator.bind(payload, embedding)

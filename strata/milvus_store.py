@@ -107,6 +107,7 @@ class MilvusRecordStore:
 
     def ensure_collection(self, name: str, *, dim: int) -> None:
         from pymilvus import DataType, MilvusClient
+        from pymilvus.exceptions import MilvusException
 
         def create(client: Any) -> None:
             if client.has_collection(name, timeout=self._timeout_s):
@@ -125,7 +126,13 @@ class MilvusRecordStore:
             schema.add_field("vec", DataType.FLOAT_VECTOR, dim=dim)
             index = client.prepare_index_params()
             index.add_index(field_name="vec", index_type="AUTOINDEX", metric_type="IP")
-            client.create_collection(name, schema=schema, index_params=index, timeout=self._timeout_s)
+            try:
+                client.create_collection(name, schema=schema, index_params=index, timeout=self._timeout_s)
+            except MilvusException:
+                # Another process created it between the check and the create (two shards
+                # opening a fresh store at once): theirs will do.
+                if not client.has_collection(name, timeout=self._timeout_s):
+                    raise
 
         self._call(f"create collection {name}", create)
         self._dims[name] = dim
