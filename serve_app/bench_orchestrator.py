@@ -26,15 +26,19 @@ import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from serve_app.client import AsyncStrataClient, StrataClient
 from strata.errors import VersionConflict
 
-__all__ = ["add_arguments", "run"]
+if TYPE_CHECKING:
+    from serve_app.stack import Stack
+
+__all__ = ["Target", "add_arguments", "percentile", "run", "scratch_stack", "target"]
 
 
-def _percentile(values: Sequence[float], q: float) -> float:
+def percentile(values: Sequence[float], q: float) -> float:
+    """The nearest-rank ``q`` quantile (0..1) of ``values``; the median for q = 0.5 and odd counts."""
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
 
@@ -47,8 +51,20 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+class Target(NamedTuple):
+    """The stack a benchmark measures: its URL, a key for tenant ``demo`` (or the one given),
+    and the :class:`~serve_app.stack.Stack` when its settings are known (None for ``--url``)."""
+
+    url: str
+    key: str
+    stack: Stack | None
+    #: True when the benchmark started it on free ports and stops it afterwards.
+    scratch: bool
+
+
 @contextmanager
-def _scratch_stack(config: str | None) -> Iterator[tuple[str, str]]:
+def scratch_stack(config: str | None) -> Iterator[Target]:
+    """A stack on free ports in a temporary directory, stopped (``down``) on exit."""
     from serve_app.stack import Stack
     from strata.config import load_settings
 
@@ -64,17 +80,18 @@ def _scratch_stack(config: str | None) -> Iterator[tuple[str, str]]:
         print(f"starting a scratch stack in {tmp} (about a minute)", flush=True)
         key = stack.up()
         try:
-            yield stack.url, key
+            yield Target(stack.url, key, stack, True)
         finally:
             stack.down()
 
 
 @contextmanager
-def _target(args: argparse.Namespace) -> Iterator[tuple[str, str]]:
+def target(args: argparse.Namespace) -> Iterator[Target]:
+    """``--url``/``--api-key``, else the stack ``strata up`` runs in ``--data-dir``, else a scratch stack."""
     if args.url:
         if not args.api_key:
             raise SystemExit("strata bench: --url needs --api-key")
-        yield args.url, args.api_key
+        yield Target(args.url, args.api_key, None, False)
         return
     from serve_app.stack import Stack
     from strata.config import load_settings
@@ -84,9 +101,9 @@ def _target(args: argparse.Namespace) -> Iterator[tuple[str, str]]:
         recorded = Stack.recorded(settings.data_dir, say=lambda m: None)
         if recorded is not None and recorded.healthy():
             print(f"measuring the stack at {recorded.url}", flush=True)
-            yield recorded.url, recorded.up()
+            yield Target(recorded.url, recorded.up(), recorded, False)
             return
-    with _scratch_stack(args.config) as found:
+    with scratch_stack(args.config) as found:
         yield found
 
 
@@ -269,7 +286,7 @@ def fanout(url: str, key: str, *, calls: int = 60, warmup: int = 5) -> dict[str,
         for n in range(8):
             client.delete_document(f"bench-fanout-{n}")
     report: dict[str, Any] = {
-        name: {"p50_ms": round(statistics.median(t), 2), "p95_ms": round(_percentile(t, 0.95), 2),
+        name: {"p50_ms": round(statistics.median(t), 2), "p95_ms": round(percentile(t, 0.95), 2),
                "calls": len(t), "calls_with_missing_layers": missing[name]}
         for name, t in timings.items()
     }
@@ -300,7 +317,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, which: str) -> int:
-    with _target(args) as (url, key):
+    with target(args) as (url, key, _, _):
         if which == "contention":
             result = asyncio.run(contention(url, key, clients=args.clients, updates=args.updates))
             _print_contention(result)

@@ -203,10 +203,16 @@ def main(argv: list[str] | None = None) -> int:
     add_arguments(chunking)
     chunking.add_argument("--config", default=argparse.SUPPRESS, help="YAML settings (as `strata --config`)")
     chunking.set_defaults(fn=cmd_eval_chunking)
-    from serve_app import bench_orchestrator
+    from serve_app import bench_orchestrator, bench_service
 
-    bench = sub.add_parser("bench", help="benchmarks that print figures measured in one run")
-    benches = bench.add_subparsers(dest="bench", required=True)
+    bench = sub.add_parser(
+        "bench", help="benchmarks that print figures measured in one run; without a name, the service benchmark",
+        description="Without a benchmark name: the service benchmark (latency, ingest and scale over HTTP, "
+        "each against a floor measured in the same run).",
+    )
+    bench_service.add_arguments(bench)
+    bench.set_defaults(fn=bench_service.run)
+    benches = bench.add_subparsers(dest="bench", required=False, metavar="{contention,fanout,pii}")
     contention = benches.add_parser(
         "contention", help="concurrent outcome updates of one skill, atomic and with If-Match: no update lost"
     )

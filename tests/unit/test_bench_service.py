@@ -1,0 +1,200 @@
+"""The service benchmark's parts that need no stack: arguments, the JSON it writes,
+the in-process floor on a tiny data set, percentiles, and finding processes' memory."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from serve_app import bench_orchestrator, bench_service, cli
+from serve_app.bench_orchestrator import percentile
+from serve_app.bench_service import (
+    QUICK,
+    TextSource,
+    embed_floor,
+    floor_in_memory,
+    format_report,
+    measure_floor,
+    pids_naming,
+    rss_mib,
+    summarize,
+)
+from strata.config import load_settings
+from strata.embedding import make_embedder
+
+REQUIRED = {
+    "context_p50_ms": float, "context_p95_ms": float, "context_p99_ms": float, "search_p50_ms": float,
+    "search_p95_ms": float, "floor_p50_ms": float, "ingest_turns_per_s": float, "embed_floor_turns_per_s": float,
+    "read_your_writes": bool, "tenants": int, "stack_rss_mib": float, "cold_tenant_p95_ms": float,
+}
+
+
+def _pcts(p50: float, p95: float, p99: float, calls: int = 100) -> dict[str, Any]:
+    return {"p50_ms": p50, "p95_ms": p95, "p99_ms": p99, "calls": calls}
+
+
+def _fake_raw() -> dict[str, Any]:
+    memory = {"rss_mib": 3000.5, "pss_mib": 2500.0, "processes": 20, "largest": [{"process": "ray::X (1)", "rss_mib": 900.0}]}
+    return {
+        "sizes": {**vars(QUICK)}, "text": "templates", "run_id": "abc123",
+        "phase_seconds": {"embed_floor": 5.0, "ingest": 20.0},
+        "embed_floor": {"turns_per_s": 150.0, "texts": 500, "threads": 1},
+        "ingest": {"turns": 1000, "seconds": 8.0, "turns_per_s": 125.0, "batch_turns": 100, "writers": 2,
+                   "documents": 20, "documents_seconds": 3.0, "summaries_wait_s": 2.0},
+        "read_your_writes": {"ok": True, "trials": [{"rank": 1, "found_first": True, "write_ms": 50.0, "search_ms": 30.0}]},
+        "floor_source": "fake",
+        "floor": {"context": {"total": _pcts(10.0, 12.0, 14.0), "embed": _pcts(7.0, 8.0, 9.0),
+                              "episodic": _pcts(2.0, 3.0, 3.5), "semantic": _pcts(1.0, 1.5, 2.0)},
+                  "search": {"total": _pcts(11.0, 13.0, 15.0), "embed": _pcts(7.0, 8.0, 9.0),
+                             "episodic": _pcts(2.5, 3.0, 3.5), "semantic": _pcts(1.5, 1.5, 2.0)}},
+        "latency": {"clients": 8, "context": {**_pcts(35.0, 70.0, 90.0), "calls_with_missing_layers": 0, "calls_per_s": 50.0},
+                    "search": {**_pcts(25.0, 50.0, 60.0), "calls_per_s": 70.0},
+                    "one_client": {"context": {**_pcts(20.0, 30.0, 31.0, 10), "calls_with_missing_layers": 0},
+                                   "search": _pcts(15.0, 20.0, 21.0, 10)}},
+        "key_lookup_ms": {"after_one_tenant": 3.0, "after_scale": 9.0},
+        "memory_one_tenant": memory,
+        "scale": {"tenants": 100, "ingest_seconds": 60.0, "summaries_wait_s": 1.0, "memory_loaded": memory,
+                  "resident": {"calls": [_pcts(40.0, 80.0, 90.0)], "answered": 100, "complete": 100,
+                               "first_calls_missing_layer": {}},
+                  "restart_s": 12.0, "cold": _pcts(400.0, 900.0, 1200.0), "warm": _pcts(30.0, 60.0, 80.0),
+                  "cold_sample": 30, "cold_complete": 28, "cold_calls_missing_layer": {"semantic": 2},
+                  "memory_after_cold_pass": {**memory, "rss_mib": 2800.0}},
+    }
+
+
+def test_percentile_is_nearest_rank() -> None:
+    values = [float(v) for v in range(1, 101)]  # 1..100
+    assert percentile(values, 0.5) == 51.0  # round(0.5 * 99) = 50 -> the 51st value
+    assert percentile(values, 0.95) == 95.0
+    assert percentile(values, 0.99) == 99.0
+    assert percentile([5.0, 1.0, 3.0], 0.5) == 3.0  # unordered input is sorted first
+    assert percentile([7.0], 0.99) == 7.0
+
+
+def _bench_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser()
+    bench_service.add_arguments(parser)
+    return parser
+
+
+def test_arguments() -> None:
+    args = _bench_parser().parse_args(["--quick", "--json", "out.json", "--plot", "out.png"])
+    assert args.quick and args.json == "out.json" and args.plot == "out.png"
+    assert args.url is None and args.data_dir is None and args.clients == 8 and args.tenants is None
+    args = _bench_parser().parse_args(["--url", "http://h:1", "--api-key", "k", "--admin-key", "a", "--tenants", "5"])
+    assert (args.url, args.api_key, args.admin_key, args.tenants, args.quick) == ("http://h:1", "k", "a", 5, False)
+
+
+def test_strata_bench_without_a_name_runs_the_service_bench(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[tuple[str, argparse.Namespace]] = []
+    monkeypatch.setattr(bench_service, "run", lambda a: seen.append(("service", a)) or 0)
+    monkeypatch.setattr(bench_orchestrator, "run", lambda a, which: seen.append((which, a)) or 0)
+    assert cli.main(["bench", "--quick", "--json", "out.json"]) == 0
+    assert cli.main(["bench", "contention", "--json", "c.json"]) == 0
+    assert cli.main(["bench", "fanout", "--calls", "3"]) == 0
+    (first, a), (second, b), (third, c) = seen
+    assert first == "service" and a.quick and a.json == "out.json"
+    assert second == "contention" and b.json == "c.json" and b.clients == 16  # the sub-benchmark's own default
+    assert third == "fanout" and c.calls == 3
+
+
+def test_json_has_the_figures_with_their_types() -> None:
+    doc = json.loads(json.dumps(summarize(_fake_raw(), machine={"cpu_count": 2}), default=str))
+    for key, kind in REQUIRED.items():
+        assert isinstance(doc[key], kind), key
+    assert doc["context_p50_ms"] == 35.0 and doc["floor_p50_ms"] == 10.0
+    assert doc["stack_rss_mib"] == 3000.5  # the largest of the snapshots
+    assert doc["cold_tenant_p95_ms"] == 900.0 and doc["warm_tenant_p95_ms"] == 60.0 and doc["tenants_answered"] == 100
+    assert doc["ingest_with_summaries_turns_per_s"] == 100.0  # 1000 turns / (8 + 2) s
+    t = doc["targets"]
+    assert t["context_p50_ms"]["met"] and t["context_p95_ms"]["met"]
+    assert t["context_p50_over_floor"] == {"value": 3.5, "target": "<= 3", "met": False}
+    assert t["embed_floor_over_ingest"]["value"] == 1.2 and t["embed_floor_over_ingest"]["met"]
+    assert t["ingest_turns_per_s"]["met"] and t["stack_rss_mib"]["met"] and t["cold_tenant_p95_ms"]["met"]
+    assert doc["machine"] == {"cpu_count": 2}
+    report = format_report(doc)
+    assert "target <= 3: MISSED" in report and "a layer missing: semantic 2" in report
+    assert "context answered for 100 of 100 tenants" in report and "true (ranks 1)" in report
+
+
+def test_json_of_a_run_without_scale_or_store() -> None:
+    raw = _fake_raw()
+    raw["scale"] = {"tenants": 0, "skipped": "no admin key (--admin-key)"}
+    raw["memory_one_tenant"] = None
+    raw["ingest"]["summaries_wait_s"] = None
+    raw["key_lookup_ms"] = {"after_one_tenant": None, "after_scale": None}
+    doc = summarize(raw)
+    assert doc["tenants"] == 0 and doc["stack_rss_mib"] is None and doc["cold_tenant_p95_ms"] is None
+    assert doc["targets"]["cold_tenant_p95_ms"]["met"] is None
+    assert "skipped: no admin key" in format_report(doc)
+
+
+def test_plot_writes_a_png(tmp_path: Path) -> None:
+    out = tmp_path / "bench.png"
+    bench_service.plot(summarize(_fake_raw()), str(out))
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_text_source_without_locomo_is_varied(tmp_path: Path) -> None:
+    source = TextSource(tmp_path / "missing.json")
+    assert source.origin == "templates"
+    pairs = source.turns(200)
+    assert len(pairs) == 200 and len(set(pairs)) > 150
+    title, text = source.document(3, paragraphs=4)
+    assert text.startswith(f"# {title}") and len(text.split()) > 150
+    assert len(set(source.questions(40))) > 20
+
+
+def test_floor_on_a_tiny_in_memory_data_set() -> None:
+    settings = load_settings(None)
+    source = TextSource(None, seed=3)
+    now = datetime.now(UTC)
+    sessions = bench_service._sessions(source, 30, "tiny", now=now)
+    documents = [(f"doc-{n}", *source.document(n, paragraphs=3)) for n in range(2)]
+    embedder = make_embedder(settings.embedding)
+    from actors.episodic import turn_text
+
+    texts = [turn_text(t) for _, turns in sessions for t in turns]
+    rate, vectors = embed_floor(embedder, texts, batch=8)
+    assert rate > 0 and vectors.shape == (30, embedder.dim)
+    floor = floor_in_memory("tiny", sessions, documents, embedder=embedder, settings=settings, vectors=vectors)
+    assert floor.episodic.turn_count == 30 and floor.semantic.stats()["documents"] == 2
+    # The floor finds what it indexed: a turn's own words rank that turn first.
+    user = sessions[0][1][4]["user"]
+    hits = floor.episodic.search(embedder.embed([user])[0], query_text=user, top_k=1)
+    assert user in hits[0].text
+    result = measure_floor(floor, embedder, source.questions(6), top_k=8, warmup=2)
+    for part in ("total", "embed", "episodic", "semantic"):
+        row = result[part]
+        assert row["calls"] == 6 and 0 < row["p50_ms"] <= row["p95_ms"] <= row["p99_ms"]
+    assert result["total"]["p50_ms"] >= result["embed"]["p50_ms"]
+
+
+def test_memory_of_processes_named_by_a_marker(tmp_path: Path) -> None:
+    marker = tmp_path / "head"
+    marker.mkdir()
+    code = "import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(30)']); time.sleep(30)"
+    parent = subprocess.Popen([sys.executable, "-c", code, f"--temp-dir={marker}"])
+    try:
+        for _ in range(100):  # until the child exists
+            found = pids_naming(str(marker))
+            if len(found) >= 2:
+                break
+            __import__("time").sleep(0.05)
+        assert parent.pid in found and len(found) == 2  # the named process and its child
+        assert pids_naming(str(marker) + "-other") == []  # a longer path is another marker
+        memory = rss_mib(found)
+        assert memory["processes"] == 2 and memory["rss_mib"] > 1 and memory["pss_mib"] > 0
+        assert rss_mib([os.getpid()])["rss_mib"] > 10
+    finally:
+        for pid in pids_naming(str(marker)):
+            os.kill(pid, 9)
+        parent.wait()
