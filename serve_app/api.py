@@ -26,6 +26,7 @@ from serve_app.errors import BodyLimit, install_handlers
 from serve_app.idempotent import Idempotent, Replica, replica_parts
 from strata.config import StrataSettings
 from strata.errors import InvalidInput, StrataError, Unauthorized
+from strata.idempotency import IdempotencyStore
 from strata.ids import ID_PATTERN, SYSTEM_TENANT
 from strata.keys import (
     KEY_ID_PATTERN,
@@ -37,7 +38,9 @@ from strata.keys import (
     KeyStore,
     authorize,
     hash_key,
+    open_keys,
 )
+from strata.ratelimit import RateLimiter
 from strata.schema import (
     AuditHistory,
     ContextRequest,
@@ -68,8 +71,6 @@ from strata.schema import (
     WorkingItemsIn,
     WorkingState,
 )
-from strata.idempotency import IdempotencyStore
-from strata.ratelimit import RateLimiter
 from strata.storage import open_store
 
 __all__ = ["Api", "app"]
@@ -155,7 +156,7 @@ class Api:
     async def _key_store(self) -> KeyStore:
         if self._keys is None:
             store, names = await asyncio.to_thread(open_store, self._settings)
-            self._keys = KeyStore(store, names.state)
+            self._keys = open_keys(store, names)
         return self._keys
 
     async def idempotency_store(self) -> IdempotencyStore:

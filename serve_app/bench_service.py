@@ -750,9 +750,9 @@ def _key_lookup_ms(store: tuple[Any, Any] | None, key: str) -> float | None:
     """Median ms of the API-key lookup every request makes (the same store call), from here."""
     if store is None:
         return None
-    from strata.keys import KeyStore
+    from strata.keys import open_keys
 
-    keys = KeyStore(store[0], store[1].state)
+    keys = open_keys(store[0], store[1])
     ms = []
     for _ in range(11):
         t0 = time.perf_counter()
@@ -766,9 +766,9 @@ def _scale(found: Target, sizes: Sizes, source: TextSource, run_id: str, *, admi
     stack = found.stack
     issued = keys = None
     if admin_key is None and store is not None:
-        from strata.keys import KeyStore
+        from strata.keys import open_keys
 
-        keys = KeyStore(store[0], store[1].state)
+        keys = open_keys(store[0], store[1])
         issued = keys.issue_admin(name="strata bench (temporary)")
         admin_key = issued.key
     if admin_key is None:

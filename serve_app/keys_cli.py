@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from strata.errors import StoreUnavailable
-from strata.keys import KeyInfo, KeyStore
+from strata.keys import KeyInfo, KeyStore, open_keys
 
 __all__ = ["add_arguments"]
 
@@ -41,7 +41,7 @@ def _keys(args: argparse.Namespace) -> KeyStore:
             f"no Milvus answers at {settings.milvus.address}: start the stack with `strata up"
             f"{'' if args.data_dir == '.strata' else ' --data-dir ' + args.data_dir}` first"
         ) from None
-    return KeyStore(store, names.state)
+    return open_keys(store, names)
 
 
 def _describe(info: KeyInfo) -> str:

@@ -9,9 +9,8 @@ of hanging.
 
 from __future__ import annotations
 
-import logging
-
 import json
+import logging
 import os
 import re
 import signal
@@ -27,7 +26,6 @@ from typing import Any, Callable, Iterator
 import httpx
 
 from actors.ray_auth import use_ray_auth
-
 from strata.config import StrataSettings
 from strata.milvus_lite_server import COMMAND as MILVUS_LITE_COMMAND
 
@@ -360,11 +358,11 @@ class Stack:
             return False
 
     def _dev_key(self) -> str:
-        from strata.keys import KeyStore
+        from strata.keys import open_keys
         from strata.storage import open_store
 
         store, names = open_store(self.settings)
-        keys = KeyStore(store, names.state)
+        keys = open_keys(store, names)
         if self.key_file.exists():
             key = self.key_file.read_text().strip()
             if keys.tenant_of(key) == "demo":

@@ -46,6 +46,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from strata.errors import InvalidInput, NotFound, StrataError
 from strata.ids import ID_PATTERN, SYSTEM_TENANT, validate_id
 from strata.records import Record, RecordStore
+from strata.storage import Collections
 
 __all__ = [
     "KEY_ID_PATTERN",
@@ -57,6 +58,7 @@ __all__ = [
     "KeyStore",
     "authorize",
     "hash_key",
+    "open_keys",
 ]
 
 #: Keys live in a tenant of their own, out of reach of any tenant's calls.
@@ -172,7 +174,7 @@ def _at(ms: int) -> datetime:
 
 
 class KeyStore:
-    """Keys in ``collection`` of ``store`` (the state collection).
+    """Keys in ``collection`` of ``store`` (the keys collection: :func:`open_keys`).
 
     Raises (every method):
         strata.errors.StoreUnavailable: the store does not answer.
@@ -289,7 +291,17 @@ class KeyStore:
         return new
 
     def _rows(self) -> builtins.list[Record]:
-        return self._store.scan(self._collection, tenant=KEY_TENANT, session=_KIND, kinds=[_KIND], with_vectors=False)
+        return _key_rows(self._store, self._collection)
+
+    def adopt(self, collection: str) -> int:
+        """Move the key rows ``collection`` holds into this store's collection (where keys
+        lived before they had one of their own); returns how many. Copied first, then
+        deleted, so a crash between the two leaves both copies and the next call ends it."""
+        rows = _key_rows(self._store, collection)
+        if rows:
+            self._store.upsert(self._collection, rows)
+            self._store.delete(collection, tenant=KEY_TENANT, pks=[row.pk for row in rows])
+        return len(rows)
 
     def _find(self, key_id: str) -> builtins.list[Record]:
         # A scan, not an id -> hash row: key management is rare, and one row per
@@ -300,6 +312,23 @@ class KeyStore:
         if not rows:
             raise NotFound(f"no key has id {key_id}")
         return rows
+
+
+def _key_rows(store: RecordStore, collection: str) -> builtins.list[Record]:
+    return store.scan(collection, tenant=KEY_TENANT, session=_KIND, kinds=[_KIND], with_vectors=False)
+
+
+_ADOPTED: set[tuple[int, str]] = set()
+
+
+def open_keys(store: RecordStore, collections: Collections) -> KeyStore:
+    """The key store of ``collections``, with keys of an older data dir (in the state
+    collection) moved into it once per process."""
+    keys = KeyStore(store, collections.keys)
+    if (id(store), collections.keys) not in _ADOPTED:
+        keys.adopt(collections.state)
+        _ADOPTED.add((id(store), collections.keys))
+    return keys
 
 
 def _pk(digest: str) -> str:

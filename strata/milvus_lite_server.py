@@ -31,7 +31,7 @@ _WRITES = ("insert", "upsert", "delete")
 
 def serialise_writes() -> None:
     """Wrap milvus-lite's ``Collection`` writes in a per-collection re-entrant lock."""
-    from milvus_lite.engine import collection
+    from milvus_lite.engine import collection  # type: ignore[import-untyped]
 
     cls: Any = collection.Collection
     if getattr(cls, "_strata_serialised", False):
@@ -56,7 +56,7 @@ def serialise_writes() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from milvus_lite.cmdline import main as milvus_lite_main
+    from milvus_lite.cmdline import main as milvus_lite_main  # type: ignore[import-untyped]
 
     serialise_writes()
     return int(milvus_lite_main(argv) or 0)

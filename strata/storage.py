@@ -22,6 +22,9 @@ class Collections:
     semantic: str
     procedural: str
     state: str
+    #: API keys, apart from the busy state collection: milvus-lite walks every unflushed row
+    #: of a collection on each query, and a key is looked up on every request.
+    keys: str
     dim: int
 
     @classmethod
@@ -33,6 +36,7 @@ class Collections:
             semantic=f"{prefix}_semantic_d{dim}",
             procedural=f"{prefix}_procedural_d{dim}",
             state=f"{prefix}_state",
+            keys=f"{prefix}_keys",
             dim=dim,
         )
 
@@ -50,4 +54,5 @@ def open_store(settings: StrataSettings) -> tuple[RecordStore, Collections]:
     store.ensure_collection(names.semantic, dim=names.dim)
     store.ensure_collection(names.procedural, dim=names.dim)
     store.ensure_collection(names.state, dim=STATE_DIM)
+    store.ensure_collection(names.keys, dim=STATE_DIM)
     return store, names

@@ -11,7 +11,7 @@ import pytest
 from strata.config import StrataSettings
 from strata.errors import InvalidInput, NotFound
 from strata.ids import SYSTEM_TENANT
-from strata.keys import KeyStore, hash_key
+from strata.keys import KeyStore, hash_key, open_keys
 from strata.records import RecordStore
 from strata.storage import Collections, open_store
 from tests.conftest import MilvusServer, settings_for
@@ -29,13 +29,13 @@ def opened(milvus: MilvusServer) -> Opened:
 @pytest.fixture()
 def keys(opened: Opened) -> KeyStore:
     store, names, _ = opened
-    return KeyStore(store, names.state)
+    return open_keys(store, names)
 
 
 def replica(opened: Opened) -> KeyStore:
     """A KeyStore over a connection of its own, as another API replica has."""
     store, names = open_store(opened[2])
-    return KeyStore(store, names.state)
+    return open_keys(store, names)
 
 
 def test_scopes_round_trip_and_only_hashes_are_stored(
@@ -50,12 +50,25 @@ def test_scopes_round_trip_and_only_hashes_are_stored(
     full_info = keys.lookup(full.key)
     assert full_info is not None and full_info.session_id is None and full_info.scopes == "all"
     assert keys.tenant_of(admin.key) is None
-    rows = store.scan(names.state, tenant=SYSTEM_TENANT, with_vectors=False)
+    rows = store.scan(names.keys, tenant=SYSTEM_TENANT, with_vectors=False)
     text = json.dumps([[r.pk, r.session, r.kind, r.text, r.payload] for r in rows], ensure_ascii=False)
     for created in (full, scoped, admin):
         assert created.key not in text and created.key.removeprefix("sk-strata-") not in text
         assert f"{SYSTEM_TENANT}/apikey/{hash_key(created.key)}" in {r.pk for r in rows}
     assert store.scan(names.state, tenant="it-a") == []
+    assert store.scan(names.keys, tenant="it-a") == []
+
+
+def test_keys_of_an_older_data_dir_move_out_of_the_state_collection(opened: Opened) -> None:
+    """Keys lived in the state collection before they had one of their own: adopted once, still valid."""
+    store, names, _ = opened
+    old = KeyStore(store, names.state).issue("it-old")
+    moved = KeyStore(store, names.keys).adopt(names.state)
+    assert moved >= 1
+    assert [r for r in store.scan(names.state, tenant=SYSTEM_TENANT, with_vectors=False) if r.kind == "apikey"] == []
+    found = KeyStore(store, names.keys).lookup(old.key)
+    assert found is not None and found.tenant == "it-old"
+    assert KeyStore(store, names.keys).adopt(names.state) == 0  # nothing left to move
 
 
 def test_reserved_tenant_writes_nothing(opened: Opened, keys: KeyStore) -> None:
