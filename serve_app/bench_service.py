@@ -359,23 +359,10 @@ def _percentiles(ms: Sequence[float]) -> dict[str, Any]:
 
 
 def pids_naming(marker: str, *, also: Sequence[int] = ()) -> list[int]:
-    """Processes whose command line names ``marker`` (a path, matched whole), the pids in
-    ``also``, and all their descendants: found in /proc as ``strata down`` finds them."""
-    named = re.compile(re.escape(marker).encode() + rb"(?:/|\x00|$)")
-    parents: dict[int, int] = {}
-    found = {pid for pid in also if Path(f"/proc/{pid}").exists()}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            parents[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            if named.search((entry / "cmdline").read_bytes()):
-                found.add(int(entry.name))
-        except (OSError, ValueError, IndexError):  # gone meanwhile
-            continue
-    while more := {pid for pid, parent in parents.items() if parent in found and pid not in found}:
-        found |= more
-    return sorted(found)
+    """The stack's processes, found as ``strata down`` finds them (:func:`processes_naming`)."""
+    from serve_app.stack import processes_naming
+
+    return sorted(processes_naming(marker, also=also))
 
 
 def rss_mib(pids: Sequence[int]) -> dict[str, Any]:

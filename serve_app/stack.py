@@ -21,7 +21,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Sequence
 
 import httpx
 
@@ -56,15 +56,14 @@ def _alive(pid: int) -> bool:
         return True
 
 
-def _stop_processes_naming(marker: str, timeout_s: float = 15.0) -> int:
-    """SIGTERM every process of this user whose command line names ``marker``, and
-    their descendants (Ray's workers and agents rename themselves ``ray::…``); SIGKILL
-    those still alive after ``timeout_s``. Returns how many there were. (``ray stop``
-    cannot name one cluster: it stops every Ray of the user.)"""
+def processes_naming(marker: str, *, also: Sequence[int] = ()) -> set[int]:
+    """This user's processes whose command line names ``marker`` (a path, matched whole: not
+    /tmp/x-1 for /tmp/x-10), the live pids in ``also``, and all their descendants (Ray's
+    workers and agents rename themselves ``ray::…``, so only their parents name the path)."""
     me, uid = os.getpid(), os.getuid()
-    named = re.compile(re.escape(marker).encode() + rb"(?:/|\x00|$)")  # not /tmp/x-1 for /tmp/x-10
+    named = re.compile(re.escape(marker).encode() + rb"(?:/|\x00|$)")
     parents: dict[int, int] = {}
-    found: set[int] = set()
+    found = {pid for pid in also if _alive(pid)}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit() or int(entry.name) == me:
             continue
@@ -78,6 +77,14 @@ def _stop_processes_naming(marker: str, timeout_s: float = 15.0) -> int:
             continue
     while more := {pid for pid, parent in parents.items() if parent in found and pid not in found}:
         found |= more
+    return found
+
+
+def _stop_processes_naming(marker: str, timeout_s: float = 15.0) -> int:
+    """SIGTERM the :func:`processes_naming` ``marker``; SIGKILL those still alive after
+    ``timeout_s``. Returns how many there were. (``ray stop`` cannot name one cluster: it
+    stops every Ray of the user.)"""
+    found = processes_naming(marker)
     for pid in found:
         try:
             os.kill(pid, signal.SIGTERM)

@@ -27,6 +27,7 @@ from strata.schema import RecordTurnsResult
 from strata.storage import open_store
 from strata.versions import VersionStore
 from tests.conftest import MilvusServer, settings_for
+from tests.integration.layers import until_up
 
 pytestmark = pytest.mark.usefixtures("ray_local")
 
@@ -142,18 +143,6 @@ async def _until(condition: Callable[[], bool], what: str, timeout_s: float = 12
     while not condition():
         assert time.monotonic() < deadline, f"gave up waiting for {what}"
         await asyncio.sleep(0.05)
-
-
-async def _until_up(handle: Any, timeout_s: float = 60) -> None:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            await handle.ping.remote()
-            return
-        except Exception:
-            if time.monotonic() > deadline:
-                raise
-            await asyncio.sleep(0.2)
 
 
 async def _pid(handle: Any) -> int:
@@ -446,7 +435,7 @@ async def test_milvus_down_fails_fast_and_recovers_without_manual_steps(milvus: 
     for handle in (episodic, working):
         ray.kill(handle, no_restart=False)
     for handle in (episodic, working):
-        await _until_up(handle)
+        await until_up(handle)
     for stream in streams:
         acked = [w for w in stream.writes if w.acked]
         top = max(w.result.versions["episodic"] for w in acked)
