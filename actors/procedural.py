@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from actors.shard import LayerShard
+from actors.shard import LayerShard, WholeRecordExpiry
 from strata.errors import InvalidInput, LLMError, NotFound, StrataError
 from strata.ids import SYSTEM_TENANT, validate_id
 from strata.llm import make_llm
@@ -107,7 +107,7 @@ def _hit(skill: Skill, version: int, similarity: float, score: float) -> dict[st
     return {**skill.to_dict(), "version": version, "similarity": similarity, "score": score, "brief": skill.brief()}
 
 
-class ProceduralShard(LayerShard[ProceduralMemory]):
+class ProceduralShard(WholeRecordExpiry, LayerShard[ProceduralMemory]):
     layer_name = "procedural"
     expiring_kinds = (SKILL,)
 
@@ -141,19 +141,6 @@ class ProceduralShard(LayerShard[ProceduralMemory]):
     def load_layer(self, layer: ProceduralMemory) -> None:
         layer.load()
 
-    # -- expiry: whole skills with their history, each its own version scope -----------
-
-    def due(self, layer: ProceduralMemory) -> int | None:
-        return layer.expiries.due()
-
-    def expiring(self, layer: ProceduralMemory, at_ms: int) -> dict[str, Any]:
-        return {skill_id: skill_id for skill_id in layer.expiries.expired(at_ms)}
-
-    def delete_expired(self, layer: ProceduralMemory, scope: str, expired: Any) -> int:
-        return layer.delete(expired)
-
-    def drop_expired(self, layer: ProceduralMemory, scope: str, expired: Any) -> None:
-        layer.drop(expired)
 
     async def _backend(self) -> Any:
         backend = await super()._backend()

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from actors.shard import LayerShard
+from actors.shard import LayerShard, WholeRecordExpiry
 from strata.chunking import make_chunker
 from strata.embedding import embedding_dim
 from strata.errors import NotFound, StrataError, VersionConflict
@@ -78,7 +78,7 @@ def _hit(hit: SemanticHit) -> dict[str, Any]:
     }
 
 
-class SemanticShard(LayerShard[SemanticMemory]):
+class SemanticShard(WholeRecordExpiry, LayerShard[SemanticMemory]):
     layer_name = "semantic"
     expiring_kinds = (DOC,)
 
@@ -109,19 +109,6 @@ class SemanticShard(LayerShard[SemanticMemory]):
     def load_layer(self, layer: SemanticMemory) -> None:
         layer.load()
 
-    # -- expiry: whole documents, each its own version scope ---------------------------
-
-    def due(self, layer: SemanticMemory) -> int | None:
-        return layer.expiries.due()
-
-    def expiring(self, layer: SemanticMemory, at_ms: int) -> dict[str, Any]:
-        return {doc_id: doc_id for doc_id in layer.expiries.expired(at_ms)}
-
-    def delete_expired(self, layer: SemanticMemory, scope: str, expired: Any) -> int:
-        return layer.delete(expired)
-
-    def drop_expired(self, layer: SemanticMemory, scope: str, expired: Any) -> None:
-        layer.drop(expired)
 
     # -- writes ---------------------------------------------------------------
 

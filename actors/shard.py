@@ -33,7 +33,7 @@ import time
 import zlib
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Awaitable, Callable, Generic, Sequence, TypeVar
+from typing import Any, AsyncIterator, Awaitable, Callable, Generic, Sequence, TypeVar, cast
 
 import numpy as np
 
@@ -49,7 +49,7 @@ from strata.storage import Collections, open_store
 from strata.ttl import EXPIRES, now_ms
 from strata.versions import VersionStore
 
-__all__ = ["LayerShard", "owner_shard", "EXPIRY_KEY_ID"]
+__all__ = ["LayerShard", "WholeRecordExpiry", "owner_shard", "EXPIRY_KEY_ID"]
 
 #: The audit history's key id of a purge by TTL (no key made that change).
 EXPIRY_KEY_ID = "ttl"
@@ -72,6 +72,24 @@ class _Tenant(Generic[L]):
     holder: asyncio.Task[Any] | None = None
     versions: dict[str, int] = field(default_factory=dict)
     last_used: float = field(default_factory=time.monotonic)
+
+
+class WholeRecordExpiry:
+    """Expiry hooks for a layer whose records expire whole, each its own version scope
+    (a document, a skill): the layer keeps ``expiries`` by record id, and ``delete(id)`` /
+    ``drop(id)`` remove a record from the store and from memory."""
+
+    def due(self, layer: Any) -> int | None:
+        return cast(int | None, layer.expiries.due())
+
+    def expiring(self, layer: Any, at_ms: int) -> dict[str, Any]:
+        return {record_id: record_id for record_id in layer.expiries.expired(at_ms)}
+
+    def delete_expired(self, layer: Any, scope: str, expired: Any) -> int:
+        return int(layer.delete(expired))
+
+    def drop_expired(self, layer: Any, scope: str, expired: Any) -> None:
+        layer.drop(expired)
 
 
 class LayerShard(Generic[L]):
