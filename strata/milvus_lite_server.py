@@ -10,6 +10,13 @@ collections are written concurrently (every shard, the audit, the keys), so
 ``strata up`` and the tests start milvus-lite through this module, which
 serialises the writes of each collection and leaves reads concurrent.
 
+It also flushes a collection's unflushed rows (its memtable) once they pass
+2 MiB instead of milvus-lite's 128 MiB: every query that is not a primary-key
+read walks all of them in Python, so a tenant's load among 30,000 unflushed
+rows took 605 ms, and 125 ms with the smaller memtable, at no cost to writes
+(``python docs/milvus_lite_memtable_growth.py``). ``MILVUS_LITE_MEMTABLE_MEMORY_LIMIT_BYTES``
+in the environment still wins.
+
 Run as ``python -m strata.milvus_lite_server server --data-dir D --port P``
 (the arguments of the ``milvus-lite`` command).
 """
@@ -17,16 +24,20 @@ Run as ``python -m strata.milvus_lite_server server --data-dir D --port P``
 from __future__ import annotations
 
 import functools
+import os
 import sys
 import threading
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["COMMAND", "serialise_writes", "main"]
+__all__ = ["COMMAND", "MEMTABLE_LIMIT_BYTES", "serialise_writes", "main"]
 
 #: The command that runs the server (append the ``milvus-lite`` arguments).
 COMMAND = (sys.executable, "-m", "strata.milvus_lite_server")
 _WRITES = ("insert", "upsert", "delete")
+#: When a collection's unflushed rows are written out as a segment (milvus-lite: 128 MiB).
+MEMTABLE_LIMIT_BYTES = 2 * 1024 * 1024
+_MEMTABLE_ENV = "MILVUS_LITE_MEMTABLE_MEMORY_LIMIT_BYTES"
 
 
 def serialise_writes() -> None:
@@ -56,6 +67,8 @@ def serialise_writes() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # milvus-lite reads its limits when first imported.
+    os.environ.setdefault(_MEMTABLE_ENV, str(MEMTABLE_LIMIT_BYTES))
     from milvus_lite.cmdline import main as milvus_lite_main  # type: ignore[import-untyped]
 
     serialise_writes()
