@@ -105,29 +105,45 @@ class EpisodicShard(LayerShard[EpisodicMemory]):
         orchestrator batches them); otherwise this actor embeds.
         """
         inputs = [TurnInput(**t) for t in turns]
+        # A retry of turns that were recorded (same ids, same text) answers as the first
+        # attempt would have, whatever version it expected, and writes nothing.
+        replay = (await self._tenant(tenant)).layer.replayed(session_id, inputs)
+        if replay is not None:
+            return self._recorded(replay, await self.version(tenant, SCOPE), replayed=True)
         if vectors is None:
             vectors = await self.embed([turn_text(t) for t in turns])
         now = now or datetime.now(timezone.utc)
         vecs = np.asarray(vectors, dtype=np.float32)
 
-        def write(layer: EpisodicMemory) -> list[Turn]:
+        def write(layer: EpisodicMemory) -> tuple[list[Turn], bool]:
+            # Checked again under the lock: the same retry may have been waiting for it.
+            replay = layer.replayed(session_id, inputs)
+            if replay is not None:
+                return replay, True
             prepared = layer.prepare(session_id, inputs, now=now)
             layer.write(prepared, vecs)
-            return prepared
+            return prepared, False
 
-        def apply(layer: EpisodicMemory, prepared: list[Turn]) -> list[Turn]:
-            layer.index(prepared, vecs)
-            return prepared
+        def apply(layer: EpisodicMemory, written: tuple[list[Turn], bool]) -> tuple[list[Turn], bool]:
+            if not written[1]:
+                layer.index(written[0], vecs)
+            return written
 
-        prepared, version = await self.mutate(tenant, SCOPE, expected_version, write, apply)
-        self._schedule_summaries(tenant)
+        (recorded, replayed), version = await self.mutate(tenant, SCOPE, expected_version, write, apply)
+        if not replayed:
+            self._schedule_summaries(tenant)
+        return self._recorded(recorded, version, replayed=replayed)
+
+    @staticmethod
+    def _recorded(turns: list[Turn], version: int, *, replayed: bool) -> dict[str, Any]:
         return {
             "turns": [
                 {"session_id": t.session_id, "turn_id": t.turn_id, "timestamp": t.timestamp,
                  "expires_at": from_ms_or_none(t.expires_ms)}
-                for t in prepared
+                for t in turns
             ],
             "version": version,
+            "replayed": replayed,
         }
 
     async def forget_session(

@@ -67,6 +67,7 @@ from strata.audit import entry as audit_entry
 from strata.redaction import Redaction
 from strata.storage import open_store
 from strata.tokens import TiktokenCounter
+from strata.working_sessions import TURN_ID
 
 __all__ = ["Orchestration", "Embed"]
 
@@ -134,9 +135,13 @@ class Orchestration:
             for role, text in (("user", d["user"]), ("assistant", d["agent"])):
                 if text and text.strip():
                     items.append({"role": role, "content": text, "created_at": out["timestamp"],
-                                  "ttl_s": max(left, 0.001) if left is not None else None})
+                                  "ttl_s": max(left, 0.001) if left is not None else None,
+                                  "metadata": {TURN_ID: out["turn_id"]}})
         versions = {"episodic": episodic["version"]}
-        await self._record(tenant, by, "record_turns", "episodic", session_id, episodic["version"])
+        # A retry of recorded turns changed nothing in episodic memory; it still
+        # completes working memory, which the first attempt may not have reached.
+        if not episodic.get("replayed"):
+            await self._record(tenant, by, "record_turns", "episodic", session_id, episodic["version"])
         missing: dict[str, str] = {}
         try:
             working = await _call(self._actor("working", tenant).add_items.remote(tenant, session_id, items))
@@ -149,6 +154,7 @@ class Orchestration:
             versions=versions,
             missing=missing,
             redacted=pii.report(),
+            replayed=bool(episodic.get("replayed")),
         )
 
     async def add_working_items(

@@ -109,9 +109,12 @@ class WorkingShard(LayerShard[WorkingSessions]):
         now = now or datetime.now(timezone.utc)
         # Expired items must not count against the budget, nor show in the state returned.
         await self.run_locked(tenant, lambda sessions: self._load_session(tenant, sessions, session_id))
+        if items and not (await self._tenant(tenant)).layer.unrecorded(session_id, items):
+            # A retried turn whose items are all there already: nothing to write.
+            return {**await self.get(tenant, session_id), "compression": None}
 
         def write(sessions: WorkingSessions) -> tuple[Any, dict[str, Any]]:
-            _, report = sessions.add(session_id, items, now=now, task=task)
+            _, report = sessions.add(session_id, sessions.unrecorded(session_id, items), now=now, task=task)
             return report, self._view(sessions, session_id, None)
 
         (report, state), version = await self.mutate(tenant, session_id, expected_version, write)

@@ -49,7 +49,11 @@ class Embedding:
         return list(vectors)
 
     async def embed(self, texts: Sequence[str]) -> np.ndarray:
-        """Embed texts; each text joins a batch with other callers' texts."""
+        """Embed texts: a single text (a query) joins a batch with other callers' texts;
+        several (a batch of turns) are embedded together, sorted by length, so each
+        batch pads to texts of like length instead of to whichever came in with them."""
+        if len(texts) > 1:
+            return await asyncio.to_thread(self._embedder.embed, list(texts))
         rows = await asyncio.gather(*(self._embed_batch(t) for t in texts))
         return np.stack(rows) if rows else np.zeros((0, self._embedder.dim), np.float32)
 

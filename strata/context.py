@@ -247,13 +247,15 @@ def assemble_context(
             left -= cost
 
     text = rendered()
-    while counter.count(text) > max_tokens:
+    tokens = counter.count(text)
+    while tokens > max_tokens:
         picked = [(c, layer, n) for layer, picks in chosen.items() for n, (c, _) in enumerate(picks)]
         if not picked:
             break
         _, layer, n = max(picked, key=lambda p: p[0].order)
         chosen[layer].pop(n)
         text = rendered()
+        tokens = counter.count(text)
 
     kept = {(c.layer, c.rank) for picks in chosen.values() for c, _ in picks}
     dropped = sorted(
@@ -269,7 +271,7 @@ def assemble_context(
         text=text,
         sections=sections,
         messages=messages,
-        tokens=counter.count(text),
+        tokens=tokens,
         dropped=[c.item for c in dropped],
         budgets=budgets,
         narrowed=[c.item for picks in chosen.values() for c, v in sorted(picks, key=lambda p: p[0].order) if v is not c.item],

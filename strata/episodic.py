@@ -201,6 +201,19 @@ class EpisodicMemory:
 
     # -- writing ------------------------------------------------------------
 
+    def replayed(self, session_id: str, inputs: Sequence[TurnInput]) -> list[Turn] | None:
+        """The recorded turns, when every input names a turn already recorded in the
+        session with the same text and speaker: a retry of a write that landed though
+        its caller never heard so (a crash or a lost answer after the durable write).
+        None otherwise, and :meth:`prepare` then refuses an existing id."""
+        found: list[Turn] = []
+        for item in inputs:
+            turn = self._turns.get(f"{session_id}/{item.turn_id}") if item.turn_id else None
+            if turn is None or (turn.user, turn.agent, turn.speaker) != (item.user, item.agent, item.speaker):
+                return None
+            found.append(turn)
+        return found or None
+
     def prepare(self, session_id: str, inputs: Sequence[TurnInput], *, now: datetime) -> list[Turn]:
         """Validate inputs and assign turn ids and sequence numbers (no write yet).
 
@@ -220,7 +233,10 @@ class EpisodicMemory:
             turn_id = item.turn_id or f"t{seq:06d}-{uuid.uuid4().hex[:6]}"
             validate_id(turn_id, field=f"turns[{position}].turn_id")
             if turn_id in seen or f"{session_id}/{turn_id}" in self._turns:
-                raise InvalidInput(f"turn id {turn_id!r} already exists in session {session_id!r}")
+                raise InvalidInput(
+                    f"turn id {turn_id!r} already exists in session {session_id!r} with other content: "
+                    "a retry must send the same turns as the first attempt, or use a new turn id"
+                )
             seen.add(turn_id)
             timestamp = item.timestamp or now
             if timestamp.tzinfo is None:

@@ -170,6 +170,11 @@ class RecordTurnsResult(_Out):
     redacted: dict[str, int] = Field(
         default_factory=dict, description="PII masked or hashed before anything was written, by type"
     )
+    replayed: bool = Field(
+        default=False,
+        description="The turns were recorded already (a retry with the same turn ids and text): nothing new "
+        "was written to episodic memory, and versions.episodic is its current version",
+    )
 
 
 class TimeRangeIn(_In):

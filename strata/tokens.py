@@ -44,6 +44,9 @@ MESSAGE_OVERHEAD_TOKENS = 3
 REPLY_PRIMING_TOKENS = 3
 NAME_OVERHEAD_TOKENS = 1
 
+_CACHED_TEXTS = 8192
+_CACHED_CHARS = 2048
+
 
 @runtime_checkable
 class TokenCounter(Protocol):
@@ -152,6 +155,19 @@ class TiktokenCounter:
         """
         self._name = resolve_encoding_name(encoding)
         self._encoding = _load_encoding(self._name)
+        # The same lines are counted again and again: a context call counts every
+        # candidate item, each working message, the sections; the next call, the same
+        # items. Counts of short texts are remembered (bounded: at most
+        # _CACHED_TEXTS texts of at most _CACHED_CHARS characters).
+        self._cached_count = lru_cache(maxsize=_CACHED_TEXTS)(self._count)
+
+    def __getstate__(self) -> dict[str, object]:
+        # The cache wraps a bound method, which does not pickle; a copy starts its own.
+        return {k: v for k, v in self.__dict__.items() if k != "_cached_count"}
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        self.__dict__.update(state)
+        self._cached_count = lru_cache(maxsize=_CACHED_TEXTS)(self._count)
 
     @property
     def encoding_name(self) -> str:
@@ -170,6 +186,11 @@ class TiktokenCounter:
 
     def count(self, text: str) -> int:
         """Return the number of tokens in ``text``."""
+        if len(text) <= _CACHED_CHARS:
+            return self._cached_count(text)
+        return self._count(text)
+
+    def _count(self, text: str) -> int:
         return len(self._encode(text))
 
     def truncate(self, text: str, max_tokens: int) -> str:

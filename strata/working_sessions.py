@@ -20,9 +20,11 @@ from strata.working import CompressionReport, WorkingItem, WorkingMemory
 from strata.episodic import to_ms
 from strata.ttl import EXPIRES, Expiries, expires_ms
 
-__all__ = ["WorkingSessions", "KIND"]
+__all__ = ["WorkingSessions", "KIND", "TURN_ID"]
 
 KIND = "working"
+#: The metadata key of an item that copies a recorded turn: the turn's id.
+TURN_ID = "turn_id"
 
 
 class WorkingSessions:
@@ -77,6 +79,18 @@ class WorkingSessions:
                 self.expiries.set((session_id, r.payload["id"]), r.payload.get(EXPIRES))
             self._sessions[session_id] = memory
         return memory
+
+    def unrecorded(self, session_id: str, items: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+        """``items`` less those a turn already put in the session (same ``metadata.turn_id``
+        and role): a retried turn adds its items once. Items without a turn id all stay."""
+        memory = self.session(session_id)
+        present = {(i.metadata.get(TURN_ID), i.role) for i in memory.items if i.metadata.get(TURN_ID)}
+
+        def known(item: dict[str, Any]) -> bool:
+            turn = (item.get("metadata") or {}).get(TURN_ID)
+            return turn is not None and (turn, item["role"]) in present
+
+        return [item for item in items if not known(item)]
 
     def add(
         self,

@@ -69,14 +69,15 @@ class Write:
     attempts: list[Attempt] = field(default_factory=list)
     #: The acknowledgement: the attempt that returned a result.
     acked: Attempt | None = None
-    #: A retry answered "already exists": an earlier failed attempt was durable.
+    #: A retry answered ``replayed``: an earlier failed attempt was durable.
     durable_by_retry: bool = False
 
     @property
     def result(self) -> RecordTurnsResult:
-        """The acknowledged result (only for an acknowledged write)."""
-        assert self.acked is not None and self.acked.result is not None
-        return self.acked.result
+        """The acknowledged result, or the replayed one (only for a write that has either)."""
+        done = self.acked or (self.attempts[-1] if self.durable_by_retry else None)
+        assert done is not None and done.result is not None
+        return done.result
 
     @property
     def answer(self) -> str:
@@ -123,17 +124,21 @@ class Stream:
                         client.record_turn(write.session, write.text, write.answer, turn_id=write.turn_id), HANG_S)
                 except InvalidInput as exc:
                     write.attempts.append(Attempt(started, time.monotonic() - started, error=exc))
-                    if write.failures[:-1] and "already exists" in exc.message:
-                        write.durable_by_retry = True
-                        break
                     raise
                 except Exception as exc:  # noqa: BLE001 - recorded; the checks report anything but StoreUnavailable
                     write.attempts.append(Attempt(started, time.monotonic() - started, error=exc))
                     hint = exc.details.get("retry_after_s", 1) if isinstance(exc, StrataError) else 1
                     await asyncio.sleep(min(float(hint), RETRY_PAUSE_MAX_S))
                     continue
-                write.acked = Attempt(started, time.monotonic() - started, result=result)
-                write.attempts.append(write.acked)
+                attempt = Attempt(started, time.monotonic() - started, result=result)
+                write.attempts.append(attempt)
+                if result.replayed:
+                    # Recorded by an attempt that failed after its durable write: the answer
+                    # carries the current version, not one this write made.
+                    assert write.failures, f"{write.turn_id} replayed on its first attempt"
+                    write.durable_by_retry = True
+                else:
+                    write.acked = attempt
                 self.acked += 1
                 break
 
@@ -238,7 +243,10 @@ async def _working_problems(settings: Any, stream: Stream, *, crash: float) -> l
         rows = store.scan(names.state, tenant=stream.tenant, session=session, kinds=["working"], with_vectors=False)
         stored = {r.text for r in rows}
         mine = [w for w in with_working if w.session == session]
-        lost = [w for w in mine if not {w.text, w.answer} <= in_memory & stored]
+        # A replayed retry completes working memory too (its version may be one already given).
+        replays = [w for w in stream.writes if w.durable_by_retry and w.session == session
+                   and "working" in w.result.versions]
+        lost = [w for w in mine + replays if not {w.text, w.answer} <= in_memory & stored]
         if lost:
             detail = [f"{w.turn_id} (working v{w.result.versions['working']}, "
                       f"acked {w.acked.ended - crash if w.acked else 0:+.2f} s from the crash; "
@@ -322,12 +330,14 @@ async def test_killing_a_layer_actor_mid_stream_loses_no_acknowledged_write(milv
     last = await stream.clients[0].record_turn("w0-s0", "One more turn after both crashes.")
     assert last.versions["episodic"] > max(w.result.versions["episodic"] for w in writes if w.acked)
 
-    # A client that retries a write the crash interrupted after its durable part learns
-    # that it is there: the restarted actor reloaded it from the store, and the retry,
-    # with the same turn id, is refused without recording the turn twice.
+    # A client that retries a write the crash interrupted after its durable part is told
+    # that it is there (the restarted actor reloaded it from the store), and the turn is
+    # not recorded twice; the same turn id with other text is refused.
     early = next(w for w in writes if w.acked and w.acked.ended < times["episodic"][0])
+    again = await stream.clients[0].record_turn(early.session, early.text, early.answer, turn_id=early.turn_id)
+    assert again.replayed and [t.turn_id for t in again.turns] == [early.turn_id]
     with pytest.raises(InvalidInput, match="already exists"):
-        await stream.clients[0].record_turn(early.session, early.text, early.answer, turn_id=early.turn_id)
+        await stream.clients[0].record_turn(early.session, "Other text.", early.answer, turn_id=early.turn_id)
     state = await episodic.session_state.remote(stream.tenant, early.session)
     assert [t["turn_id"] for t in state["window"]].count(early.turn_id) == 1
 
@@ -344,7 +354,7 @@ async def test_killing_a_layer_actor_mid_stream_loses_no_acknowledged_write(milv
         "writes_with_failures": len(failed),
         "failed_during_episodic_restart": sum(phase(w, "episodic") for w in writes),
         "failed_during_working_restart": sum(phase(w, "working") for w in writes),
-        "durable_by_retry(already exists)": sum(w.durable_by_retry for w in writes),
+        "durable_by_retry(replayed)": sum(w.durable_by_retry for w in writes),
         "acked_with_working": with_working, "acked_without_working": sum(1 for w in writes if w.acked) - with_working,
         "restart_s": {k: round(up - killed, 2) for k, (killed, up) in times.items()},
         "errors": dict(_errors(writes)), "missing": dict(missing),
@@ -420,7 +430,7 @@ async def test_milvus_down_fails_fast_and_recovers_without_manual_steps(milvus: 
         "milvus_start_s": round(marks["restarted"] - marks["restarting"], 1),
         "first_ack_after_restart_s": round(first_ack - marks["restarted"], 2),
         "failed_attempts_after_restart": len(failed_after),
-        "durable_by_retry(already exists)": sum(w.durable_by_retry for w in writes),
+        "durable_by_retry(replayed)": sum(w.durable_by_retry for w in writes),
         "errors": dict(_errors(writes)),
         "missing": dict(Counter(m for w in writes if w.acked for m in w.result.missing.values())),
     })

@@ -144,6 +144,24 @@ def test_prepare_rejects_duplicate_ids_against_existing(store: InMemoryRecordSto
     assert memory.prepare("s2", [TurnInput(user="c", turn_id="x1")], now=NOW)[0].turn_id == "x1"
 
 
+def test_replayed_turns_are_recognised_only_when_every_turn_matches(store: InMemoryRecordStore) -> None:
+    memory = make(store)
+    first = [TurnInput(user="a", agent="ok", turn_id="x1", speaker="Ann"), TurnInput(user="b", turn_id="x2")]
+    add(memory, "s1", first, vectors=np.stack([unit(0), unit(1)]))
+    # A retry of the same turns (timestamps may differ: the first attempt's are kept).
+    again = memory.replayed("s1", [TurnInput(user="a", agent="ok", turn_id="x1", speaker="Ann", timestamp=NOW + DAY),
+                                   TurnInput(user="b", turn_id="x2")])
+    assert again is not None and [t.turn_id for t in again] == ["x1", "x2"] and again[0].timestamp == NOW
+    assert memory.replayed("s1", [TurnInput(user="a", agent="ok", turn_id="x1", speaker="Ann")]) is not None
+    # Not a replay: other text, another speaker, a new turn among them, no ids, another session.
+    assert memory.replayed("s1", [TurnInput(user="a!", agent="ok", turn_id="x1", speaker="Ann")]) is None
+    assert memory.replayed("s1", [TurnInput(user="a", agent="ok", turn_id="x1")]) is None
+    assert memory.replayed("s1", [TurnInput(user="b", turn_id="x2"), TurnInput(user="c", turn_id="x3")]) is None
+    assert memory.replayed("s1", [TurnInput(user="b")]) is None
+    assert memory.replayed("s2", [TurnInput(user="b", turn_id="x2")]) is None
+    assert memory.replayed("s1", []) is None
+
+
 @pytest.mark.parametrize("session", ["", "a b", 's" or 1==1', "x" * 129, "s/1", "\u0430"])
 def test_prepare_rejects_bad_session_id(store: InMemoryRecordStore, session: str) -> None:
     with pytest.raises(InvalidInput):

@@ -236,3 +236,19 @@ def test_tenants_are_isolated(store: InMemoryRecordStore, counter: TiktokenCount
     b.add("s1", [{"role": "user", "content": TEXTS[1]}], now=T0)
     assert [i.content for i in make(store, counter, tenant="a").session("s1").items] == [TEXTS[0]]
     assert [i.content for i in make(store, counter, tenant="b").session("s1").items] == [TEXTS[1]]
+
+
+def test_unrecorded_leaves_out_the_items_a_turn_already_added(store: InMemoryRecordStore, counter: TiktokenCounter) -> None:
+    ws = make(store, counter)
+    turn = [{"role": "user", "content": TEXTS[0], "metadata": {"turn_id": "t1"}},
+            {"role": "assistant", "content": TEXTS[1], "metadata": {"turn_id": "t1"}}]
+    assert ws.unrecorded("s1", turn) == turn
+    ws.add("s1", turn, now=T0)
+    assert ws.unrecorded("s1", turn) == []
+    # Another turn, and items of no turn, are always new; so is the turn in another session.
+    other = {"role": "user", "content": TEXTS[0], "metadata": {"turn_id": "t2"}}
+    plain = {"role": "user", "content": TEXTS[0]}
+    assert ws.unrecorded("s1", [*turn, other, plain]) == [other, plain]
+    assert ws.unrecorded("s2", turn) == turn
+    # A fresh instance reads the turn ids back from the store.
+    assert make(store, counter).unrecorded("s1", turn) == []
