@@ -1,8 +1,9 @@
 """The Serve deployments behind the HTTP API: embedding (batched) and orchestrator.
 
-The orchestrator embeds each query once through the embedding deployment,
-whose replicas batch concurrent requests with ``@serve.batch``, and fans out
-to the layer actors with :class:`actors.orchestration.Orchestration`.
+The orchestrator embeds each query once, in its own process by default
+(``serve.query_embedding``), and batches of turns through the embedding
+deployment, whose replicas batch concurrent requests with ``@serve.batch``;
+it fans out to the layer actors with :class:`actors.orchestration.Orchestration`.
 """
 
 from __future__ import annotations
@@ -94,10 +95,17 @@ def _refusals_as_values(cls: C) -> C:
 @_refusals_as_values
 class Orchestrator:
     def __init__(self, settings: dict[str, Any], embedding: Any) -> None:
+        config = StrataSettings.from_dict(settings)
         self._embedding = embedding
-        self._flow = Orchestration(StrataSettings.from_dict(settings), embed=self._embed)
+        self._flow = Orchestration(config, embed=self._embed)
+        # A query embedded here skips a hop whose Serve overhead costs more than the embedding.
+        self._local: Embedder | None = None
+        if config.serve.query_embedding == "orchestrator":
+            self._local = make_embedder(config.embedding)
 
     async def _embed(self, texts: Sequence[str]) -> np.ndarray:
+        if self._local is not None and len(texts) == 1:
+            return await asyncio.to_thread(self._local.embed, list(texts))
         result: np.ndarray = await self._embedding.embed.remote(list(texts))
         return result
 
