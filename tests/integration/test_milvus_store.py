@@ -44,6 +44,28 @@ def test_upsert_scan_get_delete_are_tenant_scoped(store: MilvusRecordStore) -> N
     assert len(store.scan("store_test", tenant="b")) == 3
 
 
+def test_deletes_by_key_keep_to_their_tenant_session_and_kinds(store: MilvusRecordStore) -> None:
+    store.upsert("store_test", [rec("g", "s1", 0), rec("g", "s2", 1), rec("g", "s1", 2, kind="summary"),
+                                rec("h", "s1", 0)])
+    # Keys are read first and deleted by key alone: the scope still applies to each key.
+    assert store.delete("store_test", tenant="g", pks=["h/s1/t0", "g/s1/t9"]) == 0
+    assert store.delete("store_test", tenant="g", session="s1", pks=["g/s2/t1"]) == 0
+    assert store.delete("store_test", tenant="g", kinds=["turn"], pks=["g/s1/t2"]) == 0
+    assert store.delete("store_test", tenant="g", pks=["g/s1/t0", "g/s2/t1"]) == 2
+    assert [r.pk for r in store.scan("store_test", tenant="g")] == ["g/s1/t2"]
+    assert [r.pk for r in store.get("store_test", tenant="h", pks=["h/s1/t0", "g/s1/t2"])] == ["h/s1/t0"]
+
+
+def test_a_scan_past_one_query_reads_every_row_in_key_order(store: MilvusRecordStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    import strata.milvus_store as module
+
+    store.upsert("store_test", [rec("f", "s", n) for n in range(7)])
+    monkeypatch.setattr(module, "_QUERY_LIMIT", 3)  # the iterator takes over from a full first query
+    assert [r.pk for r in store.scan("store_test", tenant="f")] == sorted(f"f/s/t{n}" for n in range(7))
+    monkeypatch.undo()
+    assert [r.pk for r in store.scan("store_test", tenant="f")] == sorted(f"f/s/t{n}" for n in range(7))
+
+
 def test_upsert_replaces_by_primary_key(store: MilvusRecordStore) -> None:
     store.upsert("store_test", [rec("c", "s", 1)])
     store.upsert("store_test", [Record(**{**rec("c", "s", 1).__dict__, "text": "changed"})])

@@ -120,3 +120,14 @@ def test_count_messages_name_costs_one_extra(counter: TiktokenCounter) -> None:
 def test_count_messages_rejects_non_string(counter: TiktokenCounter) -> None:
     with pytest.raises(TypeError):
         counter.count_messages([{"role": "user", "content": 3}])  # type: ignore[dict-item]
+
+
+def test_remembered_counts_equal_fresh_ones_and_survive_pickling() -> None:
+    import pickle
+
+    counter = TiktokenCounter()
+    short, long = "Raising the timeout to 120 seconds fixed it. ", "x " * 3000
+    assert [counter.count(short) for _ in range(3)] == [len(counter.encoding.encode_ordinary(short))] * 3
+    assert counter.count(long) == len(counter.encoding.encode_ordinary(long))  # too long to remember
+    copy = pickle.loads(pickle.dumps(counter))
+    assert copy.count(short) == counter.count(short) and copy.encoding_name == counter.encoding_name
