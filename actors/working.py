@@ -107,9 +107,14 @@ class WorkingShard(LayerShard[WorkingSessions]):
     ) -> dict[str, Any]:
         """Add items; returns the session's state as of this write, with its version."""
         now = now or datetime.now(timezone.utc)
-        # Expired items must not count against the budget, nor show in the state returned.
-        await self.run_locked(tenant, lambda sessions: self._load_session(tenant, sessions, session_id))
-        if items and not (await self._tenant(tenant)).layer.unrecorded(session_id, items):
+
+        async def load(sessions: WorkingSessions) -> list[dict[str, Any]]:
+            # Expired items must not count against the budget, nor show in the state returned.
+            await self._load_session(tenant, sessions, session_id)
+            return sessions.unrecorded(session_id, items)
+
+        fresh = await self.run_locked(tenant, load)
+        if items and not fresh:
             # A retried turn whose items are all there already: nothing to write.
             return {**await self.get(tenant, session_id), "compression": None}
 

@@ -85,6 +85,29 @@ async def test_bad_input_is_rejected(alice: InClusterClient) -> None:
         await alice.build_context("hi", "trip", task_type="no-such-type")
 
 
+async def test_a_retried_turn_is_replayed_and_completes_working_memory(settings: Any) -> None:
+    """The episodic write of a turn landed, and its caller never heard (here: the episodic actor
+    is called directly, as a crashed orchestrator would have left it): the retry with the same
+    id and text is answered ``replayed``, writes no second turn, and adds the turn's working
+    items once; a second retry changes nothing; other text under the same id is refused."""
+    bob = InClusterClient("bob-replay", settings)
+    episodic = LayerRouter(settings).handle("episodic", "bob-replay")
+    landed = await episodic.record_turns.remote("bob-replay", "s1", [{"user": "Remember: the gate code is 4471.",
+                                                                      "turn_id": "t-1"}])
+    first = await bob.record_turn("s1", "Remember: the gate code is 4471.", turn_id="t-1")
+    assert first.replayed and first.versions["episodic"] == landed["version"]
+    assert [t.turn_id for t in first.turns] == ["t-1"]
+    working = await bob.get_working("s1")
+    assert [i.content for i in working.items] == ["Remember: the gate code is 4471."]
+    again = await bob.record_turn("s1", "Remember: the gate code is 4471.", turn_id="t-1")
+    assert again.replayed and again.versions == first.versions
+    assert len((await bob.get_working("s1")).items) == 1
+    with pytest.raises(InvalidInput, match="other content"):  # an agent answer makes it another turn
+        await bob.record_turn("s1", "Remember: the gate code is 4471.", "Noted.", turn_id="t-1")
+    state = await episodic.session_state.remote("bob-replay", "s1")
+    assert [t["turn_id"] for t in state["window"]] == ["t-1"]
+
+
 async def test_tenants_never_see_each_other(settings: Any, alice: InClusterClient) -> None:
     bob = InClusterClient("bob", settings)
     await bob.record_turn("trip", "Bob's secret is the blue door.")
