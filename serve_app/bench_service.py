@@ -237,8 +237,9 @@ def _sessions(source: TextSource, turns: int, prefix: str, *, now: datetime) -> 
         start = now - timedelta(days=count - s)
         n = min(SESSION_TURNS, turns - s * SESSION_TURNS)
         pairs = source.turns(n)
-        out.append((f"{prefix}-s{s:04d}", [{"user": u, "agent": a, "timestamp": start + timedelta(minutes=2 * i)}
-                                          for i, (u, a) in enumerate(pairs)]))
+        # Turn ids of their own make a retried batch safe: turns that landed are answered "replayed".
+        out.append((f"{prefix}-s{s:04d}", [{"user": u, "agent": a, "timestamp": start + timedelta(minutes=2 * i),
+                                           "turn_id": f"t{i:04d}"} for i, (u, a) in enumerate(pairs)]))
     return out
 
 
@@ -527,7 +528,30 @@ async def _admin(client: Any, method: str, path: str, admin_key: str, body: Any 
     return response.json()
 
 
-async def _scale_ingest(url: str, admin_key: str, source: TextSource, sizes: Sizes, run_id: str) -> list[tuple[str, str, str]]:
+#: Attempts of one write of the scale phase: a write that timed out on a loaded machine is
+#: sent again (turns with their ids: one that landed is answered "replayed").
+SCALE_WRITE_ATTEMPTS = 3
+
+
+async def _retried(write: Callable[[], Awaitable[Any]], retries: list[str]) -> Any:
+    """``write()``, sent again after a 5xx or a timeout; what each retry answered goes to ``retries``."""
+    from strata.errors import InvalidInput, NotFound, Unauthorized
+
+    for attempt in range(SCALE_WRITE_ATTEMPTS):
+        try:
+            return await write()
+        except (InvalidInput, NotFound, Unauthorized):
+            raise
+        except Exception as exc:  # noqa: BLE001  (a 503, a Serve timeout, a dropped connection)
+            if attempt == SCALE_WRITE_ATTEMPTS - 1:
+                raise
+            retries.append(f"{type(exc).__name__}: {str(exc)[:120]}")
+            print(f"  retrying a write after {type(exc).__name__}: {str(exc)[:120]}", flush=True)
+            await asyncio.sleep(2.0)
+
+
+async def _scale_ingest(url: str, admin_key: str, source: TextSource, sizes: Sizes, run_id: str,
+                        retries: list[str]) -> list[tuple[str, str, str]]:
     """Create ``sizes.tenants`` tenants (key, turns, one document); returns (tenant, key, session)."""
     import httpx
 
@@ -542,8 +566,8 @@ async def _scale_ingest(url: str, admin_key: str, source: TextSource, sizes: Siz
             title, text = source.document(n, paragraphs=2)
             async with AsyncStrataClient(url, created["key"], timeout_s=300) as client:
                 for session, turns in sessions:
-                    await client.record_turns(session, turns)
-                await client.index_document(text, doc_id="notes", title=title)
+                    await _retried(lambda: client.record_turns(session, turns), retries)
+                await _retried(lambda: client.index_document(text, doc_id="notes", title=title), retries)
             tenants.append((tenant, created["key"], sessions[-1][0]))
             tick(len(tenants))
 
@@ -762,11 +786,13 @@ def _scale(found: Target, sizes: Sizes, source: TextSource, run_id: str, *, admi
         print("  skipped: creating tenants needs an admin key (--admin-key) for a stack given by --url", flush=True)
         return {"tenants": 0, "skipped": "no admin key (--admin-key)"}
     try:
+        retries: list[str] = []
         with phase("scale_ingest"):
-            tenants = asyncio.run(_scale_ingest(found.url, admin_key, source, sizes, run_id))
+            tenants = asyncio.run(_scale_ingest(found.url, admin_key, source, sizes, run_id, retries))
         with phase("scale_summaries"):
             waited = _wait_for_summaries(stack, [t for t, _, _ in tenants])
         out: dict[str, Any] = {"tenants": len(tenants), "ingest_seconds": phase.seconds["scale_ingest"],
+                               "ingest_retries": retries,
                                "summaries_wait_s": round(waited, 1) if waited is not None else None}
         out["memory_loaded"] = _stack_memory(stack)
         with phase("answers"):
@@ -916,7 +942,8 @@ def format_report(doc: dict[str, Any]) -> str:
     if scale.get("skipped"):
         lines.append(f"skipped: {scale['skipped']}")
     else:
-        lines.append(f"{doc['tenants']} tenants ingested in {scale['ingest_seconds']} s; "
+        lines.append(f"{doc['tenants']} tenants ingested in {scale['ingest_seconds']} s "
+                     f"({len(scale.get('ingest_retries') or [])} writes retried); "
                      f"stack memory {f(doc['stack_rss_mib'])} MiB RSS: {_mark(t['stack_rss_mib'])}")
         loaded = scale.get("memory_loaded")
         if loaded:
