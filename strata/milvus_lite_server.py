@@ -12,18 +12,21 @@ serialises the writes of each collection and leaves reads concurrent.
 
 It also flushes a collection's unflushed rows (its memtable) once they pass
 2 MiB instead of milvus-lite's 128 MiB: every query that is not a primary-key
-read walks all of them in Python, so a tenant's load among 30,000 unflushed
-rows took 605 ms, and 125 ms with the smaller memtable, at no cost to writes
-(``python docs/milvus_lite_memtable_growth.py``). ``MILVUS_LITE_MEMTABLE_MEMORY_LIMIT_BYTES``
-in the environment still wins.
+read walks all of them in Python, so a tenant's scan among 30,000 rows took
+836 ms with 128 MiB and 109 ms with 2 MiB (``python docs/milvus_lite_memtable_growth.py``).
+Writes pay for it in flushes and in the compactions that merge the small
+segments (README, "Storage" and "The service benchmark": at 300 tenants of 100
+turns, compactions are the suspected cause of slow reads).
+``MILVUS_LITE_MEMTABLE_MEMORY_LIMIT_BYTES`` in the environment still wins.
 
 Two more defaults differ from milvus-lite's own. It serves with 64 threads
 instead of 10: writes of one collection wait for each other (the lock above,
 and a flush or compaction holds a collection for up to ~2 s), and with 10
-threads, 16 writers left a reader waiting 304 ms at the median, against 18 ms
-with 64. And it accepts the keepalive pings pymilvus sends every 10 s on an
-idle connection, instead of closing such connections with "too_many_pings"
-(the next call on them failed and was retried).
+threads, 16 writers left a reader waiting 304 ms at the median, against 16-18 ms
+with 64 (``python docs/milvus_lite_read_stalls.py``). And it accepts the keepalive
+pings pymilvus sends every 10 s on an idle connection, instead of closing such
+connections with "too_many_pings" (gRPC reconnected, and logged the GOAWAY in
+every client's log).
 
 Run as ``python -m strata.milvus_lite_server server --data-dir D --port P``
 (the arguments of the ``milvus-lite`` command).
