@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 from collections import Counter
@@ -55,6 +57,20 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
     with started(tmp_path_factory, "serve-crash", STRATA_EPISODIC__RAW_WINDOW="10000",
                  STRATA_EPISODIC__SUMMARY_THRESHOLD="10000") as running:
         yield running
+
+
+_READ_SESSIONS = """
+import json, sys
+import ray
+from actors.client import InClusterClient
+client = InClusterClient.for_running_stack("demo", data_dir=sys.argv[1])
+owner = client._flow.router.handle("episodic", "demo")
+out = {}
+for session in sys.argv[2:]:
+    state = ray.get(owner.session_state.remote("demo", session))
+    out[session] = [[t["turn_id"] for t in state["window"]], state["turns"]]
+print(json.dumps(out))
+"""
 
 
 def _serve_pids(stack: Running) -> list[int]:
@@ -183,23 +199,18 @@ def test_killing_the_serve_application_mid_stream_loses_no_acknowledged_write(st
     assert not wrong, f"turns stored with another text: {wrong[:10]}"
 
     # And readable where the service reads them: each session's turns, once each, in the episodic
-    # actor that owns the tenant (reached through the stack's own Ray, as the in-cluster client does).
-    import ray
-
-    from actors.client import InClusterClient
-    from actors.router import LayerRouter
-    from strata.config import StrataSettings
-
-    InClusterClient.for_running_stack("demo", data_dir=str(stack.data_dir))
-    recorded = StrataSettings.from_dict(json.loads((stack.data_dir / "stack.json").read_text())["settings"])
-    owner = LayerRouter(recorded).handle("episodic", "demo")
-    for session in sorted({w.session for w in writes}):
-        state = ray.get(owner.session_state.remote("demo", session))
-        ids = [t["turn_id"] for t in state["window"]]
+    # actor that owns the tenant. Read from a process of its own that joins the stack's Ray: a
+    # pytest process that joined one stack's Ray could not join the next module's afterwards.
+    sessions = sorted({w.session for w in writes})
+    states = json.loads(subprocess.run(
+        [sys.executable, "-c", _READ_SESSIONS, str(stack.data_dir), *sessions],
+        check=True, capture_output=True, text=True, env=stack.env, timeout=120,
+    ).stdout.strip().splitlines()[-1])
+    for session in sessions:
+        ids, turns = states[session]
         expected = [w.turn_id for w in writes if w.session == session]
-        assert sorted(ids) == sorted(expected) and state["turns"] == len(expected), (
-            f"{session}: {len(set(expected) - set(ids))} turns not readable, {state['turns']} turns for "
-            f"{len(expected)} written")
+        assert sorted(ids) == sorted(expected) and turns == len(expected), (
+            f"{session}: {len(set(expected) - set(ids))} turns not readable, {turns} turns for {len(expected)} written")
     r = stack.post("/v1/search", {"query": "Writer note marker word", "layers": ["episodic"]})
     assert r.status_code == 200 and r.json()["hits"], r.text
 
