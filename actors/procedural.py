@@ -176,6 +176,7 @@ class ProceduralShard(WholeRecordExpiry, LayerShard[ProceduralMemory]):
     ) -> dict[str, Any]:
         """Keep the trace durably and learn from it in the background; returns the job."""
         job = await self._enqueue(tenant, task, trace, outcome, by, extra=extra)
+        job.status = "pending"
         self._wake.set()
         return job.view()
 
@@ -190,6 +191,13 @@ class ProceduralShard(WholeRecordExpiry, LayerShard[ProceduralMemory]):
         self, tenant: str, task: str, trace: list[Any], outcome: str | None, by: str,
         extra: Mapping[str, Any] | None = None,
     ) -> _Job:
+        """A durable job, ``running`` in memory: the caller attempts it or marks it pending.
+
+        The job is known in memory before its row is written: the job loop's first
+        scan of the rows (at the actor's first call) may read the new row, and must
+        skip it rather than learn the trace a second time beside the caller (seen as
+        a direct extraction answering ``merged`` in a fresh tenant).
+        """
         validate_id(tenant, field="tenant")
         job = _Job(
             job_id=f"job-{uuid.uuid4().hex[:16]}",
@@ -200,9 +208,14 @@ class ProceduralShard(WholeRecordExpiry, LayerShard[ProceduralMemory]):
             by=by,
             created_at=datetime.now(UTC).isoformat(),
             extra=dict(extra or {}),
+            status="running",
         )
-        await self._save_job(job)  # durable before anything can fail
         self._jobs[job.job_id] = job
+        try:
+            await self._save_job(job)  # durable before anything can fail
+        except BaseException:
+            self._jobs.pop(job.job_id, None)
+            raise
         return job
 
     async def _attempt(self, job: _Job) -> dict[str, Any]:

@@ -159,6 +159,12 @@ class EpisodicSettings(_Section):
     fusion_graph_weight: float = Field(default=0.0, ge=0)
     #: Share of each neighbouring turn's vector in a turn's indexed vector.
     context_neighbour_weight: float = Field(default=0.3, ge=0, le=1)
+    #: Share of the best BM25 score among a turn's session neighbours (within
+    #: ``lexical_context_window`` turns either side) added to its own: a question
+    #: that names one fact and asks another finds the turn that holds the other
+    #: (docs/retrieval-ablation.md). 0 turns it off.
+    lexical_context_weight: float = Field(default=0.4, ge=0, le=1)
+    lexical_context_window: int = Field(default=4, ge=0, le=64)
     #: Score factor 1 + this for turns by a speaker the query names.
     speaker_boost: float = Field(default=0.3, ge=0, le=5)
     #: Score factor 1 + this for turns inside a time range read off the query.

@@ -498,7 +498,7 @@ class EpisodicMemory:
         hits = []
         ranked = _ranked(
             self._turn_index, self._turn_lexical, query, query_text, top_k, turn_matches, weights,
-            factor=factor if use_factor else None, graph=self._graph,
+            factor=factor if use_factor else None, graph=self._graph, lexical_top=self._lexical_top,
         )
         for key, score, ranks in ranked:
             t = self._turns[key]
@@ -545,6 +545,35 @@ class EpisodicMemory:
             elif re.search(r"(?<![\w])" + re.escape(label) + r"(?![\w])", lowered):
                 found.add(speaker)
         return found
+
+    def _lexical_top(self, text: str, k: int, keep: Callable[[str], bool]) -> list[str]:
+        """Turns by BM25, each with a share of the best score among its session
+        neighbours (``lexical_context_window`` turns either side, in time order).
+
+        A question often names one fact and asks for another ("the one who only
+        finished high school: where do they work?"); the turn holding the answer
+        shares few words with it, its neighbour the rest. Neighbour scores come
+        from the best ``4 k`` matches (at least 200); a turn outside them counts
+        its own score as 0, which moves nothing that can reach the top ``k``.
+        """
+        weight, window = self._settings.lexical_context_weight, self._settings.lexical_context_window
+        if not (weight and window):
+            return self._turn_lexical.top(text, k, keep)
+        own = dict(self._turn_lexical.top_scored(text, max(4 * k, 200)))
+        near: dict[str, float] = {}
+        for key, score in own.items():
+            turn = self._turns[key]
+            order = self._order.get(turn.session_id)
+            if not order:
+                continue
+            i = bisect.bisect_left(order, ((turn.timestamp, turn.seq), key))
+            for j in range(max(i - window, 0), min(i + window + 1, len(order))):
+                other = order[j][1]
+                if j != i and score > near.get(other, 0.0):
+                    near[other] = score
+        combined = {key: own.get(key, 0.0) + weight * near.get(key, 0.0) for key in own.keys() | near.keys()}
+        ranked = sorted(combined.items(), key=lambda item: (-item[1], item[0]))
+        return [key for key, _ in ranked if keep(key)][:k]
 
     def _fusion_weights(self, query_text: str | None) -> dict[str, float]:
         s = self._settings
@@ -610,6 +639,7 @@ def _ranked(
     *,
     factor: Callable[[str], float] | None = None,
     graph: KnowledgeGraph | None = None,
+    lexical_top: Callable[[str, int, Callable[[str], bool]], list[str]] | None = None,
 ) -> list[tuple[str, float, dict[str, int]]]:
     """The ``top_k`` best keys that ``keep`` accepts: by cosine alone, or fused with
     BM25 and (given ``graph``) the entities the text names.
@@ -621,7 +651,7 @@ def _ranked(
         fused = [(key, score, {"dense": n}) for n, (key, score) in enumerate(best(index, vector, depth, keep), 1)]
     else:
         dense = [key for key, _ in best(index, vector, depth, keep)]
-        words = lexical.top(text, depth, keep)
+        words = (lexical_top or lexical.top)(text, depth, keep)
         rankings = {"dense": dense, "lexical": words}
         if graph is not None and weights.get("graph", 0) > 0:
             mentions = [key for key, _ in graph.rank(text, limit=depth * 2) if keep(key)][:depth]

@@ -192,6 +192,10 @@ class LexicalIndex:
 
     def top(self, query: str, k: int, keep: Callable[[str], bool] | None = None) -> list[str]:
         """The ``k`` best documents for ``query`` that ``keep`` accepts, ties by id."""
+        return [doc_id for doc_id, _ in self.top_scored(query, k, keep)]
+
+    def top_scored(self, query: str, k: int, keep: Callable[[str], bool] | None = None) -> list[tuple[str, float]]:
+        """:meth:`top` with each document's BM25 score."""
         scores = self._score_array(query)
         if scores is None or k <= 0:
             return []
@@ -203,9 +207,8 @@ class LexicalIndex:
         ranked = sorted(
             ((-float(scores[i]), doc_id) for i in candidates if (doc_id := ids[i]) is not None),
         )
-        if keep is not None:
-            return [doc_id for _, doc_id in ranked if keep(doc_id)][:k]
-        return [doc_id for _, doc_id in ranked[:k]]
+        found = ((doc_id, -negative) for negative, doc_id in ranked if keep is None or keep(doc_id))
+        return [item for _, item in zip(range(k), found)]
 
 
 def rrf_fuse(

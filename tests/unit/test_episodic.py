@@ -534,3 +534,28 @@ def test_graph_path_finds_turns_naming_the_querys_entities(store: InMemoryRecord
     assert [h.id for h in reloaded.search(unit(3), query_text="Calico", top_k=1)] == [turns[1].turn_id]
     memory.forget_session("s1")
     assert memory.search(unit(3), query_text="Calico Kubernetes", top_k=3) == []
+
+
+@pytest.mark.parametrize(("weight", "window", "boosted"), [(0.4, 4, True), (0.0, 4, False), (0.4, 1, False)])
+def test_lexical_context_finds_the_turn_next_to_the_named_fact(
+    store: InMemoryRecordStore, weight: float, window: int, boosted: bool
+) -> None:
+    """"Where does the one who finished high school work?": the turn that says where
+    shares only "works" with it, its session neighbour (two turns away) the rest."""
+    settings = EpisodicSettings(
+        fusion_dense_weight=0.0, lexical_context_weight=weight, lexical_context_window=window
+    )
+    memory = make(store, settings=settings)
+    cousin = add(memory, "s1", [
+        TurnInput(user="My cousin has a doctorate."),
+        TurnInput(user="My cousin works in Hangzhou."),
+    ], vectors=np.stack([unit(0)] * 2))
+    boss = add(memory, "s2", [
+        TurnInput(user="My boss only finished high school."),
+        TurnInput(user="My boss likes hiking."),
+        TurnInput(user="My boss works in Shenzhen."),
+    ], vectors=np.stack([unit(0)] * 3), now=NOW + DAY)
+    hits = [h.id for h in memory.search(unit(1), query_text="where the one who finished high school works", top_k=5)]
+    assert hits[0] == boss[0].turn_id
+    shenzhen, hangzhou = hits.index(boss[2].turn_id), hits.index(cousin[1].turn_id)
+    assert (shenzhen < hangzhou) is boosted

@@ -26,6 +26,19 @@ def test_bm25_finds_exact_terms_and_ranks_rarer_terms_higher() -> None:
     assert both["a"] > both["b"]  # "reset" is rarer than "deploy"
 
 
+def test_top_scored_agrees_with_scores_and_keep() -> None:
+    index = LexicalIndex()
+    for n, text in enumerate(["deploy failed on staging", "deploy went fine", "staging is down", "lunch"]):
+        index.add(f"d{n}", text)
+    scores = index.scores("deploy staging")
+    ranked = index.top_scored("deploy staging", 3)
+    assert [doc for doc, _ in ranked] == index.top("deploy staging", 3) == sorted(scores, key=lambda d: (-scores[d], d))
+    assert all(score == pytest.approx(scores[doc]) for doc, score in ranked)
+    kept = index.top_scored("deploy staging", 3, keep=lambda d: d != "d0")
+    assert [doc for doc, _ in kept] == [doc for doc, _ in ranked if doc != "d0"]
+    assert index.top_scored("deploy", 0) == [] and index.top_scored("nothing here", 3) == []
+
+
 def test_bm25_chinese_bigrams_and_removal() -> None:
     index = LexicalIndex()
     index.add("t1", "我最喜欢的茶是龙井")
