@@ -4,24 +4,27 @@
 Markdown row per configuration. Each row removes one part of episodic
 retrieval from the defaults. It drives the same ``EpisodicMemory`` the
 episodic actors run, in-process over the in-memory record store, so the
-rows differ only in configuration: no Ray, Serve or Milvus noise. Turn
-vectors are embedded once per run and shared by every row.
+rows differ only in configuration: no Ray, Serve or Milvus noise. Turns
+and questions are redacted by the default PII policy first, as the write and
+search paths do. Turn vectors are embedded once per run and shared by every row.
 """
 
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
 import numpy as np
 
-from strata.config import EpisodicSettings
+from strata.config import EpisodicSettings, PIISettings
 from strata.embedding import OnnxMiniLMEmbedder
 from strata.episodic import EpisodicMemory, TurnInput
 from strata.evaluation.datasets import Benchmark, EvalTurn, load_benchmark, reference_time
 from strata.evaluation.metrics import Scoreboard
 from strata.records import InMemoryRecordStore
+from strata.redaction import Redaction
 from strata.timeparse import resolve_time_range, strip_time_expression
 
 __all__ = ["main"]
@@ -29,6 +32,20 @@ __all__ = ["main"]
 
 def _text(t: EvalTurn) -> str:
     return t.text + (f" [shared an image: {t.image_caption}]" if t.image_caption else "")
+
+
+def redacted(benchmark: Benchmark, settings: PIISettings | None = None) -> Benchmark:
+    """``benchmark`` with its turns and questions as the default PII policy leaves them."""
+    pii = Redaction(settings or PIISettings()).for_tenant("ablation")
+
+    def turn(t: EvalTurn) -> EvalTurn:
+        return replace(t, text=pii.text(t.text), image_caption=pii.value(t.image_caption))
+
+    return replace(benchmark, conversations=tuple(
+        replace(c, sessions=tuple(replace(s, turns=tuple(map(turn, s.turns))) for s in c.sessions),
+                questions=tuple(replace(q, question=pii.text(q.question)) for q in c.questions))
+        for c in benchmark.conversations
+    ))
 
 
 class _Ablation:
@@ -84,6 +101,9 @@ ROWS: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
     ("− query embedded with the speaker names in it", {}, {"strip_names": False}),
     ("− speaker-aware factor (speaker_boost 0)", {"speaker_boost": 0}, {}),
     ("− neighbour-aware vectors (context_neighbour_weight 0)", {"context_neighbour_weight": 0}, {}),
+    ("− neighbour-aware BM25 (lexical_context_weight 0)", {"lexical_context_weight": 0}, {}),
+    ("neighbour-aware BM25 over 1 turn either side", {"lexical_context_window": 1}, {}),
+    ("neighbour-aware BM25 over 8 turns either side", {"lexical_context_window": 8}, {}),
     ("− BM25 path (fusion_lexical_weight 0)", {"fusion_lexical_weight": 0}, {}),
     ("+ graph path, weight 0.1 (fusion_graph_weight)", {"fusion_graph_weight": 0.1}, {}),
     ("+ graph path, weight 0.2", {"fusion_graph_weight": 0.2}, {}),
@@ -98,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("dataset")
     parser.add_argument("--format", choices=["locomo", "strata"])
     args = parser.parse_args(argv)
-    benchmark = load_benchmark(args.dataset, args.format)
+    benchmark = redacted(load_benchmark(args.dataset, args.format))
     ablation = _Ablation(benchmark, OnnxMiniLMEmbedder(threads=2))
     categories = sorted({q.category for c in benchmark.conversations for q in c.questions} - {"adversarial"})
     print("| configuration | R@1 | R@5 | R@10 | R@20 | " + " | ".join(categories) + " (R@10) |")
