@@ -66,6 +66,30 @@ def test_a_scan_past_one_query_reads_every_row_in_key_order(store: MilvusRecordS
     assert [r.pk for r in store.scan("store_test", tenant="f")] == sorted(f"f/s/t{n}" for n in range(7))
 
 
+def test_scans_and_deletes_name_the_tenants_milvus_lite_partition(store: MilvusRecordStore) -> None:
+    # milvus-lite's 16 partition-key buckets are found; each tenant's scan names its own
+    # and still finds every row (a wrong bucket would find none), here and after a flush.
+    assert store._buckets["store_test"] == 16
+    tenants = [f"p{n}" for n in range(40)]
+    assert len({tuple(store._partitions("store_test", t) or ()) for t in tenants}) > 8
+    store.upsert("store_test", [rec(t, "s", n) for t in tenants for n in range(3)])
+    for tenant in tenants:
+        assert sorted(r.pk for r in store.scan("store_test", tenant=tenant)) == [f"{tenant}/s/t{n}" for n in range(3)]
+    store._connect().flush("store_test")
+    assert all(len(store.scan("store_test", tenant=t, with_vectors=False)) == 3 for t in tenants)
+    assert store.delete("store_test", tenant="p7", session="s") == 3
+    assert store.scan("store_test", tenant="p7") == [] and len(store.scan("store_test", tenant="p8")) == 3
+
+
+def test_partition_layouts_other_than_milvus_lites_are_not_pruned() -> None:
+    from strata.milvus_store import _lite_buckets
+
+    assert _lite_buckets(["_default", *(f"_pk_{n}" for n in range(16))]) == 16
+    assert _lite_buckets([f"_default_{n}" for n in range(64)]) == 0  # a Milvus server's partition-key layout
+    assert _lite_buckets(["_default", "_pk_0", "_pk_2"]) == 0
+    assert _lite_buckets(["_default", "tenant_a"]) == 0 and _lite_buckets(["_default"]) == 0
+
+
 def test_upsert_replaces_by_primary_key(store: MilvusRecordStore) -> None:
     store.upsert("store_test", [rec("c", "s", 1)])
     store.upsert("store_test", [Record(**{**rec("c", "s", 1).__dict__, "text": "changed"})])
