@@ -553,8 +553,10 @@ class EpisodicMemory:
         A question often names one fact and asks for another ("the one who only
         finished high school: where do they work?"); the turn holding the answer
         shares few words with it, its neighbour the rest. Neighbour scores come
-        from the best ``4 k`` matches (at least 200); a turn outside them counts
-        its own score as 0, which moves nothing that can reach the top ``k``.
+        from the best ``4 k`` matches (at least 200), bisected into their session's
+        time order, so a long session costs no more than a short one; a turn
+        outside those matches counts only its neighbour's share (its own score is
+        below the 200th, so the top ``k`` hardly moves).
         """
         weight, window = self._settings.lexical_context_weight, self._settings.lexical_context_window
         if not (weight and window):

@@ -352,8 +352,8 @@ def _quiet_pymilvus() -> None:
 
 
 def _lite_buckets(partitions: Sequence[str]) -> int:
-    """How many partition-key buckets milvus-lite made (``_pk_0`` … ``_pk_<n-1>`` beside an
-    empty ``_default``), else 0: any other layout is not one this module knows how to prune."""
+    """How many partition-key buckets milvus-lite made (``_pk_0`` … ``_pk_<n-1>`` beside
+    ``_default``), else 0: any other layout is not one this module knows how to prune."""
     others = [name for name in partitions if not _LITE_BUCKET.fullmatch(name)]
     numbers = sorted(int(m.group(1)) for name in partitions if (m := _LITE_BUCKET.fullmatch(name)))
     if others != ["_default"] or numbers != list(range(len(numbers))):
