@@ -3,8 +3,8 @@
 WRITERS threads upsert TENANTS x 100 episodic-sized rows (384-d vectors, ~800-byte payloads) in
 batches of 10 into one collection, then the script times, every 2 s for WATCH seconds, what a
 request and a cold tenant pay: a point read in another small collection (the API-key lookup) and
-one tenant's scan with vectors (an episodic actor loading it). A read over 250 ms gets a py-spy
-dump of the server (py-spy must be on PATH; `pip install py-spy`).
+one tenant's scan with vectors (an episodic actor loading it); then the TTL sweep's query. A read
+over 250 ms gets a py-spy dump of the server (py-spy must be on PATH; `pip install py-spy`).
 
     python docs/milvus_lite_after_ingest.py [TENANTS] [WATCH] [MEMTABLE_MIB]   # default 300 120 2
 
@@ -105,6 +105,12 @@ def main(tenants: int, watch: float, memtable_mib: float) -> None:
             dumps += 1
             print(subprocess.run(["py-spy", "dump", "--pid", str(server.pid)], capture_output=True, text=True).stdout, flush=True)
         time.sleep(0 if profile else 2)
+    sweeps = []
+    for _ in range(3):  # what each layer shard's TTL sweep asks, every ttl.sweep_interval_s
+        t0 = time.perf_counter()
+        reader.expired("episodic", now_ms=int(time.time() * 1000), kinds=["turn", "summary"])
+        sweeps.append((time.perf_counter() - t0) * 1000)
+    print(f"TTL sweep query over the collection: median {statistics.median(sweeps):.0f} ms", flush=True)
     print(f"median key get {statistics.median(gets):.1f} ms (max {max(gets):.0f}), "
           f"median scan {statistics.median(scans):.1f} ms (max {max(scans):.0f})", flush=True)
     if spy is not None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -88,6 +89,23 @@ def test_partition_layouts_other_than_milvus_lites_are_not_pruned() -> None:
     assert _lite_buckets([f"_default_{n}" for n in range(64)]) == 0  # a Milvus server's partition-key layout
     assert _lite_buckets(["_default", "_pk_0", "_pk_2"]) == 0
     assert _lite_buckets(["_default", "tenant_a"]) == 0 and _lite_buckets(["_default"]) == 0
+
+
+def test_the_ttl_sweep_walks_only_collections_that_hold_deadlines(milvus: MilvusServer) -> None:
+    url = f"http://127.0.0.1:{milvus.port}"
+    writer, sweeper = MilvusRecordStore(url, timeout_s=3), MilvusRecordStore(url, timeout_s=3)
+    for s in (writer, sweeper):
+        s.ensure_collection("deadline_test", dim=DIM)
+    writer.upsert("deadline_test", [rec("d", "s", n) for n in range(3)])
+    assert sweeper.expired("deadline_test", now_ms=10**13, kinds=["turn"]) == []
+    assert "deadline_test" not in sweeper._deadlines  # no marker yet: nothing was walked
+    writer.upsert("deadline_test", [replace(rec("d", "s", 7), payload={"expires_ms": 5})])
+    # The other process (a shard's sweeper) finds the marker the writer left, then the row.
+    assert sweeper.expired("deadline_test", now_ms=10**13, kinds=["turn"]) == [("d", "s", "d/s/t7")]
+    assert "deadline_test" in sweeper._deadlines
+    assert sweeper.expired("deadline_test", now_ms=4, kinds=["turn"]) == []
+    # The marker is no tenant's row and no layer's kind.
+    assert [r.pk for r in writer.scan("deadline_test", tenant="d")] == [f"d/s/t{n}" for n in (0, 1, 2, 7)]
 
 
 def test_upsert_replaces_by_primary_key(store: MilvusRecordStore) -> None:
