@@ -529,8 +529,9 @@ async def _admin(client: Any, method: str, path: str, admin_key: str, body: Any 
 
 
 #: Attempts of one write of the scale phase: a write that timed out on a loaded machine is
-#: sent again (turns with their ids: one that landed is answered "replayed").
-SCALE_WRITE_ATTEMPTS = 3
+#: sent again (turns with their ids: one that landed is answered "replayed"; a document whose
+#: first attempt is still being indexed answers 409 until it is done), 2, 4, 8 and 16 s apart.
+SCALE_WRITE_ATTEMPTS = 5
 
 
 async def _retried(write: Callable[[], Awaitable[Any]], retries: list[str]) -> Any:
@@ -547,7 +548,7 @@ async def _retried(write: Callable[[], Awaitable[Any]], retries: list[str]) -> A
                 raise
             retries.append(f"{type(exc).__name__}: {str(exc)[:120]}")
             print(f"  retrying a write after {type(exc).__name__}: {str(exc)[:120]}", flush=True)
-            await asyncio.sleep(2.0)
+            await asyncio.sleep(2.0 * 2**attempt)
 
 
 async def _scale_ingest(url: str, admin_key: str, source: TextSource, sizes: Sizes, run_id: str,
