@@ -575,7 +575,8 @@ class EpisodicMemory:
                     near[other] = score
         combined = {key: own.get(key, 0.0) + weight * near.get(key, 0.0) for key in own.keys() | near.keys()}
         ranked = sorted(combined.items(), key=lambda item: (-item[1], item[0]))
-        return [key for key, _ in ranked if keep(key)][:k]
+        found = (key for key, _ in ranked if keep(key))  # keep() only until k are found
+        return [key for _, key in zip(range(k), found)]
 
     def _fusion_weights(self, query_text: str | None) -> dict[str, float]:
         s = self._settings
