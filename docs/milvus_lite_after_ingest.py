@@ -34,6 +34,15 @@ WRITERS = 4
 
 
 def main(tenants: int, watch: float, memtable_mib: float) -> None:
+    servers: list[subprocess.Popen] = []
+    try:
+        _run(tenants, watch, memtable_mib, servers)
+    finally:
+        for server in servers:  # also when a step fails: no milvus-lite left behind
+            server.kill()
+
+
+def _run(tenants: int, watch: float, memtable_mib: float, servers: list) -> None:
     port = free_port()
     data = Path(tempfile.mkdtemp()) / "data"
     env = {**os.environ, "MILVUS_LITE_MEMTABLE_MEMORY_LIMIT_BYTES": str(int(memtable_mib * 2**20))}
@@ -41,6 +50,7 @@ def main(tenants: int, watch: float, memtable_mib: float) -> None:
         [*COMMAND, "server", "--data-dir", str(data), "--host", "127.0.0.1", "--port", str(port)],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True, env=env,
     )
+    servers.append(server)
     wait_for_milvus(port, server)
     url = f"http://127.0.0.1:{port}"
 
