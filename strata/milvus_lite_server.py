@@ -15,8 +15,8 @@ It also flushes a collection's unflushed rows (its memtable) once they pass
 read walks all of them in Python, so a tenant's scan among 30,000 rows took
 836 ms with 128 MiB and 109 ms with 2 MiB (``python docs/milvus_lite_memtable_growth.py``).
 Writes pay for it in flushes and in the compactions that merge the small
-segments (README, "Storage" and "The service benchmark": at 300 tenants of 100
-turns, compactions are the suspected cause of slow reads).
+segments. (The slow reads after a 300-tenant ingest, once blamed on those, came
+from scans that named no partition and from the TTL sweep: README, "Storage".)
 ``MILVUS_LITE_MEMTABLE_MEMORY_LIMIT_BYTES`` in the environment still wins.
 
 Two more defaults differ from milvus-lite's own. It serves with 64 threads

@@ -87,21 +87,11 @@ def _serve_pids(stack: Running) -> list[int]:
     return pids
 
 
-def _marker(writer: int, n: int) -> str:
-    """A word of letters only, one per turn, that no other turn contains (a lexical search finds it
-    whole; digits would be split off and shared with other turns)."""
-    value, letters = writer * 10_000 + n, ""
-    for _ in range(5):
-        value, digit = divmod(value, 26)
-        letters += "abcdefghijklmnopqrstuvwxyz"[digit]
-    return "zq" + letters
-
-
 class Stream:
     def __init__(self, stack: Running) -> None:
         self.stack = stack
         self.plan = [
-            [Write(f"serve-kill-w{w}", f"w{w}-t{n:04d}", f"Writer {w} note {n}: the marker word is {_marker(w, n)}.")
+            [Write(f"serve-kill-w{w}", f"w{w}-t{n:04d}", f"Writer {w} note {n}: the marker word is sk{w}x{n}.")
              for n in range(TURNS // WRITERS)]
             for w in range(WRITERS)
         ]
