@@ -9,7 +9,8 @@ over 250 ms gets a py-spy dump of the server (py-spy must be on PATH; `pip insta
     python docs/milvus_lite_after_ingest.py [TENANTS] [WATCH] [MEMTABLE_MIB]   # default 300 120 2
 
 NO_PRUNE=1 scans without naming the tenant's partition (what MilvusRecordStore.scan did before);
-TENANT_INDEX=1 adds an INVERTED index on tenant; PROFILE=FILE writes py-spy's raw stacks of the
+TENANT_INDEX=1 adds an INVERTED index on tenant; INDEX=AUTOINDEX gives the vectors milvus-lite's
+AUTOINDEX (HNSW) instead of Strata's FLAT; PROFILE=FILE writes py-spy's raw stacks of the
 server over the watch, with reads back to back.
 """
 import os
@@ -55,7 +56,7 @@ def _run(tenants: int, watch: float, memtable_mib: float, servers: list) -> None
     url = f"http://127.0.0.1:{port}"
 
     def store() -> MilvusRecordStore:
-        s = MilvusRecordStore(url, timeout_s=120)
+        s = MilvusRecordStore(url, timeout_s=120, vector_index=os.environ.get("INDEX", "FLAT"))
         s.ensure_collection("episodic", dim=384)
         s.ensure_collection("keys", dim=2)
         return s
@@ -94,7 +95,8 @@ def _run(tenants: int, watch: float, memtable_mib: float, servers: list) -> None
         thread.start()
     for thread in threads:
         thread.join()
-    print(f"{memtable_mib:g} MiB memtable: ingested {tenants * 100:,} rows in {time.perf_counter() - started:.0f} s", flush=True)
+    print(f"{memtable_mib:g} MiB memtable: ingested {tenants * 100:,} rows in {time.perf_counter() - started:.0f} s; "
+          f"{_server_use(server.pid)}", flush=True)
     gets, scans, dumps = [], [], 0
     profile = os.environ.get("PROFILE")  # a file for py-spy's collapsed stacks of the server over the watch
     spy = subprocess.Popen(["py-spy", "record", "--format", "raw", "-r", "200", "-o", profile, "-d", str(int(watch)),
@@ -126,7 +128,16 @@ def _run(tenants: int, watch: float, memtable_mib: float, servers: list) -> None
           f"median scan {statistics.median(scans):.1f} ms (max {max(scans):.0f})", flush=True)
     if spy is not None:
         spy.wait()
+    print(f"at the end: {_server_use(server.pid)}", flush=True)
     server.kill()
+
+
+def _server_use(pid: int) -> str:
+    """The server's CPU time so far and its resident memory, from /proc."""
+    stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    cpu_s = (int(stat[11]) + int(stat[12])) / os.sysconf("SC_CLK_TCK")
+    rss_mib = int(stat[21]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+    return f"server CPU {cpu_s:.0f} s, RSS {rss_mib:.0f} MiB"
 
 
 if __name__ == "__main__":

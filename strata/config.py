@@ -88,6 +88,11 @@ class MilvusSettings(_Section):
     port: int = Field(default=19540, ge=1, le=65535)
     timeout_s: float = Field(default=5.0, gt=0)
     collection_prefix: str = Field(default="strata", pattern=r"^[A-Za-z][A-Za-z0-9_]{0,30}$")
+    #: Index type of the ``vec`` field of new collections. Strata searches the vectors its
+    #: actors hold in memory, never Milvus, so the index is only built, never used: FLAT
+    #: builds nothing. milvus-lite's AUTOINDEX builds HNSW per segment; at 100,000 rows it
+    #: doubled the server's CPU and added 40% to its memory (README, "Storage").
+    vector_index: Literal["FLAT", "AUTOINDEX", "HNSW"] = "FLAT"
 
     @property
     def address(self) -> str:
@@ -130,6 +135,11 @@ class ActorSettings(_Section):
     procedural_shards: int = Field(default=2, ge=1, le=1024)
     #: Tenants whose in-memory state is evicted after this long without a call.
     idle_evict_s: float = Field(default=900.0, gt=0)
+    #: Tenants one shard keeps in memory at most: loading one more evicts the least
+    #: recently used (one not called in the last ``resident_grace_s``). Bounds a shard's
+    #: memory whatever the number of tenants (README, "Tenants and actors").
+    max_resident_tenants: int = Field(default=256, ge=1)
+    resident_grace_s: float = Field(default=5.0, ge=0)
     max_restarts: int = Field(default=-1, ge=-1)
 
 

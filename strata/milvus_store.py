@@ -49,8 +49,10 @@ _DEADLINES = "deadlines"
 class MilvusRecordStore:
     """Rows in Milvus (milvus-lite server by default, a Milvus cluster by URI)."""
 
-    def __init__(self, uri: str, *, token: str = "", db_name: str = "", timeout_s: float = 5.0) -> None:
+    def __init__(self, uri: str, *, token: str = "", db_name: str = "", timeout_s: float = 5.0,
+                 vector_index: str = "FLAT") -> None:
         self._uri = uri
+        self._vector_index = vector_index
         self._token = token
         self._db_name = db_name
         self._timeout_s = timeout_s
@@ -137,7 +139,7 @@ class MilvusRecordStore:
             schema.add_field("payload", DataType.JSON)
             schema.add_field("vec", DataType.FLOAT_VECTOR, dim=dim)
             index = client.prepare_index_params()
-            index.add_index(field_name="vec", index_type="AUTOINDEX", metric_type="IP")
+            index.add_index(field_name="vec", index_type=self._vector_index, metric_type="IP")
             try:
                 client.create_collection(name, schema=schema, index_params=index, timeout=self._timeout_s)
             except MilvusException:

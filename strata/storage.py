@@ -48,7 +48,8 @@ def open_store(settings: StrataSettings) -> tuple[RecordStore, Collections]:
         strata.errors.StoreUnavailable: Milvus does not answer.
     """
     m = settings.milvus
-    store = MilvusRecordStore(m.address, token=m.token, db_name=m.db_name, timeout_s=m.timeout_s)
+    store = MilvusRecordStore(m.address, token=m.token, db_name=m.db_name, timeout_s=m.timeout_s,
+                              vector_index=m.vector_index)
     names = Collections.for_settings(settings)
     store.ensure_collection(names.episodic, dim=names.dim)
     store.ensure_collection(names.semantic, dim=names.dim)
