@@ -72,6 +72,9 @@ class _Tenant(Generic[L]):
     holder: asyncio.Task[Any] | None = None
     versions: dict[str, int] = field(default_factory=dict)
     last_used: float = field(default_factory=time.monotonic)
+    #: Calls holding or waiting for ``lock``: a slot with any is never evicted, so no
+    #: second slot of the tenant is loaded beside it (two could claim the same version).
+    lockers: int = 0
 
 
 class WholeRecordExpiry:
@@ -199,6 +202,7 @@ class LayerShard(Generic[L]):
             layer = self.make_layer(tenant, store, collections)
             await asyncio.to_thread(self.load_layer, layer)
             slot = _Tenant(layer)
+            self._make_room()
             self._tenants[tenant] = slot
             future.set_result(slot)
             return slot
@@ -212,12 +216,16 @@ class LayerShard(Generic[L]):
     @asynccontextmanager
     async def _hold(self, slot: _Tenant[L]) -> AsyncIterator[None]:
         """The tenant's lock, noting which task holds it."""
-        async with slot.lock:
-            slot.holder = asyncio.current_task()
-            try:
-                yield
-            finally:
-                slot.holder = None
+        slot.lockers += 1
+        try:
+            async with slot.lock:
+                slot.holder = asyncio.current_task()
+                try:
+                    yield
+                finally:
+                    slot.holder = None
+        finally:
+            slot.lockers -= 1
 
     async def _claim(self, tenant: str, slot: _Tenant[L], scope: str) -> int:
         """Durably claim the next version of ``scope`` (the caller holds the lock)."""
@@ -377,13 +385,30 @@ class LayerShard(Generic[L]):
         async with self._hold(slot):
             return await fn(slot.layer)
 
+    def _make_room(self) -> None:
+        """Evict least recently used tenants until one more fits under ``max_resident_tenants``.
+
+        A tenant whose lock is held or awaited, or that was called within ``resident_grace_s``,
+        stays: a call may hold its slot between loading it and taking the lock, and a slot
+        evicted then would let a second slot of the same tenant claim the same version. So
+        the shard may briefly hold more than the cap when that many tenants are busy at once.
+        """
+        excess = len(self._tenants) + 1 - self.settings.actors.max_resident_tenants
+        if excess <= 0:
+            return
+        cutoff = time.monotonic() - self.settings.actors.resident_grace_s
+        idle = sorted((slot.last_used, tenant) for tenant, slot in self._tenants.items()
+                      if slot.last_used < cutoff and not slot.lockers)
+        for _, tenant in idle[:excess]:
+            del self._tenants[tenant]
+
     async def _evict_idle(self) -> None:
         idle_s = self.settings.actors.idle_evict_s
         while True:
             await asyncio.sleep(min(idle_s / 4, 60.0))
             cutoff = time.monotonic() - idle_s
             for tenant, slot in list(self._tenants.items()):
-                if slot.last_used < cutoff and not slot.lock.locked():
+                if slot.last_used < cutoff and not slot.lockers:
                     del self._tenants[tenant]
 
     # -- forgetting a whole tenant ------------------------------------------------

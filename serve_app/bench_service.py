@@ -640,6 +640,21 @@ def _restart_layer_actors(stack: Any) -> float:
     return time.perf_counter() - started
 
 
+def _tenants_in_memory(stack: Any) -> dict[str, list[int]] | None:
+    """Tenants each layer shard holds in memory (its ping), by layer; None without a stack."""
+    if stack is None:
+        return None
+    import ray
+
+    from actors.router import LAYER_CLASSES, LayerRouter
+
+    stack.ensure_ray_client()
+    router = LayerRouter(stack.settings)
+    return {layer: [ping["tenants_loaded"] for ping in ray.get([h.ping.remote() for h in router.all_handles(layer)],
+                                                                 timeout=120)]
+            for layer in LAYER_CLASSES}
+
+
 def _wait_for_summaries(stack: Any, tenants: Sequence[str], *, timeout_s: float = 900.0) -> float | None:
     """Wait until the tenants' background summaries are made (in-cluster); seconds waited."""
     if stack is None:
@@ -796,9 +811,12 @@ def _scale(found: Target, sizes: Sizes, source: TextSource, run_id: str, *, admi
                                "ingest_retries": retries,
                                "summaries_wait_s": round(waited, 1) if waited is not None else None}
         out["memory_loaded"] = _stack_memory(stack)
+        out["tenants_in_memory_after_ingest"] = _tenants_in_memory(stack)
         with phase("answers"):
             out["resident"] = asyncio.run(_contexts(found.url, tenants, question, label="every tenant's context",
                                                     workers=4))
+        out["memory_after_answers"] = _stack_memory(stack)
+        out["tenants_in_memory_after_answers"] = _tenants_in_memory(stack)
         if found.scratch and stack is not None:
             print("  restarting the layer actors: every tenant leaves memory", flush=True)
             with phase("restart"):
@@ -852,8 +870,8 @@ def _verdict(name: str, value: Any) -> dict[str, Any]:
 def summarize(raw: dict[str, Any], *, machine: dict[str, Any] | None = None) -> dict[str, Any]:
     """The JSON document: the headline figures first, with targets, then everything measured."""
     lat, floor, ingest, scale = raw["latency"], raw["floor"], raw["ingest"], raw["scale"]
-    memories = [m["rss_mib"] for m in (scale.get("memory_loaded"), scale.get("memory_after_cold_pass"),
-                                        raw.get("memory_one_tenant")) if m]
+    memories = [m["rss_mib"] for m in (scale.get("memory_loaded"), scale.get("memory_after_answers"),
+                                        scale.get("memory_after_cold_pass"), raw.get("memory_one_tenant")) if m]
     ingest_rate, floor_rate = ingest["turns_per_s"], raw["embed_floor"]["turns_per_s"]
     waited = ingest.get("summaries_wait_s")
     doc: dict[str, Any] = {
@@ -946,11 +964,17 @@ def format_report(doc: dict[str, Any]) -> str:
         lines.append(f"{doc['tenants']} tenants ingested in {scale['ingest_seconds']} s "
                      f"({len(scale.get('ingest_retries') or [])} writes retried); "
                      f"stack memory {f(doc['stack_rss_mib'])} MiB RSS: {_mark(t['stack_rss_mib'])}")
-        loaded = scale.get("memory_loaded")
-        if loaded:
-            lines.append(f"  with all loaded: RSS {loaded['rss_mib']} MiB, PSS {loaded['pss_mib']} MiB over "
-                         f"{loaded['processes']} processes; largest: "
-                         + ", ".join(f"{p['process']} {p['rss_mib']}" for p in loaded["largest"][:4]))
+        for when, name in (("after ingest", "memory_loaded"), ("after every tenant's context", "memory_after_answers")):
+            loaded = scale.get(name)
+            if loaded:
+                lines.append(f"  {when}: RSS {loaded['rss_mib']} MiB, PSS {loaded['pss_mib']} MiB over "
+                             f"{loaded['processes']} processes; largest: "
+                             + ", ".join(f"{p['process']} {p['rss_mib']}" for p in loaded["largest"][:4]))
+        for when, name in (("after ingest", "tenants_in_memory_after_ingest"),
+                           ("after every tenant's context", "tenants_in_memory_after_answers")):
+            if scale.get(name):
+                lines.append(f"  tenants in memory per shard {when}: "
+                             + "; ".join(f"{layer} {'/'.join(map(str, n))}" for layer, n in scale[name].items()))
         resident = scale.get("resident")
         if resident:
             gaps = ", ".join(f"{layer} {n}" for layer, n in sorted(resident["first_calls_missing_layer"].items()))

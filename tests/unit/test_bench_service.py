@@ -66,7 +66,9 @@ def _fake_raw() -> dict[str, Any]:
                                "first_calls_missing_layer": {}},
                   "restart_s": 12.0, "cold": _pcts(400.0, 900.0, 1200.0), "warm": _pcts(30.0, 60.0, 80.0),
                   "cold_sample": 30, "cold_complete": 28, "cold_calls_missing_layer": {"semantic": 2},
-                  "memory_after_cold_pass": {**memory, "rss_mib": 2800.0}},
+                  "memory_after_cold_pass": {**memory, "rss_mib": 2800.0},
+                  "memory_after_answers": {**memory, "rss_mib": 3100.0},
+                  "tenants_in_memory_after_answers": {"working": [40, 60], "episodic": [52, 48]}},
     }
 
 
@@ -111,7 +113,7 @@ def test_json_has_the_figures_with_their_types() -> None:
     for key, kind in REQUIRED.items():
         assert isinstance(doc[key], kind), key
     assert doc["context_p50_ms"] == 35.0 and doc["floor_p50_ms"] == 10.0
-    assert doc["stack_rss_mib"] == 3000.5  # the largest of the snapshots
+    assert doc["stack_rss_mib"] == 3100.0  # the largest of the snapshots
     assert doc["cold_tenant_p95_ms"] == 900.0 and doc["warm_tenant_p95_ms"] == 60.0 and doc["tenants_answered"] == 100
     assert doc["ingest_with_summaries_turns_per_s"] == 100.0  # 1000 turns / (8 + 2) s
     t = doc["targets"]
@@ -123,6 +125,7 @@ def test_json_has_the_figures_with_their_types() -> None:
     report = format_report(doc)
     assert "target <= 3: MISSED" in report and "a layer missing: semantic 2" in report
     assert "context answered for 100 of 100 tenants" in report and "true (ranks 1)" in report
+    assert "tenants in memory per shard after every tenant's context: working 40/60; episodic 52/48" in report
 
 
 def test_json_of_a_run_without_scale_or_store() -> None:
