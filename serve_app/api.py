@@ -22,7 +22,7 @@ from ray import serve
 
 from actors.errors import unwrap
 from serve_app.deployments import Refused
-from serve_app.errors import BodyLimit, install_handlers
+from serve_app.errors import BodyLimit, Deadline, install_handlers
 from serve_app.idempotent import Idempotent, Replica, replica_parts
 from strata.config import StrataSettings
 from strata.errors import InvalidInput, StrataError, Unauthorized
@@ -112,9 +112,17 @@ def _replica_parts() -> Replica:
     return replica_parts(serve.get_replica_context().servable_object)
 
 
-# Added first, so it runs inside BodyLimit: the body it reads is bounded already.
+def _replica_timeout_s() -> float:
+    """``serve.request_timeout_s`` of the Api replica serving the request (as above)."""
+    replica: Any = serve.get_replica_context().servable_object
+    return float(replica.request_timeout_s)
+
+
+# Added first, so it runs inside BodyLimit: the body it reads is bounded already. Deadline is
+# outermost: a write it answers 504 to runs on through Idempotent, which keeps its answer.
 app.add_middleware(Idempotent, replica=_replica_parts)
 app.add_middleware(BodyLimit, max_bytes=_replica_max_body_bytes)
+app.add_middleware(Deadline, timeout_s=_replica_timeout_s)
 
 
 def _bearer(authorization: str | None) -> str:
@@ -139,6 +147,7 @@ class Api:
         self._settings = StrataSettings.from_dict(settings)
         self._orchestrator = orchestrator
         self.max_body_bytes = self._settings.serve.max_body_bytes  # read by the BodyLimit middleware
+        self.request_timeout_s = self._settings.serve.request_timeout_s  # read by Deadline
         self._keys: KeyStore | None = None
         self._answers: IdempotencyStore | None = None
         auth = self._settings.auth

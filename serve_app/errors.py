@@ -1,7 +1,10 @@
-"""Strata errors to HTTP responses, in one place; and the request body limit (413)."""
+"""Strata errors to HTTP responses, in one place; the request body limit (413) and the
+request deadline (504)."""
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import math
 from collections.abc import Callable
 from http import HTTPStatus
@@ -18,6 +21,7 @@ from strata.errors import RateLimited, StoreUnavailable, StrataError, Unauthoriz
 
 __all__ = [
     "BodyLimit",
+    "Deadline",
     "error_response",
     "http_error_response",
     "install_handlers",
@@ -143,6 +147,72 @@ class BodyLimit:
                 raise
         if refused:
             await too_large_response(limit)(scope, receive, send)
+
+
+log = logging.getLogger(__name__)
+
+
+def deadline_response(timeout_s: float, method: str) -> JSONResponse:
+    """The 504 for a request still running after ``timeout_s``."""
+    if method in ("POST", "PATCH", "PUT", "DELETE"):
+        what = ("it is still running and will be applied unless it fails; read the result back, or retry "
+                "with the same Idempotency-Key header to get its answer once it is done")
+    else:
+        what = "retry shortly"
+    message = (f"the request took longer than {timeout_s:g} s (serve.request_timeout_s); {what}. "
+               "A server this slow is overloaded: fewer concurrent calls, or more replicas, help")
+    return JSONResponse({"error": "Timeout", "message": message, "timeout_s": timeout_s}, status_code=504,
+                        headers={"Retry-After": "5"})
+
+
+class Deadline:
+    """Answer 504 in Strata's error shape to a request still running after ``timeout_s()``.
+
+    Serve's HTTP proxy has its own timeout, which answers a plain-text 408 and cancels the
+    request wherever it is; the stack sets the proxy's a few seconds longer, so this one
+    answers first. The work is not cancelled: a write half done when a timer fired would
+    be worse than one that completes late. It runs on in the replica, and its answer is
+    dropped (or kept for an Idempotency-Key retry, by :class:`~serve_app.idempotent.Idempotent`,
+    which runs inside this middleware). A response that has started (a stream) is let finish.
+    """
+
+    def __init__(self, app: ASGIApp, *, timeout_s: Callable[[], float]) -> None:
+        self.app = app
+        self.timeout_s = timeout_s
+        self._late: set[asyncio.Task[None]] = set()  # work answered with a 504, still running
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        timeout_s = self.timeout_s()
+        started = abandoned = False
+
+        async def guarded(message: Message) -> None:
+            nonlocal started
+            if abandoned:  # the client has its 504 already
+                return
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        work = asyncio.ensure_future(self.app(scope, receive, guarded))
+        try:
+            done, _ = await asyncio.wait({work}, timeout=timeout_s)
+        except asyncio.CancelledError:  # the client went away: so does the work, as without this
+            work.cancel()
+            raise
+        if done or started:
+            await work
+            return
+        abandoned = True
+        self._late.add(work)
+        work.add_done_callback(self._finished_late)
+        await deadline_response(timeout_s, scope["method"])(scope, receive, send)
+
+    def _finished_late(self, work: asyncio.Task[None]) -> None:
+        self._late.discard(work)
+        if not work.cancelled() and work.exception() is not None:
+            log.warning("a request answered with a 504 failed afterwards: %r", work.exception())
 
 
 def install_handlers(app: object) -> None:

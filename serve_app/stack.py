@@ -32,6 +32,12 @@ from strata.milvus_lite_server import COMMAND as MILVUS_LITE_COMMAND
 __all__ = ["Stack", "StackError", "scratch_milvus"]
 
 
+#: Serve's proxy times a request out this much later than the Api's own deadline
+#: (``serve.request_timeout_s``), so a slow request gets Strata's 504, not the proxy's
+#: plain-text 408 (see :class:`serve_app.errors.Deadline`).
+PROXY_TIMEOUT_MARGIN_S = 10.0
+
+
 class StackError(RuntimeError):
     """Something the user must fix to start or stop the stack; the message says what."""
 
@@ -297,7 +303,8 @@ class Stack:
         from serve_app.app import APP_NAME, build_app
 
         s = self.settings.serve
-        serve.start(http_options={"host": s.host, "port": s.port, "request_timeout_s": s.request_timeout_s})
+        serve.start(http_options={"host": s.host, "port": s.port,
+                                  "request_timeout_s": s.request_timeout_s + PROXY_TIMEOUT_MARGIN_S})
         serve.run(build_app({"settings": self.settings.to_dict()}), name=APP_NAME, route_prefix="/", blocking=False)
 
     # -- the whole stack --------------------------------------------------------
