@@ -165,6 +165,28 @@ async def test_actor_restart_reloads_state_and_versions_continue(settings: Any, 
     assert after.versions["episodic"] > before.versions["episodic"]
 
 
+async def test_tenants_over_a_shards_cap_are_evicted_and_come_back_whole(milvus: MilvusServer) -> None:
+    """One shard per layer holding at most 2 tenants: 4 tenants take turns; each finds its own
+    turns after being evicted, and its versions continue without reuse."""
+    settings = settings_for(milvus, actors={"working_shards": 1, "episodic_shards": 1, "semantic_shards": 1,
+                                            "procedural_shards": 1, "max_resident_tenants": 2,
+                                            "resident_grace_s": 0})
+    names = ["ann", "bob", "cy", "dee"]
+    clients = {name: InClusterClient(name, settings) for name in names}
+    first = {name: await clients[name].record_turn("s", f"{name} keeps a pet called {name}pet.") for name in names}
+    [episodic] = LayerRouter(settings).all_handles("episodic")
+    assert (await episodic.ping.remote())["tenants_loaded"] == 2
+    for name in names:  # ann and bob were evicted for cy and dee; each comes back from the store
+        found = await clients[name].search("what is the pet called?", layers=["episodic"])
+        assert [h.text for h in found.hits] == [f"user: {name} keeps a pet called {name}pet."]
+        again = await clients[name].record_turn("s", f"{name} also has a fish.")
+        assert again.versions["episodic"] == first[name].versions["episodic"] + 1
+        working = await clients[name].get_working("s")
+        assert [item.content for item in working.items][-2:] == [f"{name} keeps a pet called {name}pet.",
+                                                                  f"{name} also has a fish."]
+    assert (await episodic.ping.remote())["tenants_loaded"] == 2
+
+
 async def test_forget_session_leaves_nothing(settings: Any, alice: InClusterClient) -> None:
     await alice.record_turn("forgettable", "My locker code is 4417.")
     result = await alice.forget_session("forgettable")
