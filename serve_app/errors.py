@@ -29,6 +29,8 @@ __all__ = [
     "validation_response",
 ]
 
+log = logging.getLogger(__name__)
+
 
 def error_response(exc: StrataError) -> JSONResponse:
     headers: dict[str, str] = {}
@@ -147,9 +149,6 @@ class BodyLimit:
                 raise
         if refused:
             await too_large_response(limit)(scope, receive, send)
-
-
-log = logging.getLogger(__name__)
 
 
 def deadline_response(timeout_s: float, method: str) -> JSONResponse:
