@@ -669,7 +669,7 @@ class Orchestration:
 
     async def llm_usage(self) -> dict[str, int]:
         """LLM calls and tokens of every layer shard since it started, summed (all tenants)."""
-        handles = [h for layer in AVAILABLE_LAYERS for h in self.router.all_handles(layer)]
+        handles = self.router.every_handle()
         totals: dict[str, int] = {}
         for usage in await asyncio.gather(*(_call(h.llm_usage.remote()) for h in handles)):
             for key, value in usage.items():

@@ -85,3 +85,7 @@ class LayerRouter:
 
     def all_handles(self, layer: str) -> list[Any]:
         return [self.shard_handle(layer, n) for n in range(self.shards(layer))]
+
+    def every_handle(self) -> list[Any]:
+        """Every shard of every layer."""
+        return [handle for layer in LAYER_CLASSES for handle in self.all_handles(layer)]

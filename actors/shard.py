@@ -396,20 +396,21 @@ class LayerShard(Generic[L]):
         excess = len(self._tenants) + 1 - self.settings.actors.max_resident_tenants
         if excess <= 0:
             return
-        cutoff = time.monotonic() - self.settings.actors.resident_grace_s
+        for tenant in self._idle_since(time.monotonic() - self.settings.actors.resident_grace_s)[:excess]:
+            del self._tenants[tenant]
+
+    def _idle_since(self, cutoff: float) -> list[str]:
+        """Tenants that may be evicted: unused since ``cutoff``, no call at their lock; oldest first."""
         idle = sorted((slot.last_used, tenant) for tenant, slot in self._tenants.items()
                       if slot.last_used < cutoff and not slot.lockers)
-        for _, tenant in idle[:excess]:
-            del self._tenants[tenant]
+        return [tenant for _, tenant in idle]
 
     async def _evict_idle(self) -> None:
         idle_s = self.settings.actors.idle_evict_s
         while True:
             await asyncio.sleep(min(idle_s / 4, 60.0))
-            cutoff = time.monotonic() - idle_s
-            for tenant, slot in list(self._tenants.items()):
-                if slot.last_used < cutoff and not slot.lockers:
-                    del self._tenants[tenant]
+            for tenant in self._idle_since(time.monotonic() - idle_s):
+                del self._tenants[tenant]
 
     # -- forgetting a whole tenant ------------------------------------------------
 

@@ -616,14 +616,12 @@ def _restart_layer_actors(stack: Any) -> float:
     import httpx
     import ray
 
-    from actors.router import LAYER_CLASSES, LayerRouter
+    from actors.router import LayerRouter
 
     started = time.perf_counter()
     stack.ensure_ray_client()
-    router = LayerRouter(stack.settings)
-    for layer in LAYER_CLASSES:
-        for handle in router.all_handles(layer):
-            ray.kill(handle, no_restart=False)
+    for handle in LayerRouter(stack.settings).every_handle():
+        ray.kill(handle, no_restart=False)
     time.sleep(1.0)
     deadline, healthy, said = time.monotonic() + 300, 0, time.monotonic()
     while healthy < 2:  # twice in a row: every shard answered its ping (its store is open)

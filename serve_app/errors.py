@@ -31,6 +31,9 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
+#: The methods that change something: a retried one may carry an Idempotency-Key.
+WRITE_METHODS = frozenset(("POST", "PATCH", "PUT", "DELETE"))
+
 
 def error_response(exc: StrataError) -> JSONResponse:
     headers: dict[str, str] = {}
@@ -153,7 +156,7 @@ class BodyLimit:
 
 def deadline_response(timeout_s: float, method: str) -> JSONResponse:
     """The 504 for a request still running after ``timeout_s``."""
-    if method in ("POST", "PATCH", "PUT", "DELETE"):
+    if method in WRITE_METHODS:
         what = ("it is still running and will be applied unless it fails; read the result back, or retry "
                 "with the same Idempotency-Key header to get its answer once it is done")
     else:

@@ -30,6 +30,7 @@ from fastapi.responses import JSONResponse
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from serve_app.errors import WRITE_METHODS
 from strata.errors import StrataError
 from strata.idempotency import Answer, IdempotencyStore, fingerprint
 
@@ -37,7 +38,6 @@ __all__ = ["Idempotent", "Replica"]
 
 log = logging.getLogger(__name__)
 
-_WRITES = frozenset(("POST", "PATCH", "PUT", "DELETE"))
 _KEY = re.compile(r"^[\x21-\x7e]{1,255}$")
 _KEPT_HEADERS = ("content-type", "etag", "location")
 
@@ -60,7 +60,7 @@ class Idempotent:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         headers = Headers(scope=scope) if scope["type"] == "http" else None
         key = headers.get("idempotency-key") if headers is not None else None
-        if headers is None or scope["method"] not in _WRITES:
+        if headers is None or scope["method"] not in WRITE_METHODS:
             await self.app(scope, receive, send)
             return
         if key is None:

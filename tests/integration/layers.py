@@ -8,7 +8,6 @@ from typing import Any
 
 import ray
 
-from actors.orchestration import AVAILABLE_LAYERS
 from actors.router import LayerRouter
 
 
@@ -27,7 +26,7 @@ async def until_up(handle: Any, timeout_s: float = 60) -> None:
 
 async def restart_layer_actors(settings: Any) -> list[Any]:
     """Kill every layer actor (Ray restarts each) and wait until all answer; returns their handles."""
-    handles = [h for layer in AVAILABLE_LAYERS for h in LayerRouter(settings).all_handles(layer)]
+    handles = LayerRouter(settings).every_handle()
     for handle in handles:
         ray.kill(handle, no_restart=False)
     for handle in handles:

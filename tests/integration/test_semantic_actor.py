@@ -13,7 +13,6 @@ from actors.client import InClusterClient
 from actors.router import LayerRouter
 from strata.errors import InvalidInput, NotFound, VersionConflict
 from strata.storage import open_store
-from actors.orchestration import AVAILABLE_LAYERS
 from tests.conftest import MilvusServer, settings_for
 from tests.integration.layers import until_up
 
@@ -160,7 +159,7 @@ async def test_tenants_and_bad_input(settings: Any, alice: InClusterClient) -> N
 async def test_context_for_debugging_reads_semantic_memory(settings: Any, alice: InClusterClient) -> None:
     # The other layers' actors start here: let them come up first, or the first call may pass
     # the layers' 2 s deadline on a loaded machine (seen once in CI: working memory missing).
-    await asyncio.gather(*(until_up(h) for layer in AVAILABLE_LAYERS for h in LayerRouter(settings).all_handles(layer)))
+    await asyncio.gather(*(until_up(h) for h in LayerRouter(settings).every_handle()))
     ctx = await alice.build_context("the uploader fails with ERR_CONN_RESET, what now?", "s1", task_type="debugging",
                                     max_tokens=600)
     assert ctx.token_count <= 600
