@@ -16,9 +16,9 @@ from typing import Any, Coroutine, Sequence, TypeVar
 
 import numpy as np
 
-from actors.orchestration import Orchestration
+from strata_actors.orchestration import Orchestration
 from strata.config import StrataSettings
-from strata.embedding import make_embedder
+from strata.providers.embedder import make_embedder
 from strata.ids import validate_id
 from strata.schema import (
     AuditHistory,
@@ -80,7 +80,7 @@ class InClusterClient:
         recorded = json.loads((Path(data_dir) / "stack.json").read_text())
         settings = StrataSettings.from_dict(recorded["settings"])
         if not ray.is_initialized():
-            from actors.ray_auth import use_ray_auth
+            from strata_actors.ray_auth import use_ray_auth
 
             use_ray_auth(recorded.get("ray_auth", {}))
             ray.init(address=recorded["ray_address"], namespace=settings.ray.namespace, logging_level=logging.ERROR)

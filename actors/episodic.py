@@ -15,13 +15,13 @@ from typing import Any
 
 import numpy as np
 
-from actors.shard import LayerShard
-from strata.episodic import SUMMARY, TURN, EpisodicHit, EpisodicMemory, Turn, TurnInput, summary_inputs
-from strata.llm import make_llm
-from strata.records import RecordStore
-from strata.storage import Collections
-from strata.summarize import ExtractiveSummarizer, LLMSummarizer, Summarizer
-from strata.ttl import from_ms_or_none
+from strata_actors.shard import LayerShard
+from strata.episodic.memory import SUMMARY, TURN, EpisodicHit, EpisodicMemory, Turn, TurnInput, summary_inputs
+from strata.providers.llm import make_llm
+from strata.store.records import RecordStore
+from strata.store.layout import Collections
+from strata.episodic.summarize import ExtractiveSummarizer, LLMSummarizer, Summarizer
+from strata.clock import from_ms_or_none
 
 __all__ = ["EpisodicShard", "turn_text"]
 

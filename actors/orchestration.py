@@ -16,14 +16,14 @@ from typing import Any, Awaitable, Callable, Sequence, TypeVar, cast
 
 import numpy as np
 
-from actors.episodic import turn_text
-from actors.errors import unwrap
-from actors.router import LayerRouter
+from strata_actors.episodic import turn_text
+from strata_actors.errors import unwrap
+from strata_actors.router import LayerRouter
 from strata.config import StrataSettings
 from strata.config import LayerPolicy
-from strata.context import LAYER_TITLES, AssembledContext, assemble_context, render_refined
-from strata.llm import LLM, make_llm
-from strata.refine import refine_items
+from strata.context.assemble import LAYER_TITLES, AssembledContext, assemble_context, render_refined
+from strata.providers.llm import LLM, make_llm
+from strata.context.refine import refine_items
 from pydantic import BaseModel
 
 from strata.errors import InvalidInput, LLMError, NotFound, PreconditionRequired, StrataError
@@ -60,14 +60,14 @@ from strata.schema import (
     WorkingItemsIn,
     WorkingState,
 )
-from strata.importance import extract_terms
-from strata.timeparse import resolve_time_range
-from strata.audit import AuditLog
-from strata.audit import entry as audit_entry
-from strata.redaction import Redaction
-from strata.storage import open_store
-from strata.tokens import TiktokenCounter
-from strata.working_sessions import TURN_ID
+from strata.retrieval.terms import extract_terms
+from strata.retrieval.timeparse import resolve_time_range
+from strata.access.audit import AuditLog
+from strata.access.audit import entry as audit_entry
+from strata.privacy.redaction import Redaction
+from strata.store.layout import open_store
+from strata.providers.tokens import TiktokenCounter
+from strata.working.sessions import TURN_ID
 
 __all__ = ["Orchestration", "Embed"]
 

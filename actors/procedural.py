@@ -29,14 +29,14 @@ from typing import Any
 
 import numpy as np
 
-from actors.shard import LayerShard, WholeRecordExpiry
+from strata_actors.shard import LayerShard, WholeRecordExpiry
 from strata.errors import InvalidInput, LLMError, NotFound, StrataError
 from strata.ids import SYSTEM_TENANT, validate_id
-from strata.llm import make_llm
-from strata.procedural import SKILL, ProceduralMemory, Skill, new_skill_id, validated_changes
-from strata.records import Record, RecordStore
-from strata.skills import RuleSkillExtractor, SkillDraft, SkillExtractor, make_skill_extractor, skill_search_text
-from strata.storage import Collections
+from strata.providers.llm import make_llm
+from strata.procedural.memory import SKILL, ProceduralMemory, Skill, new_skill_id, validated_changes
+from strata.store.records import Record, RecordStore
+from strata.procedural.extractors import RuleSkillExtractor, SkillDraft, SkillExtractor, make_skill_extractor, skill_search_text
+from strata.store.layout import Collections
 
 __all__ = ["ProceduralShard"]
 

@@ -6,7 +6,7 @@ actors ``strata-L-0 … strata-L-(n-1)``, and tenant ``t`` lives on shard
 (DESIGN.md measured ~0.8 s and ~50–90 MiB per actor process, so one actor
 per tenant does not reach 1,000 tenants on a node); inside a shard, a
 tenant's state is loaded on first use and evicted when idle (see
-:mod:`actors.shard`). Any process that knows the settings finds the same
+:mod:`strata_actors.shard`). Any process that knows the settings finds the same
 actor for a tenant, and creates it if it does not exist yet.
 """
 
@@ -16,11 +16,11 @@ from typing import Any
 
 import ray
 
-from actors.episodic import EpisodicShard
-from actors.procedural import ProceduralShard
-from actors.semantic import SemanticShard
-from actors.shard import owner_shard
-from actors.working import WorkingShard
+from strata_actors.episodic import EpisodicShard
+from strata_actors.procedural import ProceduralShard
+from strata_actors.semantic import SemanticShard
+from strata_actors.shard import owner_shard
+from strata_actors.working import WorkingShard
 from strata.config import StrataSettings
 from strata.ids import validate_id
 

@@ -26,18 +26,18 @@ from typing import Any
 
 import numpy as np
 
-from actors.shard import LayerShard, WholeRecordExpiry
-from strata.chunking import make_chunker
-from strata.embedding import embedding_dim
+from strata_actors.shard import LayerShard, WholeRecordExpiry
+from strata.semantic.chunking import make_chunker
+from strata.providers.embedder import embedding_dim
 from strata.errors import NotFound, StrataError, VersionConflict
-from strata.entities import make_extractor
-from strata.graph import EntityExtractor
+from strata.retrieval.entities import make_extractor
+from strata.retrieval.graph import EntityExtractor
 from strata.ids import validate_id
-from strata.llm import make_llm
-from strata.records import RecordStore
-from strata.semantic import DOC, DocumentInput, SemanticHit, SemanticMemory
-from strata.storage import Collections
-from strata.tokens import TiktokenCounter
+from strata.providers.llm import make_llm
+from strata.store.records import RecordStore
+from strata.semantic.memory import DOC, DocumentInput, SemanticHit, SemanticMemory
+from strata.store.layout import Collections
+from strata.providers.tokens import TiktokenCounter
 
 __all__ = ["SemanticShard"]
 

@@ -1,7 +1,7 @@
 """Ownership and versioning shared by every layer actor.
 
 A shard actor owns the state of many tenants for one layer; each tenant
-lives on exactly one shard (see :mod:`actors.router`), so the shard is the
+lives on exactly one shard (see :mod:`strata_actors.router`), so the shard is the
 single writer of that tenant's rows and in-memory index.
 
 Versioning is optimistic. Each (tenant, layer, scope) has a durable counter;
@@ -38,16 +38,17 @@ from typing import Any, AsyncIterator, Awaitable, Callable, Generic, Sequence, T
 import numpy as np
 
 from strata.config import StrataSettings
-from strata.embedding import Embedder, make_embedder
-from strata.audit import AuditLog
-from strata.audit import entry as audit_entry
+from strata.providers.embedder import Embedder, make_embedder
+from strata.access.audit import AuditLog
+from strata.access.audit import entry as audit_entry
 from strata.errors import StrataError, VersionConflict
 from strata.ids import SYSTEM_TENANT, validate_id
-from strata.llm import LLM, LLMUsage
-from strata.records import RecordStore
-from strata.storage import Collections, open_store
-from strata.ttl import EXPIRES, now_ms
-from strata.versions import VersionStore
+from strata.providers.llm import LLM, LLMUsage
+from strata.store.records import RecordStore
+from strata.store.layout import Collections, open_store
+from strata.store.ttl import EXPIRES
+from strata.clock import now_ms
+from strata.store.versions import VersionStore
 
 __all__ = ["LayerShard", "WholeRecordExpiry", "owner_shard", "EXPIRY_KEY_ID"]
 

@@ -6,15 +6,15 @@ import asyncio
 from datetime import datetime, timezone
 from typing import Any
 
-from actors.shard import LayerShard
-from strata.idempotency import IDEM_KIND, IDEM_SESSION
-from strata.records import RecordStore
-from strata.storage import Collections
-from strata.tokens import TiktokenCounter
-from strata.working import WorkingItem
-from strata.working_sessions import KIND as WORKING_KIND
-from strata.working_sessions import WorkingSessions
-from strata.ttl import from_ms_or_none
+from strata_actors.shard import LayerShard
+from strata.access.idempotency import IDEM_KIND, IDEM_SESSION
+from strata.store.records import RecordStore
+from strata.store.layout import Collections
+from strata.providers.tokens import TiktokenCounter
+from strata.working.memory import WorkingItem
+from strata.working.sessions import KIND as WORKING_KIND
+from strata.working.sessions import WorkingSessions
+from strata.clock import from_ms_or_none
 
 __all__ = ["WorkingShard"]
 

@@ -6,7 +6,7 @@ one session) decides which routes it may call (403 otherwise; the table is in
 ``strata/keys.py``). ``/v1/admin/keys`` manages keys and takes an admin key
 only. The ingress does no memory work itself: it authenticates, validates, and
 calls the orchestrator. A request body over ``serve.max_body_bytes`` gets 413
-before any of that (:class:`serve_app.errors.BodyLimit`).
+before any of that (:class:`strata_serve.errors.BodyLimit`).
 """
 
 # No `from __future__ import annotations` here: Serve rewrites these methods
@@ -20,15 +20,15 @@ from typing import Any
 from fastapi import FastAPI, Header, Path, Query, Response
 from ray import serve
 
-from actors.errors import unwrap
-from serve_app.deployments import Refused
-from serve_app.errors import BodyLimit, Deadline, install_handlers
-from serve_app.idempotent import Idempotent, Replica, replica_parts
+from strata_actors.errors import unwrap
+from strata_serve.deployments import Refused
+from strata_serve.errors import BodyLimit, Deadline, install_handlers
+from strata_serve.idempotent import Idempotent, Replica, replica_parts
 from strata.config import StrataSettings
 from strata.errors import InvalidInput, StrataError, Unauthorized
-from strata.idempotency import IdempotencyStore
+from strata.access.idempotency import IdempotencyStore
 from strata.ids import ID_PATTERN, SYSTEM_TENANT
-from strata.keys import (
+from strata.access.keys import (
     KEY_ID_PATTERN,
     Forbidden,
     KeyCreated,
@@ -40,7 +40,7 @@ from strata.keys import (
     hash_key,
     open_keys,
 )
-from strata.ratelimit import RateLimiter
+from strata.access.ratelimit import RateLimiter
 from strata.schema import (
     AuditHistory,
     ContextRequest,
@@ -71,7 +71,7 @@ from strata.schema import (
     WorkingItemsIn,
     WorkingState,
 )
-from strata.storage import open_store
+from strata.store.layout import open_store
 
 __all__ = ["Api", "app"]
 
@@ -188,7 +188,7 @@ class Api:
     async def _caller(self, authorization: str | None, *, writes: bool, session: str | None) -> tuple[str, str]:
         """The tenant of the bearer key, and the key's id (for who-changed-what records).
 
-        Every tenant route says what it does, and :func:`strata.keys.authorize`
+        Every tenant route says what it does, and :func:`strata.access.keys.authorize`
         checks the key's scope against it (the table is in ``strata/keys.py``):
         ``writes`` for anything but GET, /v1/context and /v1/search; ``session``
         the session the route is confined to, None for a tenant-wide route.

@@ -1,7 +1,7 @@
 """The Serve application graph: api → orchestrator → embedding (+ layer actors).
 
 ``build_app`` is also the import path for ``serve run`` / ``serve deploy``
-(``configs/serve.yaml``): ``serve_app.app:build_app``.
+(``configs/serve.yaml``): ``strata_serve.app:build_app``.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from typing import Any
 
 from ray.serve import Application
 
-from serve_app.api import Api
-from serve_app.deployments import Embedding, Orchestrator
+from strata_serve.api import Api
+from strata_serve.deployments import Embedding, Orchestrator
 from strata.config import StrataSettings, load_settings
 
 __all__ = ["APP_NAME", "build_app"]

@@ -1,7 +1,7 @@
 """HTTP clients for agents: :class:`StrataClient` (sync) and :class:`AsyncStrataClient`.
 
 Both have the same method names as the API and as the in-cluster client
-(:class:`actors.client.InClusterClient`) and return the same typed models.
+(:class:`strata_actors.client.InClusterClient`) and return the same typed models.
 Each method is written once, as a request spec (a function returning a
 ``_Call``); the two classes bind every spec to their transport with
 ``_sync`` / ``_async``, which keep the spec's signature for type checkers.
@@ -27,7 +27,7 @@ from strata.errors import (
     Unauthorized,
     VersionConflict,
 )
-from strata.keys import Forbidden
+from strata.access.keys import Forbidden
 from strata.schema import (
     AuditHistory,
     Layer,

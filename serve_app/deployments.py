@@ -3,7 +3,7 @@
 The orchestrator embeds each query once, in its own process by default
 (``serve.query_embedding``), and batches of turns through the embedding
 deployment, whose replicas batch concurrent requests with ``@serve.batch``;
-it fans out to the layer actors with :class:`actors.orchestration.Orchestration`.
+it fans out to the layer actors with :class:`strata_actors.orchestration.Orchestration`.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from typing import Any, Awaitable, Callable, Sequence, TypeVar
 import numpy as np
 from ray import serve
 
-from actors.orchestration import Orchestration
+from strata_actors.orchestration import Orchestration
 from strata.config import StrataSettings
-from strata.embedding import Embedder, make_embedder
+from strata.providers.embedder import Embedder, make_embedder
 from strata.errors import StrataError
 from strata.schema import (
     ContextRequest,

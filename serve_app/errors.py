@@ -16,7 +16,7 @@ from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from actors.errors import unwrap
+from strata_actors.errors import unwrap
 from strata.errors import RateLimited, StoreUnavailable, StrataError, Unauthorized, VersionConflict
 
 __all__ = [
@@ -174,7 +174,7 @@ class Deadline:
     request wherever it is; the stack sets the proxy's a few seconds longer, so this one
     answers first. The work is not cancelled: a write half done when a timer fired would
     be worse than one that completes late. It runs on in the replica, and its answer is
-    dropped (or kept for an Idempotency-Key retry, by :class:`~serve_app.idempotent.Idempotent`,
+    dropped (or kept for an Idempotency-Key retry, by :class:`~strata_serve.idempotent.Idempotent`,
     which runs inside this middleware). A response that has started (a stream) is let finish.
     """
 

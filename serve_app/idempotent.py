@@ -2,7 +2,7 @@
 
 A pure ASGI middleware in front of the routes. For a POST, PATCH, PUT or
 DELETE with the header, and a valid key in ``Authorization``, it reads the
-body (bounded by :class:`~serve_app.errors.BodyLimit`, outside it), and:
+body (bounded by :class:`~strata_serve.errors.BodyLimit`, outside it), and:
 
 - replays the kept answer when the tenant sent the same key with the same
   request before (``Idempotent-Replayed: true``);
@@ -30,9 +30,9 @@ from fastapi.responses import JSONResponse
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from serve_app.errors import WRITE_METHODS
+from strata_serve.errors import WRITE_METHODS
 from strata.errors import StrataError
-from strata.idempotency import Answer, IdempotencyStore, fingerprint
+from strata.access.idempotency import Answer, IdempotencyStore, fingerprint
 
 __all__ = ["Idempotent", "Replica"]
 
@@ -185,5 +185,5 @@ def _bearer(authorization: str | None) -> str | None:
 
 
 def replica_parts(replica: Any) -> Replica:
-    """The :data:`Replica` callables of an :class:`~serve_app.api.Api` instance."""
+    """The :data:`Replica` callables of an :class:`~strata_serve.api.Api` instance."""
     return replica.tenant_of_key, replica.idempotency_store

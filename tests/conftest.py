@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from strata.config import StrataSettings, load_settings
-from strata.milvus_lite_server import COMMAND as MILVUS_LITE
+from strata.store.milvus_lite import COMMAND as MILVUS_LITE
 
 
 def free_port() -> int:
@@ -36,7 +36,7 @@ def port_open(port: int) -> bool:
 def wait_for_milvus(port: int, process: subprocess.Popen[bytes] | None = None, timeout_s: float = 60) -> None:
     """Until the server answers an RPC (its port opens ~1 s before it does)."""
     from strata.errors import StoreUnavailable
-    from strata.milvus_store import MilvusRecordStore
+    from strata.store.milvus import MilvusRecordStore
 
     store = MilvusRecordStore(f"http://127.0.0.1:{port}", timeout_s=2)
     deadline = time.monotonic() + timeout_s

@@ -16,7 +16,7 @@ import pytest
 
 from tests.conftest import free_port
 
-STRATA = [sys.executable, "-m", "serve_app.cli"]
+STRATA = [sys.executable, "-m", "strata_cli.main"]
 
 
 class Running:

@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from strata.keys import hash_key
+from strata.access.keys import hash_key
 from tests.conftest import free_port
 from tests.e2e.running import STRATA, Running, started
 

@@ -23,9 +23,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from serve_app.stack import processes_naming
+from strata_cli.stack import processes_naming
 from strata.config import load_settings
-from strata.storage import open_store
+from strata.store.layout import open_store
 from tests.e2e.running import Running, started
 
 pytestmark = pytest.mark.e2e
@@ -62,7 +62,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
 _READ_SESSIONS = """
 import json, sys
 import ray
-from actors.client import InClusterClient
+from strata_actors.client import InClusterClient
 client = InClusterClient.for_running_stack("demo", data_dir=sys.argv[1])
 owner = client._flow.router.handle("episodic", "demo")
 out = {}

@@ -13,7 +13,7 @@ from typing import Any, Iterator
 import httpx
 import pytest
 
-from serve_app.client import AsyncStrataClient, StrataClient
+from strata_serve.client import AsyncStrataClient, StrataClient
 from strata.errors import InvalidInput, NotFound, StoreUnavailable, Unauthorized, VersionConflict
 from tests.e2e.running import Running, started
 
@@ -127,7 +127,7 @@ async def test_async_client_has_the_same_methods(stack: Running) -> None:
         assert state.version == recorded.versions["working"]
         health = await client.health()
         assert health.status == "ok"
-    from actors.client import InClusterClient
+    from strata_actors.client import InClusterClient
 
     def public(cls: type) -> set[str]:
         return {m for m in dir(cls) if not m.startswith("_")}
@@ -139,7 +139,7 @@ async def test_async_client_has_the_same_methods(stack: Running) -> None:
 
 
 def test_in_cluster_client_sees_http_writes(stack: Running) -> None:
-    from actors.client import InClusterClient
+    from strata_actors.client import InClusterClient
 
     client = InClusterClient.for_running_stack("demo", data_dir=str(stack.data_dir))
     found = client.sync.search("violin lessons", layers=["episodic"])

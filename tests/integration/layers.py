@@ -8,7 +8,7 @@ from typing import Any
 
 import ray
 
-from actors.router import LayerRouter
+from strata_actors.router import LayerRouter
 
 
 async def until_up(handle: Any, timeout_s: float = 60) -> None:

@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from actors.client import InClusterClient
-from actors.orchestration import AVAILABLE_LAYERS
+from strata_actors.client import InClusterClient
+from strata_actors.orchestration import AVAILABLE_LAYERS
 from strata.errors import InvalidInput, NotFound
-from strata.storage import open_store
+from strata.store.layout import open_store
 from tests.conftest import MilvusServer, settings_for
 from tests.integration.layers import restart_layer_actors
 

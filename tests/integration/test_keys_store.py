@@ -11,9 +11,9 @@ import pytest
 from strata.config import StrataSettings
 from strata.errors import InvalidInput, NotFound
 from strata.ids import SYSTEM_TENANT
-from strata.keys import KeyStore, hash_key, open_keys
-from strata.records import RecordStore
-from strata.storage import Collections, open_store
+from strata.access.keys import KeyStore, hash_key, open_keys
+from strata.store.records import RecordStore
+from strata.store.layout import Collections, open_store
 from tests.conftest import MilvusServer, settings_for
 
 Opened = tuple[RecordStore, Collections, StrataSettings]

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from strata.errors import InvalidInput, StoreUnavailable
-from strata.milvus_store import MilvusRecordStore
-from strata.records import Record
+from strata.store.milvus import MilvusRecordStore
+from strata.store.records import Record
 from tests.conftest import MilvusServer
 
 DIM = 8
@@ -58,7 +58,7 @@ def test_deletes_by_key_keep_to_their_tenant_session_and_kinds(store: MilvusReco
 
 
 def test_a_scan_past_one_query_reads_every_row_in_key_order(store: MilvusRecordStore, monkeypatch: pytest.MonkeyPatch) -> None:
-    import strata.milvus_store as module
+    import strata.store.milvus as module
 
     store.upsert("store_test", [rec("f", "s", n) for n in range(7)])
     monkeypatch.setattr(module, "_QUERY_LIMIT", 3)  # the iterator takes over from a full first query
@@ -83,7 +83,7 @@ def test_scans_and_deletes_name_the_tenants_milvus_lite_partition(store: MilvusR
 
 
 def test_partition_layouts_other_than_milvus_lites_are_not_pruned() -> None:
-    from strata.milvus_store import _lite_buckets
+    from strata.store.milvus import _lite_buckets
 
     assert _lite_buckets(["_default", *(f"_pk_{n}" for n in range(16))]) == 16
     assert _lite_buckets([f"_default_{n}" for n in range(64)]) == 0  # a Milvus server's partition-key layout

@@ -16,10 +16,10 @@ import ray
 import yaml
 from ray.cluster_utils import Cluster
 
-from actors.client import InClusterClient
-from actors.orchestration import AVAILABLE_LAYERS
-from actors.router import LayerRouter
-from strata.storage import open_store
+from strata_actors.client import InClusterClient
+from strata_actors.orchestration import AVAILABLE_LAYERS
+from strata_actors.router import LayerRouter
+from strata.store.layout import open_store
 from tests.conftest import MilvusServer, free_port, settings_for
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 import ray
 
-from actors.client import InClusterClient
-from actors.router import LayerRouter
+from strata_actors.client import InClusterClient
+from strata_actors.router import LayerRouter
 from strata.errors import InvalidInput, NotFound, VersionConflict
-from strata.storage import open_store
+from strata.store.layout import open_store
 from tests.conftest import MilvusServer, settings_for
 from tests.integration.layers import until_up
 

@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 
-from serve_app.bench_semantic import SEARCH_PATHS, format_report, run
+from strata_bench.semantic import SEARCH_PATHS, format_report, run
 from strata.config import ChunkingSettings, SemanticSettings
-from strata.embedding import OnnxMiniLMEmbedder
-from strata.records import InMemoryRecordStore
-from strata.semantic import DocumentInput
+from strata.providers.embedder import OnnxMiniLMEmbedder
+from strata.store.records import InMemoryRecordStore
+from strata.semantic.memory import DocumentInput
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 # Small chunks, so the project's README alone gives a few dozen children.

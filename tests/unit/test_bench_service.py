@@ -14,9 +14,11 @@ from typing import Any
 
 import pytest
 
-from serve_app import bench_orchestrator, bench_service, cli
-from serve_app.bench_orchestrator import percentile
-from serve_app.bench_service import (
+from strata_bench import orchestrator as bench_orchestrator
+from strata_bench import service as bench_service
+from strata_cli import main as cli
+from strata_bench.orchestrator import percentile
+from strata_bench.service import (
     QUICK,
     TextSource,
     embed_floor,
@@ -28,7 +30,7 @@ from serve_app.bench_service import (
     summarize,
 )
 from strata.config import load_settings
-from strata.embedding import make_embedder
+from strata.providers.embedder import make_embedder
 
 REQUIRED = {
     "context_p50_ms": float, "context_p95_ms": float, "context_p99_ms": float, "search_p50_ms": float,
@@ -163,7 +165,7 @@ def test_floor_on_a_tiny_in_memory_data_set() -> None:
     sessions = bench_service._sessions(source, 30, "tiny", now=now)
     documents = [(f"doc-{n}", *source.document(n, paragraphs=3)) for n in range(2)]
     embedder = make_embedder(settings.embedding)
-    from actors.episodic import turn_text
+    from strata_actors.episodic import turn_text
 
     texts = [turn_text(t) for _, turns in sessions for t in turns]
     rate, vectors = embed_floor(embedder, texts, batch=8)

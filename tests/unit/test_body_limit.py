@@ -9,7 +9,7 @@ import pytest
 from fastapi import FastAPI, Request
 from pydantic import BaseModel
 
-from serve_app.errors import BodyLimit, install_handlers, too_large_response
+from strata_serve.errors import BodyLimit, install_handlers, too_large_response
 
 LIMIT = 1000
 

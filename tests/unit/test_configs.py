@@ -37,7 +37,7 @@ def test_serve_config_validates_against_serve_schema() -> None:
         assert scaling["min_replicas"] >= 1 and scaling["max_replicas"] >= scaling["min_replicas"]
         assert scaling["target_ongoing_requests"] > 0
     # The proxy's timeout is the stack's: Strata's own deadline plus the margin, so Strata answers first.
-    from serve_app.stack import PROXY_TIMEOUT_MARGIN_S
+    from strata_cli.stack import PROXY_TIMEOUT_MARGIN_S
 
     strata = load_settings(ROOT / app.args["config"])
     assert config.http_options.request_timeout_s == strata.serve.request_timeout_s + PROXY_TIMEOUT_MARGIN_S

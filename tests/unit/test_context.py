@@ -8,9 +8,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from strata.context import LAYER_TITLES, AssembledContext, assemble_context
+from strata.context.assemble import LAYER_TITLES, AssembledContext, assemble_context
 from strata.schema import ContextItem
-from strata.tokens import TiktokenCounter
+from strata.providers.tokens import TiktokenCounter
 
 T0 = datetime(2024, 3, 1, 9, 0, tzinfo=UTC)
 
@@ -147,7 +147,7 @@ def _equal_cost_items(counter: TiktokenCounter, n: int, layer: str = "episodic")
         ContextItem(layer=layer, kind="turn", id=f"{layer}-{w}", text=f"the {w} fact", score=0.0, timestamp=T0)
         for w in words[:n]
     ]
-    from strata.context import _item_line
+    from strata.context.assemble import _item_line
 
     costs = {counter.count(_item_line(i)) for i in items}
     assert len(costs) == 1, "test setup: every line must cost the same"
@@ -319,7 +319,7 @@ def test_budgets_follow_the_working_memory_and_ignore_empty_layers(counter: Tikt
 
 
 def _render_working(messages: list[dict[str, str]]) -> str:
-    from strata.context import _render
+    from strata.context.assemble import _render
 
     return _render([], messages)
 
@@ -356,7 +356,7 @@ def test_leftover_of_a_small_layer_goes_to_the_others(counter: TiktokenCounter) 
     sections = {s.layer: s for s in result.sections}
     # Semantic and procedural went past their third: together they used the episodic leftover.
     assert sections["semantic"].tokens + sections["procedural"].tokens > 2 * (budget // 3)
-    from strata.context import _item_line
+    from strata.context.assemble import _item_line
 
     line = counter.count(_item_line(layer_items["semantic"][0])) + 1
     assert budget - line - 4 <= result.tokens <= budget  # nothing that fits was left unused
@@ -493,7 +493,7 @@ def test_random_inputs_never_exceed_the_budget(counter: TiktokenCounter) -> None
 
 
 def test_render_refined_fits_or_returns_none(counter: TiktokenCounter) -> None:
-    from strata.context import refined_budget, render_refined
+    from strata.context.assemble import refined_budget, render_refined
 
     messages = [{"role": "user" if n % 2 == 0 else "assistant", "content": f"<{n:03d}> " + "word " * 15} for n in range(6)]
     refined = "Caroline moved the budget meeting to Thursday 14:00; ticket OPS-1234; run `make restart`."

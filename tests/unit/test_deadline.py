@@ -7,7 +7,7 @@ import asyncio
 import httpx
 from fastapi import FastAPI
 
-from serve_app.errors import Deadline, install_handlers
+from strata_serve.errors import Deadline, install_handlers
 
 TIMEOUT_S = 0.2
 

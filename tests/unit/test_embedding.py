@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from strata.config import EmbeddingSettings
-from strata.embedding import MINILM_DIM, Embedder, OnnxMiniLMEmbedder, embedding_dim, minilm_files
+from strata.providers.embedder import MINILM_DIM, Embedder, OnnxMiniLMEmbedder, embedding_dim, minilm_files
 
 
 @pytest.fixture(scope="module")

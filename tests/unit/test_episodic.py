@@ -13,12 +13,13 @@ import numpy as np
 import pytest
 
 from strata.config import EpisodicSettings
-from strata.embedding import OnnxMiniLMEmbedder
-from strata.episodic import EpisodicMemory, Turn, TurnInput, from_ms, summary_inputs, to_ms
+from strata.providers.embedder import OnnxMiniLMEmbedder
+from strata.episodic.memory import EpisodicMemory, Turn, TurnInput, summary_inputs
+from strata.clock import from_ms, to_ms
 from strata.errors import InvalidInput, NotFound
 from strata.ids import validate_id
-from strata.records import InMemoryRecordStore
-from strata.summarize import EpisodeSummary, ExtractiveSummarizer
+from strata.store.records import InMemoryRecordStore
+from strata.episodic.summarize import EpisodeSummary, ExtractiveSummarizer
 
 COLL = "episodic"
 DIM = 384

@@ -1,4 +1,4 @@
-"""Tests for strata.evaluation: loaders, metrics, turn-level baselines and the chart."""
+"""Tests for strata_bench.evaluation: loaders, metrics, turn-level baselines and the chart."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from strata.embedding import OnnxMiniLMEmbedder
-from strata.evaluation import (
+from strata.providers.embedder import OnnxMiniLMEmbedder
+from strata_bench.evaluation import (
     LOCOMO_CATEGORIES,
     BM25Retriever,
     DenseRetriever,

@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-import strata.graph as graph_module
+import strata.retrieval.graph as graph_module
 from strata.config import LLMSettings
-from strata.entities import LLMExtractor, RuleExtractor, make_extractor
-from strata.graph import (
+from strata.retrieval.entities import LLMExtractor, RuleExtractor, make_extractor
+from strata.retrieval.graph import (
     MAX_ENTITIES_PER_TEXT,
     Entity,
     Extraction,
@@ -24,7 +24,7 @@ from strata.graph import (
     Relation,
     entity_key,
 )
-from strata.llm import OpenAIChatLLM
+from strata.providers.llm import OpenAIChatLLM
 from tests.llm_server import chat_body, llm_server
 
 RULES = RuleExtractor()

@@ -10,11 +10,11 @@ import pytest
 from fastapi import FastAPI, Header, Response
 from pydantic import BaseModel
 
-from serve_app.errors import BodyLimit, install_handlers
-from serve_app.idempotent import Idempotent
+from strata_serve.errors import BodyLimit, install_handlers
+from strata_serve.idempotent import Idempotent
 from strata.errors import Unauthorized
-from strata.idempotency import IDEM_KIND, IdempotencyStore
-from strata.records import InMemoryRecordStore
+from strata.access.idempotency import IDEM_KIND, IdempotencyStore
+from strata.store.records import InMemoryRecordStore
 
 KEYS = {"sk-a": "tenant-a", "sk-b": "tenant-b"}
 

@@ -1,4 +1,4 @@
-"""Tests for strata.importance (English and Chinese rules)."""
+"""Tests for strata.working.importance (English and Chinese rules)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,8 @@ import dataclasses
 
 import pytest
 
-from strata.importance import ImportanceRules, ImportanceSignal, extract_terms
+from strata.retrieval.terms import extract_terms
+from strata.working.importance import ImportanceRules, ImportanceSignal
 
 RULES = ImportanceRules()
 

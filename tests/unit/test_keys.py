@@ -11,8 +11,8 @@ import pytest
 
 from strata.errors import InvalidInput, NotFound
 from strata.ids import SYSTEM_TENANT
-from strata.keys import Forbidden, KeyInfo, KeyStore, authorize, hash_key
-from strata.records import InMemoryRecordStore, Record
+from strata.access.keys import Forbidden, KeyInfo, KeyStore, authorize, hash_key
+from strata.store.records import InMemoryRecordStore, Record
 
 STATE = "state"
 
@@ -218,7 +218,7 @@ def test_authorize_scope_table(key: KeyInfo, writes: bool, session: str | None, 
 
 
 def test_forbidden_is_a_403_that_survives_pickling() -> None:
-    from serve_app.errors import error_response
+    from strata_serve.errors import error_response
 
     err = pickle.loads(pickle.dumps(Forbidden("this key is read-only: it may call GET routes")))
     assert isinstance(err, Forbidden) and err.message.startswith("this key is read-only")
@@ -232,7 +232,7 @@ def test_forbidden_is_a_403_that_survives_pickling() -> None:
 
 def run_cli(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], keys: KeyStore,
             *argv: str) -> list[str]:
-    from serve_app import keys_cli
+    from strata_cli import keys as keys_cli
 
     monkeypatch.setattr(keys_cli, "_keys", lambda args: keys)
     parser = argparse.ArgumentParser()

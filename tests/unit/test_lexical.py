@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from strata.config import EpisodicSettings
-from strata.episodic import EpisodicMemory, TurnInput
-from strata.lexical import LexicalIndex, cjk_share, rrf_fuse
-from strata.records import InMemoryRecordStore
+from strata.episodic.memory import EpisodicMemory, TurnInput
+from strata.retrieval.lexical import LexicalIndex, cjk_share, rrf_fuse
+from strata.store.records import InMemoryRecordStore
 
 NOW = datetime(2024, 5, 10, 12, 0, tzinfo=timezone.utc)
 
@@ -118,7 +118,7 @@ def test_dense_query_drops_the_speakers_it_names() -> None:
 
 
 def test_chinese_words_join_the_bigrams() -> None:
-    from strata.lexical import lexical_terms
+    from strata.retrieval.lexical import lexical_terms
 
     terms = lexical_terms("他下周过生日")
     assert "w:过生日" in terms and "生日" in terms  # jieba's word beside the bigrams
@@ -134,7 +134,7 @@ def test_numpy_scoring_matches_plain_bm25_through_removals_and_compaction() -> N
     import math
     import random
 
-    from strata.lexical import LexicalIndex, lexical_terms
+    from strata.retrieval.lexical import LexicalIndex, lexical_terms
 
     rng = random.Random(7)
     words = [f"word{i}" for i in range(60)] + ["ERR_CONN_RESET", "部署", "数据库"]

@@ -21,8 +21,8 @@ from pydantic import BaseModel
 
 from strata.config import LLMSettings
 from strata.errors import LLMError, LLMOutputInvalid
-from strata.llm import OpenAIChatLLM, complete_json, make_llm
-from strata.summarize import ExtractiveSummarizer, LLMSummarizer, SummaryInput
+from strata.providers.llm import OpenAIChatLLM, complete_json, make_llm
+from strata.episodic.summarize import ExtractiveSummarizer, LLMSummarizer, SummaryInput
 
 TURNS = [
     SummaryInput("user", "I love hiking in the mountains near Denver."),

@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
-from serve_app import bench_pii
-from serve_app.bench_pii import DEFAULT_CORPUS, MIN_PRECISION, MIN_RECALL, RULE_TYPES, evaluate, load_corpus
+from strata_bench import pii as bench_pii
+from strata_bench.pii import DEFAULT_CORPUS, MIN_PRECISION, MIN_RECALL, RULE_TYPES, evaluate, load_corpus
 from strata.config import PII_TYPES, PIISettings
-from strata.pii import (
+from strata.privacy.pii import (
     Finding,
     MergedDetector,
     PresidioDetector,

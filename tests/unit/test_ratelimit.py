@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from strata.errors import RateLimited
-from strata.ratelimit import RateLimiter
+from strata.access.ratelimit import RateLimiter
 
 
 class Clock:
@@ -43,7 +43,7 @@ def test_zero_rate_means_no_limit() -> None:
 
 
 def test_http_answer_is_429_with_retry_after() -> None:
-    from serve_app.errors import error_response
+    from strata_serve.errors import error_response
 
     response = error_response(RateLimited("slow down", retry_after_s=0.25))
     assert response.status_code == 429 and response.headers["Retry-After"] == "1"

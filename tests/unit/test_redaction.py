@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from strata.config import PIISettings
-from strata.redaction import Redaction
+from strata.privacy.redaction import Redaction
 from strata.schema import (
     DocumentIn,
     InteractionIn,

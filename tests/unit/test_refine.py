@@ -12,10 +12,10 @@ import pytest
 
 from strata.config import LLMSettings
 from strata.errors import LLMError, LLMOutputInvalid
-from strata.llm import OpenAIChatLLM
-from strata.refine import refine_items
+from strata.providers.llm import OpenAIChatLLM
+from strata.context.refine import refine_items
 from strata.schema import ContextItem, SourceRef
-from strata.tokens import TiktokenCounter
+from strata.providers.tokens import TiktokenCounter
 from tests.llm_server import chat_body, hang, llm_server
 
 COUNTER = TiktokenCounter()

@@ -8,14 +8,14 @@ from datetime import datetime, timezone
 import numpy as np
 import pytest
 
-from strata.chunking import make_chunker
+from strata.semantic.chunking import make_chunker
 from strata.config import ChunkingSettings, SemanticSettings
-from strata.embedding import OnnxMiniLMEmbedder
+from strata.providers.embedder import OnnxMiniLMEmbedder
 from strata.errors import InvalidInput, NotFound, StoreUnavailable
-from strata.entities import RuleExtractor
-from strata.records import InMemoryRecordStore
-from strata.semantic import CHILD, DOC, PARENT, DocumentInput, SemanticMemory
-from strata.tokens import TiktokenCounter
+from strata.retrieval.entities import RuleExtractor
+from strata.store.records import InMemoryRecordStore
+from strata.semantic.memory import CHILD, DOC, PARENT, DocumentInput, SemanticMemory
+from strata.providers.tokens import TiktokenCounter
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=timezone.utc)
 COLLECTION = "semantic"

@@ -1,12 +1,12 @@
 """A shard keeps at most ``actors.max_resident_tenants`` tenants in memory (no Ray, no store:
-the residency logic is the plain :class:`~actors.shard.LayerShard`)."""
+the residency logic is the plain :class:`~strata_actors.shard.LayerShard`)."""
 
 from __future__ import annotations
 
 import asyncio
 from typing import Any
 
-from actors.shard import LayerShard
+from strata_actors.shard import LayerShard
 from strata.config import StrataSettings
 
 

@@ -17,8 +17,8 @@ import pytest
 
 from strata.config import LLMSettings
 from strata.errors import LLMError, LLMOutputInvalid
-from strata.llm import OpenAIChatLLM
-from strata.skills import (
+from strata.providers.llm import OpenAIChatLLM
+from strata.procedural.extractors import (
     LLMSkillExtractor,
     RuleSkillExtractor,
     SkillDraft,

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from serve_app.stack import Stack, StackError
+from strata_cli.stack import Stack, StackError
 from strata.config import load_settings
 
 

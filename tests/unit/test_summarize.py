@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from strata.summarize import EpisodeSummary, ExtractiveSummarizer, SummaryInput
+from strata.episodic.summarize import EpisodeSummary, ExtractiveSummarizer, SummaryInput
 
 EN = [
     SummaryInput("user", "I love hiking in the mountains. The mountains near Denver are great for hiking."),

@@ -1,11 +1,11 @@
-"""Unit tests for strata.timeparse."""
+"""Unit tests for strata.retrieval.timeparse."""
 
 import random
 from datetime import date, datetime, timedelta, timezone
 
 import pytest
 
-from strata.timeparse import TimeRange, resolve_time_range, strip_time_expression
+from strata.retrieval.timeparse import TimeRange, resolve_time_range, strip_time_expression
 
 # Wednesday. The ISO week runs from Mon 2023-05-08 to Mon 2023-05-15.
 REF = datetime(2023, 5, 10, 15, 30, tzinfo=timezone.utc)

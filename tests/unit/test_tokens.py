@@ -1,10 +1,10 @@
-"""Tests for strata.tokens (offline tiktoken counting)."""
+"""Tests for strata.providers.tokens (offline tiktoken counting)."""
 
 from __future__ import annotations
 
 import pytest
 
-from strata.tokens import (
+from strata.providers.tokens import (
     TiktokenCounter,
     TokenCounter,
     count_message_tokens,

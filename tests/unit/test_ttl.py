@@ -10,11 +10,12 @@ import pytest
 from pydantic import ValidationError
 
 from strata.config import EpisodicSettings, TTLSettings, load_settings
-from strata.episodic import EpisodicMemory, TurnInput, to_ms
-from strata.records import InMemoryRecordStore, Record
+from strata.episodic.memory import EpisodicMemory, TurnInput
+from strata.clock import to_ms
+from strata.store.records import InMemoryRecordStore, Record
 from strata.schema import TurnIn
-from strata.summarize import EpisodeSummary
-from strata.ttl import Expiries, expires_ms
+from strata.episodic.summarize import EpisodeSummary
+from strata.store.ttl import Expiries, expires_ms
 
 NOW = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)
 

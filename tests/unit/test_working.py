@@ -1,4 +1,4 @@
-"""Tests for strata.working (token-budgeted session memory)."""
+"""Tests for strata.working.memory (token-budgeted session memory)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from strata.importance import ImportanceRules
-from strata.tokens import TiktokenCounter, count_message_tokens
-from strata.working import (
+from strata.working.importance import ImportanceRules
+from strata.providers.tokens import TiktokenCounter, count_message_tokens
+from strata.working.memory import (
     WorkingItem,
     WorkingMemory,
     extractive_summary,

@@ -8,11 +8,11 @@ import pytest
 
 from strata.config import WorkingSettings
 from strata.errors import InvalidInput, NotFound
-from strata.keys import KEY_TENANT, KeyStore
-from strata.records import InMemoryRecordStore
-from strata.tokens import TiktokenCounter
-from strata.versions import VersionStore
-from strata.working_sessions import KIND, WorkingSessions
+from strata.access.keys import KEY_TENANT, KeyStore
+from strata.store.records import InMemoryRecordStore
+from strata.providers.tokens import TiktokenCounter
+from strata.store.versions import VersionStore
+from strata.working.sessions import KIND, WorkingSessions
 
 STATE = "state"
 T0 = datetime(2024, 6, 1, 10, 0, tzinfo=timezone.utc)

@@ -1,0 +1,136 @@
+"""The retrieval ablation behind docs/retrieval-ablation.md.
+
+``python -m strata_bench.ablation DATASET [--format locomo|strata]`` prints one
+Markdown row per configuration. Each row removes one part of episodic
+retrieval from the defaults. It drives the same ``EpisodicMemory`` the
+episodic actors run, in-process over the in-memory record store, so the
+rows differ only in configuration: no Ray, Serve or Milvus noise. Turns
+and questions are redacted by the default PII policy first, as the write and
+search paths do. Turn vectors are embedded once per run and shared by every row.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import replace
+from datetime import timedelta
+from typing import Any
+
+import numpy as np
+
+from strata.config import EpisodicSettings, PIISettings
+from strata.providers.embedder import OnnxMiniLMEmbedder
+from strata.episodic.memory import EpisodicMemory, TurnInput
+from strata_bench.evaluation.datasets import Benchmark, EvalTurn, load_benchmark, reference_time
+from strata_bench.evaluation.metrics import Scoreboard
+from strata.store.records import InMemoryRecordStore
+from strata.privacy.redaction import Redaction
+from strata.retrieval.timeparse import resolve_time_range, strip_time_expression
+
+__all__ = ["main"]
+
+
+def _text(t: EvalTurn) -> str:
+    return t.text + (f" [shared an image: {t.image_caption}]" if t.image_caption else "")
+
+
+def redacted(benchmark: Benchmark, settings: PIISettings | None = None) -> Benchmark:
+    """``benchmark`` with its turns and questions as the default PII policy leaves them."""
+    pii = Redaction(settings or PIISettings()).for_tenant("ablation")
+
+    def turn(t: EvalTurn) -> EvalTurn:
+        return replace(t, text=pii.text(t.text), image_caption=pii.value(t.image_caption))
+
+    return replace(benchmark, conversations=tuple(
+        replace(c, sessions=tuple(replace(s, turns=tuple(map(turn, s.turns))) for s in c.sessions),
+                questions=tuple(replace(q, question=pii.text(q.question)) for q in c.questions))
+        for c in benchmark.conversations
+    ))
+
+
+class _Ablation:
+    def __init__(self, benchmark: Benchmark, embedder: OnnxMiniLMEmbedder) -> None:
+        self.benchmark = benchmark
+        self.embedder = embedder
+        turns = [t for c in benchmark.conversations for s in c.sessions for t in s.turns]
+        # The same text the write path embeds (episodic Turn.text).
+        self.vectors = embedder.embed([f"{t.speaker}: {_text(t)}" for t in turns])
+        self.queries: dict[str, np.ndarray] = {}
+
+    def _embed_queries(self, texts: list[str]) -> list[np.ndarray]:
+        missing = [t for t in dict.fromkeys(texts) if t not in self.queries]
+        if missing:
+            self.queries.update(zip(missing, self.embedder.embed(missing)))
+        return [self.queries[t] for t in texts]
+
+    def run(self, settings: EpisodicSettings, *, strip_names: bool = True, time_mode: str = "soft") -> dict[str, Any]:
+        board = Scoreboard()
+        row = 0
+        for c in self.benchmark.conversations:
+            store = InMemoryRecordStore()
+            store.ensure_collection("e", dim=self.embedder.dim)
+            memory = EpisodicMemory("ablation", store=store, collection="e", settings=settings)
+            for s in c.sessions:
+                inputs = [
+                    TurnInput(user=_text(t), speaker=t.speaker, turn_id=t.id.replace(" ", "_"),
+                              timestamp=(s.date + timedelta(seconds=k)) if s.date else None)
+                    for k, t in enumerate(s.turns)
+                ]
+                turns = memory.prepare(s.id.replace(" ", "_"), inputs, now=s.date or inputs[0].timestamp)
+                memory.record(turns, self.vectors[row : row + len(turns)])
+                row += len(turns)
+            questions = [q for q in c.questions if q.category != "adversarial"]
+            dense = [memory.dense_query(q.question) if strip_names else q.question for q in questions]
+            for q, vector in zip(questions, self._embed_queries(dense)):
+                ref = reference_time(c, q)
+                found = resolve_time_range(q.question, ref) if ref and time_mode != "none" else None
+                options: dict[str, Any] = {}
+                text = q.question
+                if found and time_mode == "soft":
+                    options["prefer"] = (found.start, found.end)
+                elif found and time_mode == "hard":
+                    options["start"], options["end"] = found.start, found.end
+                    text = strip_time_expression(q.question, found)
+                hits = memory.search(vector, query_text=text, top_k=40, **options)
+                board.add(q.category, q.evidence, [h.id for h in hits if h.kind == "turn"][:20])
+        return board.report([1, 5, 10, 20])
+
+
+ROWS: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
+    ("Strata defaults", {}, {}),
+    ("− query embedded with the speaker names in it", {}, {"strip_names": False}),
+    ("− speaker-aware factor (speaker_boost 0)", {"speaker_boost": 0}, {}),
+    ("− neighbour-aware vectors (context_neighbour_weight 0)", {"context_neighbour_weight": 0}, {}),
+    ("− neighbour-aware BM25 (lexical_context_weight 0)", {"lexical_context_weight": 0}, {}),
+    ("neighbour-aware BM25 over 1 turn either side", {"lexical_context_window": 1}, {}),
+    ("neighbour-aware BM25 over 8 turns either side", {"lexical_context_window": 8}, {}),
+    ("− BM25 path (fusion_lexical_weight 0)", {"fusion_lexical_weight": 0}, {}),
+    ("+ graph path, weight 0.1 (fusion_graph_weight)", {"fusion_graph_weight": 0.1}, {}),
+    ("+ graph path, weight 0.2", {"fusion_graph_weight": 0.2}, {}),
+    ("+ graph path, weight 0.4", {"fusion_graph_weight": 0.4}, {}),
+    ("− time preference (no time expressions)", {}, {"time_mode": "none"}),
+    ("time expression as a hard filter instead", {}, {"time_mode": "hard"}),
+]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m strata_bench.ablation", description=__doc__)
+    parser.add_argument("dataset")
+    parser.add_argument("--format", choices=["locomo", "strata"])
+    args = parser.parse_args(argv)
+    benchmark = redacted(load_benchmark(args.dataset, args.format))
+    ablation = _Ablation(benchmark, OnnxMiniLMEmbedder(threads=2))
+    categories = sorted({q.category for c in benchmark.conversations for q in c.questions} - {"adversarial"})
+    print("| configuration | R@1 | R@5 | R@10 | R@20 | " + " | ".join(categories) + " (R@10) |")
+    print("|---" * (5 + len(categories)) + "|")
+    for label, overrides, options in ROWS:
+        report = ablation.run(EpisodicSettings(**overrides), **options)
+        o = report["overall"]
+        cells = " | ".join(f"{report['categories'][c]['recall@10']:.3f}" for c in categories)
+        print(f"| {label} | {o['recall@1']:.3f} | {o['recall@5']:.3f} | {o['recall@10']:.3f} | {o['recall@20']:.3f} "
+              f"| {cells} |", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,54 @@
+"""Retrieval evaluation: benchmark loaders, recall metrics, turn-level baselines, a chart.
+
+Plain Python, like the rest of :mod:`strata`: no Ray, no Milvus. ``bm25s`` and
+``matplotlib`` are imported only by the baseline and the chart that need them.
+"""
+
+from strata_bench.evaluation.baselines import (
+    BM25Retriever,
+    DenseRetriever,
+    Retriever,
+    RRFRetriever,
+    turn_document,
+    words_and_bigrams,
+)
+from strata_bench.evaluation.datasets import (
+    LOCOMO_CATEGORIES,
+    Benchmark,
+    EvalConversation,
+    EvalQuestion,
+    EvalSession,
+    EvalTurn,
+    load_benchmark,
+    load_locomo,
+    load_strata,
+    parse_locomo_datetime,
+    reference_time,
+)
+from strata_bench.evaluation.metrics import Scoreboard, any_at_k, recall_at_k
+from strata_bench.evaluation.plot import plot_k, plot_results
+
+__all__ = [
+    "LOCOMO_CATEGORIES",
+    "BM25Retriever",
+    "Benchmark",
+    "DenseRetriever",
+    "EvalConversation",
+    "EvalQuestion",
+    "EvalSession",
+    "EvalTurn",
+    "RRFRetriever",
+    "Retriever",
+    "Scoreboard",
+    "any_at_k",
+    "load_benchmark",
+    "load_locomo",
+    "load_strata",
+    "parse_locomo_datetime",
+    "plot_k",
+    "plot_results",
+    "recall_at_k",
+    "reference_time",
+    "turn_document",
+    "words_and_bigrams",
+]

@@ -1,0 +1,67 @@
+"""milvus-lite 3.2.2 reads as a collection's rows grow, with milvus-lite's 128 MiB memtable and
+Strata's 2 MiB: a read by primary key through MilvusRecordStore.get, the same read with a tenant
+term in the filter (what get sent before), a tenant's scan, and an upsert of 20 rows (medians).
+
+    python docs/milvus_lite_memtable_growth.py
+"""
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root, for tests.conftest
+import numpy as np
+
+from strata.store.milvus import MilvusRecordStore
+from strata.store.records import Record
+from tests.conftest import MilvusServer, free_port
+
+TENANTS = 100
+
+
+def median_ms(fn, n=20):
+    times = []
+    for _ in range(n):
+        t = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t) * 1000)
+    return statistics.median(times)
+
+
+def run(limit_bytes):
+    os.environ["MILVUS_LITE_MEMTABLE_MEMORY_LIMIT_BYTES"] = str(limit_bytes)
+    server = MilvusServer(Path(tempfile.mkdtemp()) / "data", free_port())
+    server.start()
+    try:
+        store = MilvusRecordStore(f"http://127.0.0.1:{server.port}", timeout_s=60)
+        store.ensure_collection("state", dim=2)
+        client = store._connect()
+        done = 0
+        for total in (1_000, 10_000, 30_000):
+            rows = [
+                Record(f"t{i % TENANTS}/w/{i}", f"t{i % TENANTS}", "s", "working", 0, "x" * 200, {"i": i}, np.ones(2, np.float32))
+                for i in range(done, total)
+            ]
+            started = time.perf_counter()
+            for i in range(0, len(rows), 20):
+                store.upsert("state", rows[i : i + 20])
+            upsert = (time.perf_counter() - started) / (len(rows) / 20) * 1000
+            done = total
+            get = median_ms(lambda: store.get("state", tenant="t5", pks=["t5/w/5"]))
+            scoped = median_ms(lambda: client.query("state", filter='tenant == "t5" and pk in ["t5/w/5"]', output_fields=["pk", "payload"]))
+            scan = median_ms(lambda: store.scan("state", tenant="t7", with_vectors=False), n=5)
+            print(
+                f"memtable {limit_bytes / 2**20:>5.0f} MiB, {total:>6,} rows: get {get:6.1f} ms   "
+                f"get with a tenant term {scoped:6.1f} ms   scan of {total // TENANTS} rows {scan:7.1f} ms   "
+                f"upsert of 20 {upsert:5.1f} ms",
+                flush=True,
+            )
+    finally:
+        server.kill()
+
+
+if __name__ == "__main__":
+    for limit in (128 * 2**20, 2 * 2**20):
+        run(limit)

@@ -1,0 +1,255 @@
+"""The ``strata`` command: a thin layer over :mod:`strata_cli.stack` and the clients."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+__all__ = ["main"]
+
+
+def _settings(args: argparse.Namespace) -> Any:
+    from strata.config import load_settings
+
+    overrides: dict[str, Any] = {}
+    if getattr(args, "data_dir", None):
+        overrides["data_dir"] = Path(args.data_dir)
+    settings = load_settings(args.config, **overrides)
+    if getattr(args, "port", None):
+        settings = settings.model_copy(update={"serve": settings.serve.model_copy(update={"port": args.port})})
+    return settings
+
+
+def _stack(args: argparse.Namespace, *, running: bool = False) -> Any:
+    """The stack for the command; ``running``: the one ``up`` started in the data dir, if any."""
+    from strata_cli.stack import Stack
+
+    settings = _settings(args)
+    say = lambda m: print(m, flush=True)  # noqa: E731
+    if running:
+        recorded = Stack.recorded(settings.data_dir, say=say)
+        if recorded is not None:
+            return recorded
+    return Stack(settings, say=say)
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    stack = _stack(args)
+    key = stack.up()
+    print(f"Strata is up at {stack.url}  (API docs: {stack.url}/docs)")
+    print(f"development API key for tenant 'demo' (also in {stack.key_file}):")
+    print(key)
+    return 0
+
+
+def cmd_down(args: argparse.Namespace) -> int:
+    _stack(args, running=True).down()
+    print("Strata is down; data kept in", _settings(args).data_dir.resolve())
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    report = _stack(args, running=True).status()
+    for name, state in report.items():
+        print(f"{name:9} {state}")
+    return 0 if report["serve"].startswith("healthy") else 1
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from strata_cli.demo import run_demo
+
+    stack = _stack(args)
+    key = stack.up() if not stack.healthy() or not stack.key_file.exists() else stack.key_file.read_text().strip()
+    print(f"\n== demo against {stack.url} ==")
+    run_demo(stack.url, key)
+    return 0
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    import os
+
+    from tqdm import tqdm
+
+    from strata_serve.client import StrataClient
+    from strata_cli.importer import collect_files, import_paths
+
+    collect_files(args.paths)  # a missing path fails before anything is sent
+    url, key = args.url, args.api_key or os.environ.get("STRATA_API_KEY")
+    if url is None or key is None:
+        stack = _stack(args, running=True)
+        if not stack.healthy():
+            raise FileNotFoundError(f"no running Strata at {stack.url}: run `strata up` or pass --url and --api-key")
+        url = url or stack.url
+        key = key or stack.key_file.read_text().strip()
+    bars: list[Any] = []
+
+    def progress(n: int, name: str) -> Any:
+        for bar in bars:
+            bar.close()
+        bar = tqdm(total=0, desc=f"{n} {name}"[-60:], unit="chunk", leave=True)
+        bars[:] = [bar]
+
+        def update(done: int, total: int) -> None:
+            bar.total = total
+            bar.n = done
+            bar.refresh()
+
+        return update
+
+    with StrataClient(url, key, timeout_s=60.0) as client:
+        report = import_paths(client, args.paths, progress=progress)
+    for bar in bars:
+        bar.close()
+    print(f"indexed {len(report.indexed)} document(s), {report.children} chunks, in {report.seconds:.1f} s")
+    for name, why in report.failed.items():
+        print(f"  failed: {name}: {why}", file=sys.stderr)
+    return 1 if report.failed else 0
+
+
+def cmd_eval_retrieval(args: argparse.Namespace) -> int:
+    import json
+
+    from strata_bench.eval_retrieval import BASELINES, evaluate, format_table
+    from strata.providers.embedder import make_embedder
+    from strata_bench.evaluation.datasets import load_benchmark
+
+    ks = sorted({int(k) for k in args.k.split(",")})
+    retrievers = [r.strip() for r in args.retriever.split(",") if r.strip()]
+    unknown = set(retrievers) - {*BASELINES, "strata"}
+    if unknown:
+        raise FileNotFoundError(f"unknown retriever(s) {sorted(unknown)}; choose from bm25, dense, rrf, strata")
+    benchmark = load_benchmark(args.dataset, args.format)
+    categories = None if args.categories == "all" else (
+        set(args.categories.split(",")) if args.categories else
+        {q.category for c in benchmark.conversations for q in c.questions} - {"adversarial"}
+    )
+    settings = _settings(args)
+    make_client = None
+    if "strata" in retrievers:
+        from strata_actors.client import InClusterClient
+
+        stack = _stack(args)
+        if not stack.healthy() or not stack.key_file.exists():
+            stack.up()
+        InClusterClient.for_running_stack("demo", data_dir=str(stack.data_dir))
+        make_client = lambda tenant: InClusterClient(tenant, stack.settings)  # noqa: E731
+    document = evaluate(
+        benchmark, retrievers=retrievers, ks=ks, categories=categories,
+        embedder=make_embedder(settings.embedding), make_client=make_client,
+        count_llm=settings.llm.enabled,
+    )
+    print(f"{benchmark.name}: {sum(len(c.questions) for c in benchmark.conversations)} questions "
+          f"({benchmark.skipped_questions} skipped for empty evidence), categories: "
+          f"{'all' if categories is None else ', '.join(sorted(categories))}")
+    print(format_table(document, ks))
+    if args.json:
+        Path(args.json).write_text(json.dumps(document, indent=2))
+        print(f"\nwrote {args.json}")
+    if args.plot:
+        from strata_bench.evaluation.plot import plot_results
+
+        plot_results(document, args.plot)
+        print(f"wrote {args.plot}")
+    return 0
+
+
+def cmd_eval_chunking(args: argparse.Namespace) -> int:
+    from strata_bench.eval_documents import run
+
+    return run(args, _settings(args).semantic)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="strata", description="Strata: a four-layer memory runtime for AI agents")
+    parser.add_argument("--config", help="YAML settings file (default: $STRATA_CONFIG, else built-in defaults)")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name, fn, help_text in (
+        ("up", cmd_up, "start milvus-lite, Ray and the HTTP API on 127.0.0.1"),
+        ("down", cmd_down, "stop everything `up` started; keep the data"),
+        ("status", cmd_status, "say what runs"),
+        ("demo", cmd_demo, "run a scripted conversation and show the context Strata returns"),
+    ):
+        p = sub.add_parser(name, help=help_text)
+        p.add_argument("--data-dir", help="where data and logs live (default ./.strata)")
+        if name in ("up", "demo"):
+            p.add_argument("--port", type=int, help="HTTP port (default 8000)")
+        p.set_defaults(fn=fn)
+    importing = sub.add_parser("import", help="index files and folders (Markdown, text) as documents")
+    importing.add_argument("paths", nargs="+", help="files, or folders searched for .md .markdown .txt .rst .adoc")
+    importing.add_argument("--url", help="Strata's HTTP address (default: the stack running in --data-dir)")
+    importing.add_argument("--api-key", help="default: $STRATA_API_KEY, else the stack's dev key")
+    importing.add_argument("--data-dir", help="the stack's data dir (default ./.strata)")
+    importing.set_defaults(fn=cmd_import)
+    evaluation = sub.add_parser("eval", help="measure memory quality on a benchmark")
+    kinds = evaluation.add_subparsers(dest="kind", required=True)
+    retrieval = kinds.add_parser("retrieval", help="turn-level recall@k of Strata and baselines")
+    retrieval.add_argument("--dataset", required=True, help="LoCoMo JSON or Strata's neutral format")
+    retrieval.add_argument("--format", choices=["locomo", "strata"], help="default: detected")
+    retrieval.add_argument("--k", default="1,5,10,20", help="comma-separated cut-offs")
+    retrieval.add_argument("--categories", help="comma-separated; default all but adversarial; 'all' for every one")
+    retrieval.add_argument("--retriever", default="bm25,dense,rrf,strata", help="comma-separated")
+    retrieval.add_argument("--json", help="write the results here")
+    retrieval.add_argument("--plot", help="write a bar chart (PNG) here")
+    retrieval.add_argument("--data-dir", help="the stack's data dir (default ./.strata)")
+    retrieval.add_argument("--config", default=argparse.SUPPRESS, help="YAML settings (as `strata --config`)")
+    retrieval.set_defaults(fn=cmd_eval_retrieval)
+    from strata_bench.eval_documents import add_arguments
+
+    chunking = kinds.add_parser(
+        "chunking", help="chunking strategies and retrieval paths of the semantic layer, on documents made from a benchmark"
+    )
+    add_arguments(chunking)
+    chunking.add_argument("--config", default=argparse.SUPPRESS, help="YAML settings (as `strata --config`)")
+    chunking.set_defaults(fn=cmd_eval_chunking)
+    from strata_bench import orchestrator as bench_orchestrator
+    from strata_bench import service as bench_service
+
+    bench = sub.add_parser(
+        "bench", help="benchmarks that print figures measured in one run; without a name, the service benchmark",
+        description="Without a benchmark name: the service benchmark (latency, ingest and scale over HTTP, "
+        "each against a floor measured in the same run).",
+    )
+    bench_service.add_arguments(bench)
+    bench.set_defaults(fn=bench_service.run)
+    benches = bench.add_subparsers(dest="bench", required=False, metavar="{contention,fanout,pii}")
+    contention = benches.add_parser(
+        "contention", help="concurrent outcome updates of one skill, atomic and with If-Match: no update lost"
+    )
+    bench_orchestrator.add_arguments(contention)
+    contention.add_argument("--clients", type=int, default=16)
+    contention.add_argument("--updates", type=int, default=50, help="updates per client")
+    contention.set_defaults(fn=lambda a: bench_orchestrator.run(a, "contention"))
+    fanout = benches.add_parser("fanout", help="/v1/context over four layers against each single layer")
+    bench_orchestrator.add_arguments(fanout)
+    fanout.add_argument("--calls", type=int, default=60, help="measured calls per layer set")
+    fanout.set_defaults(fn=lambda a: bench_orchestrator.run(a, "fanout"))
+    from strata_bench import pii as bench_pii
+
+    pii = benches.add_parser("pii", help="precision and recall of PII redaction per type, on the labelled corpus")
+    bench_pii.add_arguments(pii)
+    pii.set_defaults(fn=bench_pii.run)
+    from strata_cli import keys as keys_cli
+
+    keys = sub.add_parser("keys", help="create, list, rotate and revoke API keys")
+    keys_cli.add_arguments(keys)
+    args = parser.parse_args(argv)
+    from strata_cli.stack import StackError
+    from strata.errors import StrataError
+
+    try:
+        return int(args.fn(args))
+    except StackError as exc:
+        print(f"strata {args.command}: {exc}", file=sys.stderr)
+        return 2
+    except StrataError as exc:
+        print(f"strata {args.command}: {exc.message}", file=sys.stderr)
+        return 2
+    except FileNotFoundError as exc:
+        print(f"strata {args.command}: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

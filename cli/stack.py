@@ -1,0 +1,459 @@
+"""The embedded stack on one machine: milvus-lite server, Ray head, Serve app.
+
+Everything binds to 127.0.0.1. State of a running stack lives in the data
+directory: ``milvus.pid``, ``stack.json`` (the settings it runs with),
+``dev-api-key`` (0600) and ``logs/``. Each step checks what already runs,
+so ``up`` twice, or after a crash, reuses or replaces what it finds instead
+of hanging.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterator, Sequence
+
+import httpx
+
+from strata_actors.ray_auth import use_ray_auth
+from strata.config import StrataSettings
+from strata.store.milvus_lite import COMMAND as MILVUS_LITE_COMMAND
+
+__all__ = ["Stack", "StackError", "scratch_milvus"]
+
+
+#: Serve's proxy times a request out this much later than the Api's own deadline
+#: (``serve.request_timeout_s``), so a slow request gets Strata's 504, not the proxy's
+#: plain-text 408 (see :class:`strata_serve.errors.Deadline`).
+PROXY_TIMEOUT_MARGIN_S = 10.0
+
+
+class StackError(RuntimeError):
+    """Something the user must fix to start or stop the stack; the message says what."""
+
+
+def _port_open(host: str, port: int, timeout_s: float = 0.5) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s):
+            return True
+    except OSError:
+        return False
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    try:  # a zombie child counts as dead
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split()[2] != "Z"
+    except OSError:
+        return True
+
+
+def processes_naming(marker: str, *, also: Sequence[int] = ()) -> set[int]:
+    """This user's processes whose command line names ``marker`` (a path, matched whole: not
+    /tmp/x-1 for /tmp/x-10), the live pids in ``also``, and all their descendants (Ray's
+    workers and agents rename themselves ``ray::…``, so only their parents name the path)."""
+    me, uid = os.getpid(), os.getuid()
+    named = re.compile(re.escape(marker).encode() + rb"(?:/|\x00|$)")
+    parents: dict[int, int] = {}
+    found = {pid for pid in also if _alive(pid)}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == me:
+            continue
+        try:
+            if entry.stat().st_uid != uid:
+                continue
+            parents[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            if named.search((entry / "cmdline").read_bytes()):
+                found.add(int(entry.name))
+        except (OSError, ValueError, IndexError):  # gone meanwhile
+            continue
+    while more := {pid for pid, parent in parents.items() if parent in found and pid not in found}:
+        found |= more
+    return found
+
+
+def _stop_processes_naming(marker: str, timeout_s: float = 15.0) -> int:
+    """SIGTERM the :func:`processes_naming` ``marker``; SIGKILL those still alive after
+    ``timeout_s``. Returns how many there were. (``ray stop`` cannot name one cluster: it
+    stops every Ray of the user.)"""
+    found = processes_naming(marker)
+    for pid in found:
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    deadline = time.monotonic() + timeout_s
+    while any(_alive(pid) for pid in found) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    for pid in found:
+        if _alive(pid):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    return len(found)
+
+
+def _read_stack_json(data_dir: Path) -> dict[str, Any] | None:
+    """What ``up`` recorded in the data dir, or None when there is nothing readable."""
+    try:
+        recorded = json.loads((data_dir / "stack.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return recorded if isinstance(recorded, dict) else None
+
+
+def _wait(what: str, check: Callable[[], bool], timeout_s: float, log: Path | None = None) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.25)
+    tail = ""
+    if log is not None and log.exists():
+        tail = "\n" + "\n".join(log.read_text(errors="replace").splitlines()[-15:])
+    raise StackError(f"{what} did not come up within {timeout_s:.0f} s{tail}")
+
+
+def _secret_file(path: Path) -> str:
+    """The secret in ``path`` (0600), made on first use."""
+    if not path.exists():
+        import secrets
+
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(secrets.token_hex(32))
+    return path.read_text().strip()
+
+
+@dataclass
+class Stack:
+    settings: StrataSettings
+    say: Callable[[str], None] = print
+
+    def __post_init__(self) -> None:
+        # Resolved once, so stack.json and the actors agree on one absolute path.
+        self.settings = self.settings.model_copy(update={"data_dir": self.settings.data_dir.resolve()})
+
+    @classmethod
+    def recorded(cls, data_dir: Path, *, say: Callable[[str], None] = print) -> Stack | None:
+        """The stack that ``up`` last started with this data dir, with its settings."""
+        recorded = _read_stack_json(data_dir)
+        if recorded is None or "settings" not in recorded:
+            return None
+        return cls(StrataSettings.from_dict(recorded["settings"]), say=say)
+
+    @property
+    def data_dir(self) -> Path:
+        return self.settings.data_dir.resolve()
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.settings.serve.host}:{self.settings.serve.port}"
+
+    @property
+    def ray_address(self) -> str:
+        return self.settings.ray.address or f"127.0.0.1:{self.settings.ray.gcs_port}"
+
+    @property
+    def key_file(self) -> Path:
+        return self.data_dir / "dev-api-key"
+
+    def _pidfile(self) -> Path:
+        return self.data_dir / "milvus.pid"
+
+    # -- milvus-lite ----------------------------------------------------------
+
+    def milvus_pid(self) -> int | None:
+        try:
+            pid = int(self._pidfile().read_text().strip())
+        except (OSError, ValueError):
+            return None
+        return pid if _alive(pid) else None
+
+    def ensure_milvus(self) -> None:
+        m = self.settings.milvus
+        if m.uri:
+            return  # an external Milvus server: not ours to start
+        pid = self.milvus_pid()
+        if pid and _port_open(m.host, m.port):
+            self.say(f"milvus-lite already running (pid {pid}) on {m.host}:{m.port}")
+            return
+        if pid:  # ours, but not answering: replace it
+            self._stop_pid(pid)
+        if _port_open(m.host, m.port):
+            raise StackError(
+                f"port {m.port} is in use by another process; stop it or set STRATA_MILVUS__PORT"
+            )
+        logs = self.data_dir / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        # Through strata.store.milvus_lite: milvus-lite with its writes serialised per collection.
+        command = [*MILVUS_LITE_COMMAND, "server", "--data-dir", str(self.data_dir / "milvus"), "--host", m.host,
+                   "--port", str(m.port)]
+        log = logs / "milvus.log"
+        with open(log, "ab") as out:
+            process = subprocess.Popen(command, stdout=out, stderr=out, stdin=subprocess.DEVNULL, start_new_session=True)
+        self._pidfile().write_text(str(process.pid))
+        self.say(f"starting milvus-lite (pid {process.pid}) on {m.host}:{m.port}")
+
+        from strata.errors import StoreUnavailable
+        from strata.store.milvus import MilvusRecordStore
+
+        probe = MilvusRecordStore(m.address, timeout_s=2)
+
+        def ready() -> bool:
+            if process.poll() is not None:
+                raise StackError(f"milvus-lite exited with code {process.returncode}; see {log}")
+            if not _port_open(m.host, m.port):
+                return False
+            try:  # the port opens about a second before the server answers
+                probe.ping()
+                return True
+            except StoreUnavailable:
+                return False
+
+        _wait("milvus-lite", ready, 60, log)
+
+    def _stop_pid(self, pid: int) -> None:
+        try:
+            os.killpg(pid, signal.SIGTERM)
+        except (ProcessLookupError, PermissionError):
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                return
+        deadline = time.monotonic() + 10
+        while _alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if _alive(pid):
+            os.kill(pid, signal.SIGKILL)
+
+    # -- Ray ------------------------------------------------------------------
+
+    def ray_auth_env(self) -> dict[str, str]:
+        """Token authentication for the embedded Ray head, with the token in the data dir.
+
+        Ray 2.60 turns token auth on for ``ray start`` whenever ``~/.ray/auth_token``
+        exists, but a driver connecting to that cluster does not send it unless
+        told to; setting both explicitly makes every process agree.
+        """
+        if self.settings.ray.address:
+            return {}
+        path = self.data_dir / "ray-auth-token"
+        _secret_file(path)
+        return {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(path)}
+
+    @property
+    def ray_temp_dir(self) -> Path:
+        """The embedded head's own Ray temp dir: every process of that cluster names it in
+        its command line, so ``down`` stops those and no other Ray of the user. Short on
+        purpose (Ray's socket paths under it must stay below 107 characters)."""
+        return Path("/tmp") / f"strata-ray-{self.settings.ray.gcs_port}"
+
+    def ray_running(self) -> bool:
+        host, _, port = self.ray_address.rpartition(":")
+        return _port_open(host, int(port))
+
+    def ensure_ray(self) -> None:
+        import ray
+
+        r = self.settings.ray
+        use_ray_auth(self.ray_auth_env())
+        if not self.settings.ray.address and not self.ray_running():
+            self.say(f"starting Ray head on {self.ray_address}")
+            command = [
+                str(Path(sys.executable).parent / "ray"), "start", "--head",
+                f"--port={r.gcs_port}", "--node-ip-address=127.0.0.1",
+                f"--num-cpus={r.num_cpus}", "--include-dashboard=false",
+                f"--object-store-memory={r.object_store_memory_mb * 1024 * 1024}",
+                "--disable-usage-stats", f"--temp-dir={self.ray_temp_dir}",
+            ]
+            done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+            if done.returncode != 0:
+                raise StackError("ray start failed:\n" + (done.stderr or done.stdout)[-2000:])
+        if not ray.is_initialized():
+            ray.init(address=self.ray_address, namespace=r.namespace, logging_level=logging.ERROR, log_to_driver=False)
+
+    # -- Serve ----------------------------------------------------------------
+
+    def healthy(self, timeout_s: float = 5.0) -> bool:
+        try:
+            return httpx.get(self.url + "/healthz", timeout=timeout_s).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def deploy(self) -> None:
+        from ray import serve
+
+        from strata_serve.app import APP_NAME, build_app
+
+        s = self.settings.serve
+        serve.start(http_options={"host": s.host, "port": s.port,
+                                  "request_timeout_s": s.request_timeout_s + PROXY_TIMEOUT_MARGIN_S})
+        serve.run(build_app({"settings": self.settings.to_dict()}), name=APP_NAME, route_prefix="/", blocking=False)
+
+    # -- the whole stack --------------------------------------------------------
+
+    def up(self) -> str:
+        """Start what is not running; return the development API key."""
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        if self.settings.pii.hash_key is None:
+            # The pseudonyms' secret: the same for the life of the data, never in the config.
+            key = _secret_file(self.data_dir / "pii-hash-key")
+            self.settings = self.settings.model_copy(
+                update={"pii": self.settings.pii.model_copy(update={"hash_key": key})}
+            )
+        running = _read_stack_json(self.data_dir)
+        if running and running.get("serve_port") != self.settings.serve.port and self.healthy_at(running):
+            raise StackError(
+                f"a stack with this data dir already serves on port {running['serve_port']}; "
+                "run `strata down` first to move it"
+            )
+        self.ensure_milvus()
+        self.ensure_ray()
+        if self._serve_is_ours() and self._healthy_soon(15):
+            # A running app reconnects to a restarted Milvus by itself.
+            self.say(f"Strata already answers at {self.url}")
+        else:
+            if _port_open(self.settings.serve.host, self.settings.serve.port) and not self._serve_is_ours():
+                raise StackError(f"port {self.settings.serve.port} is in use by another process; use --port")
+            self.say("deploying the Serve application (about 20 s on a 2-core machine)")
+            self.deploy()
+            try:
+                _wait("the Serve application", self.healthy, 180)
+            except StackError as exc:
+                raise StackError(f"{exc}; its logs are in {self.ray_temp_dir}/session_latest/logs/serve/") from None
+        key = self._dev_key()
+        # The settings hold secrets (auth.admin_key, pii.hash_key, API keys, the Milvus
+        # token) that `strata keys` and `down` read back: owner-only, like the key files.
+        path = self.data_dir / "stack.json"
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            json.dump({"serve_port": self.settings.serve.port, "milvus_port": self.settings.milvus.port,
+                       "ray_address": self.ray_address, "ray_auth": self.ray_auth_env(),
+                       "settings": self.settings.to_dict()}, f, indent=2)
+        os.chmod(path, 0o600)  # an older stack.json keeps its mode through O_TRUNC
+        return key
+
+    def _healthy_soon(self, timeout_s: float) -> bool:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.healthy():
+                return True
+            time.sleep(0.5)
+        return False
+
+    def healthy_at(self, recorded: dict[str, Any]) -> bool:
+        try:
+            url = f"http://{self.settings.serve.host}:{recorded['serve_port']}/healthz"
+            return httpx.get(url, timeout=3).status_code == 200
+        except (httpx.HTTPError, KeyError):
+            return False
+
+    def _serve_is_ours(self) -> bool:
+        try:
+            return httpx.get(self.url + "/healthz", timeout=3).headers.get("content-type", "").startswith("application/json")
+        except httpx.HTTPError:
+            return False
+
+    def _dev_key(self) -> str:
+        from strata.access.keys import open_keys
+        from strata.store.layout import open_store
+
+        store, names = open_store(self.settings)
+        keys = open_keys(store, names)
+        if self.key_file.exists():
+            key = self.key_file.read_text().strip()
+            if keys.tenant_of(key) == "demo":
+                return key
+        key = keys.create("demo")
+        fd = os.open(self.key_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(key + "\n")
+        os.chmod(self.key_file, 0o600)
+        return key
+
+    def down(self) -> None:
+        """Stop Serve, the layer actors, Ray and milvus-lite; keep the data."""
+        if self.ray_running():
+            try:
+                import ray
+                from ray import serve
+
+                from strata_actors.router import LAYER_CLASSES, actor_name
+
+                self.ensure_ray_client()
+                serve.shutdown()
+                for layer in LAYER_CLASSES:
+                    for shard in range(int(getattr(self.settings.actors, f"{layer}_shards"))):
+                        try:
+                            ray.kill(ray.get_actor(actor_name(layer, shard), namespace=self.settings.ray.namespace))
+                        except ValueError:
+                            pass
+                ray.shutdown()
+            except Exception as exc:  # a broken cluster is stopped below all the same
+                self.say(f"Serve shutdown skipped: {type(exc).__name__}: {exc}")
+            if not self.settings.ray.address:
+                stopped = _stop_processes_naming(str(self.ray_temp_dir))
+                self.say(f"stopped Ray ({stopped} processes)")
+        pid = self.milvus_pid()
+        if pid:
+            self._stop_pid(pid)
+            self.say(f"stopped milvus-lite (pid {pid})")
+        self._pidfile().unlink(missing_ok=True)
+        (self.data_dir / "stack.json").unlink(missing_ok=True)
+
+    def ensure_ray_client(self) -> None:
+        import ray
+
+        use_ray_auth(self.ray_auth_env())
+        if not ray.is_initialized():
+            ray.init(address=self.ray_address, namespace=self.settings.ray.namespace, logging_level=logging.ERROR, log_to_driver=False)
+
+    def status(self) -> dict[str, str]:
+        m = self.settings.milvus
+        pid = self.milvus_pid()
+        return {
+            "milvus": f"running (pid {pid}) on {m.host}:{m.port}" if pid and _port_open(m.host, m.port)
+            else ("external " + m.address if m.uri else "not running"),
+            "ray": f"running at {self.ray_address}" if self.ray_running() else "not running",
+            "serve": f"healthy at {self.url}" if self.healthy() else "not answering",
+            "data_dir": str(self.data_dir),
+        }
+
+
+@contextmanager
+def scratch_milvus() -> Iterator[tuple[str, int]]:
+    """A milvus-lite server of its own, on a free loopback port with a temporary
+    data dir, for benchmarks: yields ``(uri, pid)``; stopped and removed on exit."""
+    import tempfile
+
+    from strata.config import load_settings
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = int(probe.getsockname()[1])
+    with tempfile.TemporaryDirectory(prefix="strata-milvus-") as tmp:
+        stack = Stack(load_settings(None, data_dir=Path(tmp), milvus={"port": port}), say=lambda _: None)
+        stack.ensure_milvus()
+        pid = stack.milvus_pid()
+        assert pid is not None
+        try:
+            yield stack.settings.milvus.address, pid
+        finally:
+            stack._stop_pid(pid)

@@ -1,0 +1,330 @@
+"""Fitting what the layers returned into one context of at most ``max_tokens``.
+
+Working memory comes first in importance but last in the text (it is the
+most recent). The budget it leaves is shared among the other layers in
+proportion to their weights, because their scores are not comparable: the
+episodic and semantic layers return fused rank scores, the procedural layer
+a cosine-based score in [0, 1]. Each layer fills its share best score first;
+what a layer leaves unused goes to the remaining items of all layers, ranked
+by *normalised* score (score / the layer's best, times its weight). Items are
+shown chronologically. The result is counted with the same tokenizer as
+working memory, and is never over the budget.
+
+When items are left out and an LLM is configured, the caller may condense
+them instead (:func:`strata.context.refine.refine_items`) and render the condensed
+text with :func:`render_refined`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from strata.schema import ContextItem, ContextSection
+from strata.providers.tokens import TokenCounter
+
+__all__ = ["LAYER_TITLES", "AssembledContext", "assemble_context", "refined_budget", "render_refined"]
+
+LAYER_TITLES = {
+    "episodic": "Earlier conversations (episodic memory)",
+    "semantic": "Knowledge (semantic memory)",
+    "procedural": "Procedures that worked before (procedural memory)",
+    "refined": "Relevant memory (condensed)",
+    "working": "Current session (working memory)",
+}
+
+# Bounds the joins an estimate cannot see ("- " of the refined line, a BPE
+# merge across a line break); render_refined checks the exact count anyway.
+_REFINED_SLACK_TOKENS = 4
+
+
+@dataclass(frozen=True)
+class AssembledContext:
+    """A rendered context and what went into it.
+
+    ``dropped`` holds the items above the relevance floor that were left out
+    for lack of budget, best (normalised score) first; an item replaced by a
+    matched child is in, not dropped. ``budgets`` is the share of tokens each
+    layer had reserved before leftovers were passed on (0 for a layer with no
+    candidates or weight 0).
+    """
+
+    text: str
+    sections: list[ContextSection]
+    messages: list[dict[str, str]]
+    tokens: int
+    dropped: list[ContextItem] = field(default_factory=list)
+    budgets: dict[str, int] = field(default_factory=dict)
+    #: Items that went in only as a smaller part of themselves (a passage as its matched child), as they were.
+    narrowed: list[ContextItem] = field(default_factory=list)
+
+    @property
+    def cut(self) -> bool:
+        """Whether anything relevant was left out or cut down to fit."""
+        return bool(self.dropped or self.narrowed)
+
+
+@dataclass(frozen=True)
+class _Candidate:
+    layer: str
+    rank: int  # position in its layer, best score first
+    item: ContextItem
+    norm: float
+
+    @property
+    def order(self) -> tuple[float, float, str, int]:
+        """Sort key, best first; equal normalised scores fall back to the raw score."""
+        return (-self.norm, -self.item.score, self.layer, self.rank)
+
+
+def _item_line(item: ContextItem) -> str:
+    when = item.timestamp.strftime("%Y-%m-%d %H:%M") if isinstance(item.timestamp, datetime) else ""
+    prefix = f"[{when}] " if when else ""
+    if item.kind == "summary":
+        prefix += "(summary) "
+    if item.source is not None:
+        prefix += f"[{item.source.title or item.source.doc_id}] "
+    return "- " + prefix + " ".join(item.text.split())
+
+
+def _narrower(item: ContextItem) -> list[ContextItem]:
+    """Smaller stand-ins for a passage that does not fit: the children that matched,
+    best first, cut out of it (a parent is returned for context, but a child is
+    what matched, and it is a quarter of the size)."""
+    if item.source is None or not item.matched:
+        return []
+    out = []
+    for child in item.matched:
+        lo, hi = child.start - item.source.start, child.end - item.source.start
+        if 0 <= lo < hi <= len(item.text):
+            source = item.source.model_copy(update={"start": child.start, "end": child.end})
+            out.append(item.model_copy(update={"text": item.text[lo:hi], "source": source, "matched": []}))
+    return out
+
+
+def _render(sections: Sequence[tuple[str, Sequence[ContextItem]]], messages: Sequence[dict[str, str]]) -> str:
+    blocks = []
+    for layer, items in sections:
+        if items:
+            ordered = sorted(items, key=lambda i: (i.timestamp is None, i.timestamp or datetime.min))
+            blocks.append(f"## {LAYER_TITLES.get(layer, layer)}\n" + "\n".join(_item_line(i) for i in ordered))
+    if messages:
+        lines = "\n".join(f"{m['role']}: {m['content']}" for m in messages)
+        blocks.append(f"## {LAYER_TITLES['working']}\n{lines}")
+    return "\n\n".join(blocks)
+
+
+def _working_section(messages: Sequence[dict[str, str]], counter: TokenCounter) -> ContextSection:
+    return ContextSection(
+        layer="working",
+        items=[
+            ContextItem(layer="working", kind=m["role"], id=str(n), text=m["content"], score=1.0)
+            for n, m in enumerate(messages)
+        ],
+        tokens=counter.count(_render([], messages)),
+    )
+
+
+def _fit_messages(
+    messages: list[dict[str, str]],
+    sections: Sequence[tuple[str, Sequence[ContextItem]]],
+    max_tokens: int,
+    counter: TokenCounter,
+) -> None:
+    """Drop the oldest messages until ``sections`` plus the messages fit (in place)."""
+    while messages and counter.count(_render(sections, messages)) > max_tokens:
+        messages.pop(0)
+
+
+def _check_budget(max_tokens: int) -> None:
+    if max_tokens < 0:
+        raise ValueError(f"max_tokens must be >= 0, got {max_tokens}")
+
+
+def _layer_weights(layers: Sequence[str], layer_weights: Mapping[str, float] | None) -> dict[str, float]:
+    weights = {layer: float((layer_weights or {}).get(layer, 1.0)) for layer in layers}
+    for layer, weight in weights.items():
+        if not math.isfinite(weight) or weight < 0:
+            raise ValueError(f"layer weight of {layer!r} must be a finite number >= 0, got {weight}")
+    return weights
+
+
+def _normalised(score: float, best: float, weight: float) -> float:
+    # A layer whose best score is <= 0 has no scale to divide by; rank its best
+    # item at 0, below the positive items of every other layer.
+    return weight * (score / best if best > 0 else score - best)
+
+
+def assemble_context(
+    *,
+    working_messages: Sequence[dict[str, str]],
+    layer_items: Mapping[str, Sequence[ContextItem]],
+    max_tokens: int,
+    counter: TokenCounter,
+    min_relative_score: float = 0.0,
+    layer_weights: Mapping[str, float] | None = None,
+) -> AssembledContext:
+    """Select and render items so the rendered text has at most ``max_tokens`` tokens.
+
+    An item scoring below ``min_relative_score`` × its layer's best score is
+    left out even when it would fit: a spare budget is no reason to pad the
+    context with what barely relates to the message.
+
+    Working messages are kept newest first; only when they alone exceed the
+    budget is the oldest dropped. The rest is split among the layers that
+    have candidates, in proportion to ``layer_weights``; each layer fills its
+    share best score first (a passage too big for it gives way to its matched
+    children). Unused shares go to the remaining items of all layers by
+    normalised score. When the exact count is over, the item with the lowest
+    normalised score goes first.
+
+    Args:
+        layer_weights: weight per layer; ``None`` or a missing layer means 1.0.
+            A layer of weight 0 has no reserved share but may use leftovers.
+
+    Raises:
+        ValueError: ``max_tokens`` is negative or a weight is negative or not finite.
+    """
+    _check_budget(max_tokens)
+    weights = _layer_weights(list(layer_items), layer_weights)
+    messages = list(working_messages)
+    per_layer: dict[str, list[_Candidate]] = {}
+    for layer, items in layer_items.items():
+        best = max((i.score for i in items), default=0.0)
+        # Cosine scores may be negative: a floor relative to them means nothing.
+        floor = min_relative_score * best if min_relative_score > 0 and best > 0 else float("-inf")
+        ranked = sorted((p for p in enumerate(items) if p[1].score >= floor), key=lambda p: (-p[1].score, p[0]))
+        top = ranked[0][1].score if ranked else 0.0
+        per_layer[layer] = [
+            _Candidate(layer, rank, item, _normalised(item.score, top, weights[layer]))
+            for rank, (_, item) in enumerate(ranked)
+        ]
+    chosen: dict[str, list[tuple[_Candidate, ContextItem]]] = {layer: [] for layer in layer_items}
+
+    def rendered() -> str:
+        return _render([(layer, [v for _, v in picks]) for layer, picks in chosen.items()], messages)
+
+    _fit_messages(messages, [], max_tokens, counter)
+    left = max_tokens - counter.count(_render([], messages))
+
+    # Per-line costs keep selection linear; the exact count below settles the
+    # few tokens that joining lines may add or save.
+    def take(candidate: _Candidate, limit: int) -> int:
+        """Add the candidate (or a narrower stand-in) if it costs at most ``limit``; return its cost or 0."""
+        picks = chosen[candidate.layer]
+        header = counter.count(LAYER_TITLES.get(candidate.layer, candidate.layer)) + 4 if not picks else 0
+        for version in (candidate.item, *_narrower(candidate.item)):
+            cost = counter.count(_item_line(version)) + 1 + header
+            if cost <= limit:
+                picks.append((candidate, version))
+                return cost
+        return 0
+
+    active = [layer for layer, candidates in per_layer.items() if candidates]
+    total_weight = sum(weights[layer] for layer in active)
+    budgets = {
+        layer: int(max(left, 0) * weights[layer] / total_weight) if layer in active and total_weight > 0 else 0
+        for layer in layer_items
+    }
+    taken: set[tuple[str, int]] = set()
+    for layer in active:
+        share = budgets[layer]
+        for candidate in per_layer[layer]:
+            cost = take(candidate, share)
+            if cost:
+                share -= cost
+                left -= cost
+                taken.add((layer, candidate.rank))
+    rest = sorted(
+        (c for candidates in per_layer.values() for c in candidates if (c.layer, c.rank) not in taken),
+        key=lambda c: c.order,
+    )
+    for candidate in rest:
+        cost = take(candidate, left)
+        if cost:
+            left -= cost
+
+    text = rendered()
+    tokens = counter.count(text)
+    while tokens > max_tokens:
+        picked = [(c, layer, n) for layer, picks in chosen.items() for n, (c, _) in enumerate(picks)]
+        if not picked:
+            break
+        _, layer, n = max(picked, key=lambda p: p[0].order)
+        chosen[layer].pop(n)
+        text = rendered()
+        tokens = counter.count(text)
+
+    kept = {(c.layer, c.rank) for picks in chosen.values() for c, _ in picks}
+    dropped = sorted(
+        (c for candidates in per_layer.values() for c in candidates if (c.layer, c.rank) not in kept),
+        key=lambda c: c.order,
+    )
+    sections = []
+    for layer, picks in chosen.items():
+        items = [v for _, v in sorted(picks, key=lambda p: p[0].rank)]
+        sections.append(ContextSection(layer=layer, items=items, tokens=counter.count(_render([(layer, items)], []))))
+    sections.append(_working_section(messages, counter))
+    return AssembledContext(
+        text=text,
+        sections=sections,
+        messages=messages,
+        tokens=tokens,
+        dropped=[c.item for c in dropped],
+        budgets=budgets,
+        narrowed=[c.item for picks in chosen.values() for c, v in sorted(picks, key=lambda p: p[0].order) if v is not c.item],
+    )
+
+
+def _refined_item(text: str) -> ContextItem:
+    return ContextItem(layer="refined", kind="refined", id="refined", text=text, score=1.0)
+
+
+def refined_budget(*, working_messages: Sequence[dict[str, str]], max_tokens: int, counter: TokenCounter) -> int:
+    """Tokens a condensed text may have so that :func:`render_refined` keeps all ``working_messages``.
+
+    Pass it as ``budget_tokens`` to :func:`strata.context.refine.refine_items`; at or
+    below 0 there is no room, and refining is pointless.
+    """
+    frame = counter.count(_render([("refined", [_refined_item("")])], working_messages))
+    return max_tokens - frame - _REFINED_SLACK_TOKENS
+
+
+def render_refined(
+    *,
+    working_messages: Sequence[dict[str, str]],
+    refined_text: str,
+    max_tokens: int,
+    counter: TokenCounter,
+) -> AssembledContext | None:
+    """Render a condensed text (one "refined" section) before the working messages.
+
+    The section is rendered like any layer item (one line, whitespace
+    collapsed) and is never cut: the oldest working messages are dropped
+    until it fits with them.
+
+    Returns:
+        The context, with an exact token count of at most ``max_tokens``; None
+        when the text is blank or the section alone does not fit.
+
+    Raises:
+        ValueError: ``max_tokens`` is negative.
+    """
+    _check_budget(max_tokens)
+    if not refined_text.strip():
+        return None
+    refined = [("refined", [_refined_item(refined_text)])]
+    if counter.count(_render(refined, [])) > max_tokens:
+        return None
+    messages = list(working_messages)
+    _fit_messages(messages, refined, max_tokens, counter)
+    text = _render(refined, messages)
+    section = ContextSection(layer="refined", items=refined[0][1], tokens=counter.count(_render(refined, [])))
+    return AssembledContext(
+        text=text,
+        sections=[section, _working_section(messages, counter)],
+        messages=messages,
+        tokens=counter.count(text),
+    )

@@ -1,0 +1,701 @@
+"""Episodic memory of one tenant: every turn, rolling summaries, retrieval.
+
+Every turn is kept (durably, with its embedding). Per session, the last
+``raw_window`` turns form the raw window; turns that leave it are
+summarised in chunks of ``summary_threshold``, each turn exactly once (a
+summary row records the turns it covers, so after a restart the same
+turns are not summarised again). Retrieval is cosine similarity over turns
+and summaries, narrowed by session and time range, served from an exact
+in-memory index that mirrors the durable rows: this object is the single
+writer of both, so they never disagree.
+"""
+
+from __future__ import annotations
+
+import bisect
+import re
+import uuid
+from collections import Counter
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timezone
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from strata.clock import from_ms, to_ms
+from strata.config import EpisodicSettings, TTLSettings
+from strata.errors import InvalidInput, NotFound
+from strata.ids import validate_id
+from strata.retrieval.entities import RuleExtractor
+from strata.retrieval.graph import EntityExtractor, Extraction, KnowledgeGraph
+from strata.retrieval.lexical import LexicalIndex, cjk_share, language_weights, rrf_fuse
+from strata.store.records import Record, RecordStore
+from strata.retrieval.vectors import VectorIndex, best
+from strata.episodic.summarize import EpisodeSummary, SummaryInput
+from strata.store.ttl import EXPIRES, Expiries, expires_ms
+
+__all__ = [
+    "TurnInput",
+    "Turn",
+    "SummaryRecord",
+    "EpisodicHit",
+    "EpisodicMemory",
+    "summary_inputs",
+]
+
+TURN, SUMMARY = "turn", "summary"
+_TEXT_BYTES_MAX = 60000
+
+
+@dataclass(frozen=True)
+class TurnInput:
+    """What a caller records: one exchange, either side optional but not both."""
+
+    user: str | None = None
+    agent: str | None = None
+    timestamp: datetime | None = None
+    turn_id: str | None = None
+    #: Label for the user side ("Caroline"); "user" when unset.
+    speaker: str | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+    #: Seconds it lives; it may shorten the configured TTL, never lengthen it.
+    ttl_s: float | None = None
+
+
+@dataclass(frozen=True)
+class Turn:
+    session_id: str
+    turn_id: str
+    seq: int
+    timestamp: datetime
+    user: str | None
+    agent: str | None
+    speaker: str | None
+    metadata: dict[str, Any]
+    #: What the entity extractor found in the turn (``Extraction.to_dict()``);
+    #: None for rows written before extraction existed.
+    entities: dict[str, Any] | None = None
+    #: When it expires (epoch ms); None: never.
+    expires_ms: int | None = None
+
+    @property
+    def said(self) -> str:
+        """What was said, without the speaker labels (entities are extracted from this)."""
+        return "\n".join(part for part in (self.user, self.agent) if part)
+
+    @property
+    def text(self) -> str:
+        parts = []
+        if self.user:
+            parts.append(f"{self.speaker or 'user'}: {self.user}")
+        if self.agent:
+            parts.append(f"assistant: {self.agent}")
+        return "\n".join(parts)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "session_id": self.session_id,
+            "turn_id": self.turn_id,
+            "seq": self.seq,
+            "timestamp": self.timestamp.isoformat(),
+            "user": self.user,
+            "agent": self.agent,
+            "speaker": self.speaker,
+            "metadata": self.metadata,
+            "graph": self.entities,
+            **({EXPIRES: self.expires_ms} if self.expires_ms else {}),
+        }
+
+
+@dataclass(frozen=True)
+class SummaryRecord:
+    summary_id: str
+    session_id: str
+    turn_ids: tuple[str, ...]
+    first_seq: int
+    last_seq: int
+    start: datetime
+    end: datetime
+    content: EpisodeSummary
+    #: The earliest deadline of the turns it summarises: it goes with the first of them.
+    expires_ms: int | None = None
+
+    @property
+    def text(self) -> str:
+        return self.content.summary
+
+
+@dataclass(frozen=True)
+class EpisodicHit:
+    """A retrieved turn or summary. ``score`` is cosine similarity, higher is closer."""
+
+    kind: str
+    id: str
+    session_id: str
+    text: str
+    timestamp: datetime
+    score: float
+    turn_ids: tuple[str, ...] = ()
+    end: datetime | None = None
+    #: 1-based rank on each retrieval path that found it ("dense", "lexical").
+    ranks: dict[str, int] = field(default_factory=dict)
+
+
+class EpisodicMemory:
+    """All episodic state of one tenant, persisted through a :class:`RecordStore`."""
+
+    def __init__(
+        self,
+        tenant: str,
+        *,
+        store: RecordStore,
+        collection: str,
+        settings: EpisodicSettings,
+        extractor: EntityExtractor | None = None,
+        ttl: TTLSettings | None = None,
+    ) -> None:
+        self.tenant = validate_id(tenant, field="tenant")
+        self._store = store
+        self._collection = collection
+        self._settings = settings
+        self._ttl = ttl or TTLSettings()
+        #: Deadlines of turns and summaries, keyed (TURN, key) and (SUMMARY, key).
+        self.expiries: Expiries[tuple[str, str]] = Expiries()
+        self._extractor = extractor or RuleExtractor()
+        self._graph = KnowledgeGraph()
+        self._turns: dict[str, Turn] = {}  # key: session/turn_id
+        self._summaries: dict[str, SummaryRecord] = {}
+        self._turn_index = VectorIndex()
+        self._summary_index = VectorIndex()
+        self._turn_lexical = LexicalIndex()
+        self._summary_lexical = LexicalIndex()
+        # Derived search state: each turn's own vector, and the sessions' turns in
+        # time order, so a turn's indexed vector can include its neighbours'.
+        self._raw: dict[str, np.ndarray] = {}
+        self._order: dict[str, list[tuple[tuple[datetime, int], str]]] = {}
+        self._speakers: Counter[str] = Counter()
+        self._summarised: dict[str, set[str]] = {}  # session -> turn ids covered by a summary
+        self._next_seq = 0
+
+    # -- loading ------------------------------------------------------------
+
+    def load(self) -> None:
+        """Rebuild the in-memory index from the durable rows of this tenant."""
+        rows = self._store.scan(self._collection, tenant=self.tenant)
+        for row in sorted(rows, key=lambda r: (r.kind, int(r.payload.get("seq", r.payload.get("last_seq", 0))))):
+            if row.kind == TURN:
+                self._index_turn(_turn_from_record(row), row.vector)
+            elif row.kind == SUMMARY:
+                self._index_summary(_summary_from_record(row), row.vector)
+
+    # -- writing ------------------------------------------------------------
+
+    def replayed(self, session_id: str, inputs: Sequence[TurnInput]) -> list[Turn] | None:
+        """The recorded turns, when every input names a turn already recorded in the
+        session with the same text and speaker: a retry of a write that landed though
+        its caller never heard so (a crash or a lost answer after the durable write).
+        None otherwise, and :meth:`prepare` then refuses an existing id."""
+        found: list[Turn] = []
+        for item in inputs:
+            turn = self._turns.get(f"{session_id}/{item.turn_id}") if item.turn_id else None
+            if turn is None or (turn.user, turn.agent, turn.speaker) != (item.user, item.agent, item.speaker):
+                return None
+            found.append(turn)
+        return found or None
+
+    def prepare(self, session_id: str, inputs: Sequence[TurnInput], *, now: datetime) -> list[Turn]:
+        """Validate inputs and assign turn ids and sequence numbers (no write yet).
+
+        Raises:
+            InvalidInput: an empty turn, an over-long text, a bad or duplicate turn id.
+        """
+        validate_id(session_id, field="session_id")
+        turns: list[Turn] = []
+        seen: set[str] = set()
+        seq = self._next_seq
+        for position, item in enumerate(inputs):
+            if not (item.user or "").strip() and not (item.agent or "").strip():
+                raise InvalidInput(f"turn {position}: give user or agent text (both are empty)")
+            limit = self._settings.max_turn_chars
+            if max(len(item.user or ""), len(item.agent or "")) > limit:
+                raise InvalidInput(f"turn {position}: user and agent text are limited to {limit} characters each")
+            turn_id = item.turn_id or f"t{seq:06d}-{uuid.uuid4().hex[:6]}"
+            validate_id(turn_id, field=f"turns[{position}].turn_id")
+            if turn_id in seen or f"{session_id}/{turn_id}" in self._turns:
+                raise InvalidInput(
+                    f"turn id {turn_id!r} already exists in session {session_id!r} with other content: "
+                    "a retry must send the same turns as the first attempt, or use a new turn id"
+                )
+            seen.add(turn_id)
+            timestamp = item.timestamp or now
+            if timestamp.tzinfo is None:
+                timestamp = timestamp.replace(tzinfo=timezone.utc)
+            deadline = expires_ms(self._ttl.seconds(self.tenant, "episodic", item.ttl_s), now=now)
+            turn = Turn(session_id, turn_id, seq, timestamp, item.user, item.agent, item.speaker, dict(item.metadata))
+            turn = replace(turn, entities=self._extractor.extract(turn.said).to_dict(), expires_ms=deadline)
+            if len(turn.text.encode()) > _TEXT_BYTES_MAX:
+                raise InvalidInput(f"turn {position}: text is over {_TEXT_BYTES_MAX} bytes")
+            turns.append(turn)
+            seq += 1
+        return turns
+
+    def record(self, turns: Sequence[Turn], vectors: np.ndarray) -> None:
+        """Write prepared turns durably, then index them."""
+        self.write(turns, vectors)
+        self.index(turns, vectors)
+
+    def write(self, turns: Sequence[Turn], vectors: np.ndarray) -> None:
+        """The durable half of :meth:`record` (blocking I/O, no in-memory change)."""
+        if len(turns) != len(vectors):
+            raise ValueError("one vector per turn")
+        records = [
+            Record(
+                pk=self._pk(t.session_id, t.turn_id),
+                tenant=self.tenant,
+                session=t.session_id,
+                kind=TURN,
+                ts_ms=to_ms(t.timestamp),
+                text=t.text,
+                payload=t.to_dict(),
+                vector=v,
+            )
+            for t, v in zip(turns, vectors)
+        ]
+        self._store.upsert(self._collection, records)
+
+    def index(self, turns: Sequence[Turn], vectors: np.ndarray) -> None:
+        """The in-memory half of :meth:`record`: make written turns searchable."""
+        for turn, vector in zip(turns, vectors):
+            self._index_turn(turn, vector)
+
+    def pending_summaries(self, session_id: str | None = None) -> list[list[Turn]]:
+        """Chunks of turns that left the raw window and no summary covers yet."""
+        chunks: list[list[Turn]] = []
+        sessions = [session_id] if session_id else sorted({t.session_id for t in self._turns.values()})
+        size = self._settings.summary_threshold
+        for session in sessions:
+            ordered = self.session_turns(session)
+            outside = ordered[: max(len(ordered) - self._settings.raw_window, 0)]
+            done = self._summarised.get(session, set())
+            waiting = [t for t in outside if t.turn_id not in done]
+            chunks.extend(waiting[i : i + size] for i in range(0, len(waiting) - size + 1, size))
+        return chunks
+
+    def add_summary(self, turns: Sequence[Turn], content: EpisodeSummary, vector: np.ndarray) -> SummaryRecord:
+        """Store a summary of ``turns`` (one session); they are never summarised again."""
+        record = self.write_summary(turns, content, vector)
+        self.index_summary(record, vector)
+        return record
+
+    def write_summary(self, turns: Sequence[Turn], content: EpisodeSummary, vector: np.ndarray) -> SummaryRecord:
+        """The durable half of :meth:`add_summary`."""
+        session = turns[0].session_id
+        deadlines = [t.expires_ms for t in turns if t.expires_ms]
+        record = SummaryRecord(
+            summary_id=f"s{turns[0].seq:06d}-{turns[-1].seq:06d}",
+            session_id=session,
+            turn_ids=tuple(t.turn_id for t in turns),
+            first_seq=turns[0].seq,
+            last_seq=turns[-1].seq,
+            start=min(t.timestamp for t in turns),
+            end=max(t.timestamp for t in turns),
+            content=content,
+            expires_ms=min(deadlines) if deadlines else None,
+        )
+        payload = {
+            "summary_id": record.summary_id,
+            "turn_ids": list(record.turn_ids),
+            "first_seq": record.first_seq,
+            "last_seq": record.last_seq,
+            "start": record.start.isoformat(),
+            "end": record.end.isoformat(),
+            "content": content.to_dict(),
+            **({EXPIRES: record.expires_ms} if record.expires_ms else {}),
+        }
+        self._store.upsert(
+            self._collection,
+            [
+                Record(
+                    pk=self._pk(session, "summary", record.summary_id),
+                    tenant=self.tenant,
+                    session=session,
+                    kind=SUMMARY,
+                    ts_ms=to_ms(record.start),
+                    text=content.summary[:20000],
+                    payload=payload,
+                    vector=vector,
+                )
+            ],
+        )
+        return record
+
+    def index_summary(self, record: SummaryRecord, vector: np.ndarray) -> None:
+        """The in-memory half of :meth:`add_summary`."""
+        self._index_summary(record, vector)
+
+    def forget_session(self, session_id: str) -> int:
+        """Delete every turn and summary of a session from the store and the index."""
+        removed = self.delete_session(session_id)
+        self.drop_session(session_id)
+        return removed
+
+    def delete_session(self, session_id: str) -> int:
+        """The durable half of :meth:`forget_session`.
+
+        Raises:
+            NotFound: the session has no turns.
+        """
+        validate_id(session_id, field="session_id")
+        if not any(t.session_id == session_id for t in self._turns.values()):
+            raise NotFound(f"session {session_id!r} has no episodic memory")
+        return self._store.delete(self._collection, tenant=self.tenant, session=session_id)
+
+    def drop_session(self, session_id: str) -> None:
+        """The in-memory half of :meth:`forget_session`."""
+        self._drop(
+            [k for k, t in self._turns.items() if t.session_id == session_id],
+            [k for k, s in self._summaries.items() if s.session_id == session_id],
+        )
+
+    # -- expiry ---------------------------------------------------------------
+
+    def expired(self, at_ms: int) -> tuple[list[str], list[str]]:
+        """Keys of the turns and summaries expired at ``at_ms``; a summary of an expired
+        turn goes with it (its deadline is its turns' earliest)."""
+        keys = self.expiries.expired(at_ms)
+        turns = [key for kind, key in keys if kind == TURN]
+        summaries = {key for kind, key in keys if kind == SUMMARY}
+        gone = {(self._turns[k].session_id, self._turns[k].turn_id) for k in turns}
+        summaries |= {k for k, s in self._summaries.items() if any((s.session_id, t) in gone for t in s.turn_ids)}
+        return turns, sorted(summaries)
+
+    def delete_keys(self, turn_keys: Sequence[str], summary_keys: Sequence[str]) -> int:
+        """Delete turns and summaries (by key) from the store; the rows removed."""
+        pks = [self._pk(self._turns[k].session_id, self._turns[k].turn_id) for k in turn_keys]
+        pks += [self._pk(self._summaries[k].session_id, "summary", self._summaries[k].summary_id) for k in summary_keys]
+        return self._store.delete(self._collection, tenant=self.tenant, pks=pks) if pks else 0
+
+    def drop_keys(self, turn_keys: Sequence[str], summary_keys: Sequence[str]) -> None:
+        """Remove turns and summaries from memory. Turns a dropped summary covered are
+        summarised again, from what remains; neighbours of dropped turns are re-indexed."""
+        sessions = {self._turns[k].session_id for k in turn_keys}
+        self._drop(turn_keys, summary_keys)
+        for session in sessions:
+            order = self._order.get(session, [])
+            for position, (_, key) in enumerate(order):
+                self._turn_index.set(key, self._context_vector(order, position))
+
+    def _drop(self, turn_keys: Sequence[str], summary_keys: Sequence[str]) -> None:
+        gone, gone_summaries = set(turn_keys), set(summary_keys)
+        self._turn_lexical.remove(list(gone))
+        self._graph.remove(list(gone))
+        for key in gone:
+            self._raw.pop(key, None)
+            speaker = self._turns[key].speaker
+            if speaker:
+                self._speakers[speaker] -= 1
+        self._speakers = +self._speakers  # drop speakers with no turns left
+        for session, order in list(self._order.items()):
+            self._order[session] = [entry for entry in order if entry[1] not in gone]
+            if not self._order[session]:
+                del self._order[session]
+        for key in gone_summaries:
+            summary = self._summaries[key]
+            self._summarised.get(summary.session_id, set()).difference_update(summary.turn_ids)
+        for key in gone:
+            turn = self._turns[key]
+            self._summarised.get(turn.session_id, set()).discard(turn.turn_id)
+        self._summary_lexical.remove(list(gone_summaries))
+        self._turns = {k: t for k, t in self._turns.items() if k not in gone}
+        self._summaries = {k: s for k, s in self._summaries.items() if k not in gone_summaries}
+        self._summarised = {session: ids for session, ids in self._summarised.items() if ids}
+        self._turn_index.remove(gone)
+        self._summary_index.remove(gone_summaries)
+        self.expiries.drop([(TURN, k) for k in gone] + [(SUMMARY, k) for k in gone_summaries])
+
+    # -- reading ------------------------------------------------------------
+
+    def session_turns(self, session_id: str) -> list[Turn]:
+        """The session's turns in time order (caller-given timestamps first, arrival order on ties)."""
+        turns = (t for t in self._turns.values() if t.session_id == session_id)
+        return sorted(turns, key=lambda t: (t.timestamp, t.seq))
+
+    def raw_window(self, session_id: str) -> list[Turn]:
+        return self.session_turns(session_id)[-self._settings.raw_window :]
+
+    def summaries(self, session_id: str | None = None) -> list[SummaryRecord]:
+        found = (s for s in self._summaries.values() if session_id is None or s.session_id == session_id)
+        return sorted(found, key=lambda s: s.first_seq)
+
+    @property
+    def turn_count(self) -> int:
+        return len(self._turns)
+
+    def search(
+        self,
+        query: np.ndarray,
+        *,
+        query_text: str | None = None,
+        top_k: int = 8,
+        session_id: str | None = None,
+        start: datetime | None = None,
+        end: datetime | None = None,
+        include_summaries: bool = True,
+        exclude_turn_ids: frozenset[str] = frozenset(),
+        prefer: tuple[datetime, datetime] | None = None,
+    ) -> list[EpisodicHit]:
+        """Turns and summaries most relevant to the query, optionally within a session
+        and a time range ``[start, end)``; a summary matches the range if it overlaps it.
+
+        ``prefer`` is a softer range, for one read off the query's own words ("last
+        week"): turns inside it score ``1 + time_boost`` times higher, those outside
+        still compete. A date in a question is as often content ("whose birthday is
+        on June 8") as a limit on when something was said.
+
+        With ``query_text``, the dense ranking (cosine to ``query``) and the lexical
+        one (BM25 over ``query_text``) are fused by weighted RRF, and ``score`` is the
+        fused score in [0, 1]; without it, ``score`` is the cosine similarity.
+        ``exclude_turn_ids`` leaves out turns the caller already has (e.g. in working memory).
+        """
+        lo = to_ms(start) if start else None
+        hi = to_ms(end) if end else None
+
+        def in_range(first_ms: int, last_ms: int) -> bool:
+            return (lo is None or last_ms >= lo) and (hi is None or first_ms < hi)
+
+        def turn_matches(key: str) -> bool:
+            t = self._turns[key]
+            ts = to_ms(t.timestamp)
+            return (not session_id or t.session_id == session_id) and in_range(ts, ts) and t.turn_id not in exclude_turn_ids
+
+        weights = self._fusion_weights(query_text)
+        named = self._speakers_named(query_text or "")
+        speaker_boost, time_boost = self._settings.speaker_boost, self._settings.time_boost
+        soft = (to_ms(prefer[0]), to_ms(prefer[1])) if prefer else None
+
+        def factor(key: str) -> float:
+            turn = self._turns[key]
+            value = 1.0
+            # A person named in the query: their own turns are the likelier evidence.
+            if named and turn.speaker in named:
+                value *= 1 + speaker_boost
+            if soft is not None and soft[0] <= to_ms(turn.timestamp) < soft[1]:
+                value *= 1 + time_boost
+            return value
+
+        use_factor = bool(named and speaker_boost) or bool(soft and time_boost)
+        hits = []
+        ranked = _ranked(
+            self._turn_index, self._turn_lexical, query, query_text, top_k, turn_matches, weights,
+            factor=factor if use_factor else None, graph=self._graph, lexical_top=self._lexical_top,
+        )
+        for key, score, ranks in ranked:
+            t = self._turns[key]
+            hits.append(EpisodicHit(TURN, t.turn_id, t.session_id, t.text, t.timestamp, score, (t.turn_id,), ranks=ranks))
+        if include_summaries:
+            def summary_matches(key: str) -> bool:
+                s = self._summaries[key]
+                return (not session_id or s.session_id == session_id) and in_range(to_ms(s.start), to_ms(s.end))
+
+            index, lexical = self._summary_index, self._summary_lexical
+            for key, score, ranks in _ranked(index, lexical, query, query_text, top_k, summary_matches, weights):
+                s = self._summaries[key]
+                hits.append(
+                    EpisodicHit(SUMMARY, s.summary_id, s.session_id, s.text, s.start, score, s.turn_ids, s.end, ranks)
+                )
+        hits.sort(key=lambda h: -h.score)
+        return hits[:top_k]
+
+    def dense_query(self, text: str) -> str:
+        """The query to embed: ``text`` without the speaker names it mentions.
+
+        Speakers are matched by the speaker-aware factor in :meth:`search`; left
+        in a short question, a name dominates its embedding and pulls in every
+        turn near that name instead of the ones about the question's content.
+        """
+        stripped = text
+        for speaker in self._speakers_named(text):
+            if cjk_share(speaker) > 0.5:
+                stripped = stripped.replace(speaker, " ")
+            else:
+                stripped = re.sub(r"(?<![\w])" + re.escape(speaker) + r"(?:'s|’s)?(?![\w])", " ", stripped, flags=re.IGNORECASE)
+        stripped = " ".join(stripped.split())
+        return stripped if stripped.strip(" ?!.,") else text
+
+    def _speakers_named(self, text: str) -> set[str]:
+        """Speaker labels of this tenant that ``text`` mentions (whole words; CJK names as substrings)."""
+        lowered = text.lower()
+        found = set()
+        for speaker in self._speakers:
+            label = speaker.lower()
+            if cjk_share(label) > 0.5:
+                if label in lowered:
+                    found.add(speaker)
+            elif re.search(r"(?<![\w])" + re.escape(label) + r"(?![\w])", lowered):
+                found.add(speaker)
+        return found
+
+    def _lexical_top(self, text: str, k: int, keep: Callable[[str], bool]) -> list[str]:
+        """Turns by BM25, each with a share of the best score among its session
+        neighbours (``lexical_context_window`` turns either side, in time order).
+
+        A question often names one fact and asks for another ("the one who only
+        finished high school: where do they work?"); the turn holding the answer
+        shares few words with it, its neighbour the rest. Neighbour scores come
+        from the best ``4 k`` matches (at least 200), bisected into their session's
+        time order, so a long session costs no more than a short one; a turn
+        outside those matches counts only its neighbour's share (its own score is
+        below the 200th, so the top ``k`` hardly moves).
+        """
+        weight, window = self._settings.lexical_context_weight, self._settings.lexical_context_window
+        if not (weight and window):
+            return self._turn_lexical.top(text, k, keep)
+        own = dict(self._turn_lexical.top_scored(text, max(4 * k, 200)))
+        near: dict[str, float] = {}
+        for key, score in own.items():
+            turn = self._turns[key]
+            order = self._order.get(turn.session_id)
+            if not order:
+                continue
+            i = bisect.bisect_left(order, ((turn.timestamp, turn.seq), key))
+            for j in range(max(i - window, 0), min(i + window + 1, len(order))):
+                other = order[j][1]
+                if j != i and score > near.get(other, 0.0):
+                    near[other] = score
+        combined = {key: own.get(key, 0.0) + weight * near.get(key, 0.0) for key in own.keys() | near.keys()}
+        ranked = sorted(combined.items(), key=lambda item: (-item[1], item[0]))
+        found = (key for key, _ in ranked if keep(key))  # keep() only until k are found
+        return [key for _, key in zip(range(k), found)]
+
+    def _fusion_weights(self, query_text: str | None) -> dict[str, float]:
+        s = self._settings
+        if not query_text:
+            return {"dense": 1.0}
+        configured = {"dense": s.fusion_dense_weight, "lexical": s.fusion_lexical_weight, "graph": s.fusion_graph_weight}
+        return language_weights(configured, query_text, dense_cjk=s.fusion_dense_weight_cjk)
+
+    # -- internals ----------------------------------------------------------
+
+    def _pk(self, *parts: str) -> str:
+        return "/".join((self.tenant, *parts))
+
+    def _index_turn(self, turn: Turn, vector: np.ndarray | None) -> None:
+        key = f"{turn.session_id}/{turn.turn_id}"
+        self._turns[key] = turn
+        if turn.speaker:
+            self._speakers[turn.speaker] += 1
+        if vector is not None:
+            order = self._order.setdefault(turn.session_id, [])
+            position = bisect.bisect(order, ((turn.timestamp, turn.seq), key))
+            order.insert(position, ((turn.timestamp, turn.seq), key))
+            self._raw[key] = np.asarray(vector, dtype=np.float32)
+            self._turn_index.add(key, self._context_vector(order, position), turn.session_id)
+            for neighbour in (position - 1, position + 1):
+                if 0 <= neighbour < len(order):
+                    self._turn_index.set(order[neighbour][1], self._context_vector(order, neighbour))
+        self._turn_lexical.add(key, turn.text)
+        self.expiries.set((TURN, key), turn.expires_ms)
+        extraction = Extraction.from_dict(turn.entities) if turn.entities is not None else self._extractor.extract(turn.said)
+        self._graph.add(key, extraction)
+        self._next_seq = max(self._next_seq, turn.seq + 1)
+
+    def _context_vector(self, order: list[tuple[tuple[datetime, int], str]], position: int) -> np.ndarray:
+        """A turn's own vector plus a share of its neighbours' in the session: a
+        reply such as "yes, twice last year" is found through what it answers."""
+        weight = self._settings.context_neighbour_weight
+        vector = self._raw[order[position][1]].copy()
+        for neighbour in (position - 1, position + 1):
+            if weight and 0 <= neighbour < len(order):
+                vector += weight * self._raw[order[neighbour][1]]
+        norm = float(np.linalg.norm(vector))
+        return vector / norm if norm else vector
+
+    def _index_summary(self, summary: SummaryRecord, vector: np.ndarray | None) -> None:
+        key = f"{summary.session_id}/{summary.summary_id}"
+        self._summaries[key] = summary
+        if vector is not None:
+            self._summary_index.add(key, vector, summary.session_id)
+        self._summary_lexical.add(key, " ".join([summary.text, *summary.content.key_topics]))
+        self.expiries.set((SUMMARY, key), summary.expires_ms)
+        self._summarised.setdefault(summary.session_id, set()).update(summary.turn_ids)
+
+
+def _ranked(
+    index: VectorIndex,
+    lexical: LexicalIndex,
+    vector: np.ndarray,
+    text: str | None,
+    top_k: int,
+    keep: Callable[[str], bool],
+    weights: dict[str, float],
+    *,
+    factor: Callable[[str], float] | None = None,
+    graph: KnowledgeGraph | None = None,
+    lexical_top: Callable[[str, int, Callable[[str], bool]], list[str]] | None = None,
+) -> list[tuple[str, float, dict[str, int]]]:
+    """The ``top_k`` best keys that ``keep`` accepts: by cosine alone, or fused with
+    BM25 and (given ``graph``) the entities the text names.
+
+    ``factor`` (at least 1) reweighs candidates before the cut; scores are divided
+    by its largest value, so they stay in the range of the unweighted ones."""
+    depth = max(top_k * 4, 50)  # rank deeper than we return, so agreement or a factor can lift an item
+    if "lexical" not in weights or not text:
+        fused = [(key, score, {"dense": n}) for n, (key, score) in enumerate(best(index, vector, depth, keep), 1)]
+    else:
+        dense = [key for key, _ in best(index, vector, depth, keep)]
+        words = (lexical_top or lexical.top)(text, depth, keep)
+        rankings = {"dense": dense, "lexical": words}
+        if graph is not None and weights.get("graph", 0) > 0:
+            mentions = [key for key, _ in graph.rank(text, limit=depth * 2) if keep(key)][:depth]
+            if mentions:  # a query naming no known entity leaves the other paths' scale alone
+                rankings["graph"] = mentions
+        fused = rrf_fuse(rankings, weights)
+    if factor is not None:
+        factors = {key: factor(key) for key, _, _ in fused}
+        top = max(factors.values(), default=1.0)
+        fused = sorted(
+            ((key, score * factors[key] / top, ranks) for key, score, ranks in fused), key=lambda h: (-h[1], h[0])
+        )
+    return fused[:top_k]
+
+
+def summary_inputs(turns: Sequence[Turn]) -> list[SummaryInput]:
+    """The summariser's view of turns: one entry per speaker utterance."""
+    out: list[SummaryInput] = []
+    for t in turns:
+        if t.user:
+            out.append(SummaryInput(t.speaker or "user", t.user))
+        if t.agent:
+            out.append(SummaryInput("assistant", t.agent))
+    return out
+
+
+def _turn_from_record(row: Record) -> Turn:
+    p = row.payload
+    return Turn(
+        session_id=p["session_id"],
+        turn_id=p["turn_id"],
+        seq=int(p["seq"]),
+        timestamp=datetime.fromisoformat(p["timestamp"]),
+        user=p.get("user"),
+        agent=p.get("agent"),
+        speaker=p.get("speaker"),
+        metadata=p.get("metadata") or {},
+        entities=p.get("graph"),
+        expires_ms=p.get(EXPIRES),
+    )
+
+
+def _summary_from_record(row: Record) -> SummaryRecord:
+    p = row.payload
+    return SummaryRecord(
+        summary_id=p["summary_id"],
+        session_id=row.session,
+        turn_ids=tuple(p["turn_ids"]),
+        first_seq=int(p["first_seq"]),
+        last_seq=int(p["last_seq"]),
+        start=datetime.fromisoformat(p["start"]),
+        end=datetime.fromisoformat(p["end"]),
+        content=EpisodeSummary.from_dict(p["content"]),
+        expires_ms=p.get(EXPIRES),
+    )

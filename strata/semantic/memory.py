@@ -1,0 +1,550 @@
+"""Semantic memory of one tenant: documents, cut into parents and children,
+found by three paths fused with weighted reciprocal rank fusion.
+
+Children (small chunks) are what is matched; their parents (large chunks)
+are what is returned, deduplicated, each with its source span. Three paths
+rank children: dense (cosine of the query's embedding), lexical (BM25 over
+:func:`strata.retrieval.lexical.lexical_terms`, for exact terms such as
+``ERR_CONN_RESET`` and for Chinese), and graph (entities the query names,
+expanded over their relations, see :mod:`strata.retrieval.graph`).
+
+Durable rows, one Milvus collection, the document id as the row's session:
+
+* ``doc``: one per document, the commit point. It names the live
+  *generation* of the document's chunks.
+* ``parent`` / ``child``: the chunks of one generation; a child carries its
+  embedding and its extracted entities, so the graph is rebuilt from the
+  rows that mention them and disappears with them.
+
+Re-indexing a document writes the new generation's chunks, then the doc
+row, then deletes the old generation. Chunks of a generation no doc row
+names (a crash mid-write) are ignored at load and removed. The in-memory
+indexes change in one step on the owner's event loop, so a search sees the
+old version or the new one, never a mix.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Sequence
+
+import numpy as np
+
+from strata.semantic.chunking import Chunker, ChunkTree
+from strata.config import SemanticSettings, TTLSettings
+from strata.clock import from_ms, to_ms
+from strata.errors import InvalidInput, NotFound
+from strata.retrieval.graph import EntityExtractor, Extraction, KnowledgeGraph
+from strata.ids import validate_id
+from strata.retrieval.lexical import LexicalIndex, language_weights, rrf_fuse
+from strata.store.records import Record, RecordStore
+from strata.store.ttl import EXPIRES, Expiries, expires_ms
+from strata.clock import from_ms_or_none
+from strata.retrieval.vectors import VectorIndex, best
+
+__all__ = [
+    "DocumentInput",
+    "Document",
+    "PreparedDocument",
+    "SemanticHit",
+    "SemanticMemory",
+    "PATHS",
+]
+
+log = logging.getLogger(__name__)
+
+DOC, PARENT, CHILD = "doc", "parent", "child"
+PATHS = ("dense", "lexical", "graph")
+_TEXT_BYTES_MAX = 60000
+_WRITE_BATCH = 256
+
+
+@dataclass(frozen=True)
+class DocumentInput:
+    text: str
+    doc_id: str | None = None
+    title: str | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+    #: Seconds it lives; it may shorten the configured TTL, never lengthen it.
+    ttl_s: float | None = None
+
+
+@dataclass(frozen=True)
+class Document:
+    """A document's metadata (its text is its parents, stitched)."""
+
+    doc_id: str
+    title: str | None
+    metadata: dict[str, Any]
+    generation: str
+    strategy: str
+    chars: int
+    parents: int
+    children: int
+    created_at: datetime
+    updated_at: datetime
+    #: When it expires (epoch ms), counted from its last indexing; None: never.
+    expires_ms: int | None = None
+
+    def to_payload(self) -> dict[str, Any]:
+        return {
+            "title": self.title,
+            "metadata": self.metadata,
+            "gen": self.generation,
+            "strategy": self.strategy,
+            "chars": self.chars,
+            "parents": self.parents,
+            "children": self.children,
+            "created_ms": to_ms(self.created_at),
+            "updated_ms": to_ms(self.updated_at),
+            **({EXPIRES: self.expires_ms} if self.expires_ms else {}),
+        }
+
+    @classmethod
+    def from_record(cls, row: Record) -> Document:
+        p = row.payload
+        return cls(
+            doc_id=row.session,
+            title=p.get("title"),
+            metadata=dict(p.get("metadata") or {}),
+            generation=str(p["gen"]),
+            strategy=str(p.get("strategy", "")),
+            chars=int(p.get("chars", 0)),
+            parents=int(p.get("parents", 0)),
+            children=int(p.get("children", 0)),
+            created_at=from_ms(int(p.get("created_ms", row.ts_ms))),
+            updated_at=from_ms(int(p.get("updated_ms", row.ts_ms))),
+            expires_ms=p.get(EXPIRES),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "doc_id": self.doc_id,
+            "title": self.title,
+            "metadata": self.metadata,
+            "strategy": self.strategy,
+            "chars": self.chars,
+            "parents": self.parents,
+            "children": self.children,
+            "created_at": self.created_at,
+            "updated_at": self.updated_at,
+            "expires_at": from_ms_or_none(self.expires_ms),
+        }
+
+
+@dataclass(frozen=True)
+class PreparedDocument:
+    """A document cut and its entities extracted; nothing written yet."""
+
+    document: Document
+    tree: ChunkTree
+    extractions: tuple[Extraction, ...]  # one per child
+
+    def embed_texts(self) -> list[str]:
+        """What each child is embedded as: its text, headed by the document title."""
+        return [_titled(self.document.title, c.text) for c in self.tree.children]
+
+
+@dataclass(frozen=True)
+class _Passage:
+    pk: str
+    doc_id: str
+    number: int
+    start: int
+    end: int
+    text: str
+
+
+@dataclass(frozen=True)
+class _Child:
+    pk: str
+    doc_id: str
+    parent: str
+    start: int
+    end: int
+
+
+@dataclass
+class SemanticHit:
+    """A parent passage found through one or more of its children."""
+
+    id: str
+    doc_id: str
+    title: str | None
+    text: str
+    start: int
+    end: int
+    score: float
+    #: Best 1-based rank of any of its children on each path that found one.
+    ranks: dict[str, int] = field(default_factory=dict)
+    #: Children that matched, best first: their ids and spans.
+    matched: list[dict[str, Any]] = field(default_factory=list)
+
+
+class SemanticMemory:
+    """All semantic state of one tenant, persisted through a :class:`RecordStore`."""
+
+    def __init__(
+        self,
+        tenant: str,
+        *,
+        store: RecordStore,
+        collection: str,
+        settings: SemanticSettings,
+        chunker: Chunker,
+        extractor: EntityExtractor,
+        ttl: TTLSettings | None = None,
+    ) -> None:
+        self.tenant = validate_id(tenant, field="tenant")
+        self._ttl = ttl or TTLSettings()
+        #: Deadlines of the documents that expire, by doc id.
+        self.expiries: Expiries[str] = Expiries()
+        self._store = store
+        self._collection = collection
+        self._settings = settings
+        self._weights = settings.weights_for(tenant)
+        self._chunker = chunker
+        self._extractor = extractor
+        self._docs: dict[str, Document] = {}
+        self._parents: dict[str, _Passage] = {}
+        self._children: dict[str, _Child] = {}
+        self._doc_chunks: dict[str, tuple[list[str], list[str]]] = {}  # doc -> (parent pks, child pks)
+        self._dense = VectorIndex()
+        self._lexical = LexicalIndex(per_line=True)  # chunks are long: a recurring term weighs more
+        self._graph = KnowledgeGraph()
+
+    # -- loading ------------------------------------------------------------
+
+    def load(self) -> None:
+        """Rebuild the in-memory indexes from the durable rows; drop orphaned chunks."""
+        # Documents and parents carry no vector: read them without, children with.
+        rows = self._store.scan(self._collection, tenant=self.tenant, kinds=[DOC, PARENT], with_vectors=False)
+        rows += self._store.scan(self._collection, tenant=self.tenant, kinds=[CHILD])
+        docs = {row.session: Document.from_record(row) for row in rows if row.kind == DOC}
+        live: dict[str, tuple[list[Record], list[Record]]] = {d: ([], []) for d in docs}
+        orphans: list[str] = []
+        for row in rows:
+            if row.kind == DOC:
+                continue
+            doc = docs.get(row.session)
+            if doc is None or row.payload.get("gen") != doc.generation:
+                orphans.append(row.pk)
+            elif row.kind == PARENT:
+                live[row.session][0].append(row)
+            elif row.kind == CHILD:
+                live[row.session][1].append(row)
+        for doc_id, doc in docs.items():
+            parents, children = live[doc_id]
+            self._add_to_memory(doc, parents + children)
+        if orphans:
+            try:
+                self._store.delete(self._collection, tenant=self.tenant, pks=orphans)
+            except Exception as exc:  # best effort: they stay ignored and go at the next load
+                log.warning("could not remove %d orphaned chunks of tenant %s: %s", len(orphans), self.tenant, exc)
+
+    # -- writing ------------------------------------------------------------
+
+    def prepare(self, doc: DocumentInput, *, now: datetime) -> PreparedDocument:
+        """Validate, cut and extract entities (CPU only, nothing written).
+
+        Raises:
+            InvalidInput: an empty or over-long text, a bad id, a passage too big to store.
+        """
+        doc_id = doc.doc_id or f"doc-{uuid.uuid4().hex[:12]}"
+        validate_id(doc_id, field="doc_id")
+        if not doc.text.strip():
+            raise InvalidInput("document text is empty", field="text")
+        limit = self._settings.max_document_chars
+        if len(doc.text) > limit:
+            raise InvalidInput(f"document text is {len(doc.text)} characters; the limit is {limit}", field="text")
+        tree = self._chunker.chunk(doc.text)
+        for chunk in tree.parents:
+            if len(chunk.text.encode()) > _TEXT_BYTES_MAX:
+                raise InvalidInput(
+                    f"a passage of {len(chunk.text)} characters at offset {chunk.start} is over "
+                    f"{_TEXT_BYTES_MAX} bytes: lower chunking.parent_tokens",
+                    field="text",
+                )
+        extractions = tuple(self._extractor.extract(c.text) for c in tree.children)
+        old = self._docs.get(doc_id)
+        document = Document(
+            doc_id=doc_id,
+            title=doc.title,
+            metadata=dict(doc.metadata),
+            generation=uuid.uuid4().hex[:12],
+            strategy=self._chunker.name,
+            chars=len(doc.text),
+            parents=len(tree.parents),
+            children=len(tree.children),
+            created_at=old.created_at if old else now,
+            updated_at=now,
+            expires_ms=expires_ms(self._ttl.seconds(self.tenant, "semantic", doc.ttl_s), now=now),
+        )
+        return PreparedDocument(document, tree, extractions)
+
+    def write(self, prepared: PreparedDocument, vectors: np.ndarray) -> None:
+        """Durably: the new generation's chunks, then the doc row (commit), then
+        the old generation's chunks go. Blocking I/O; no in-memory change."""
+        tree, doc = prepared.tree, prepared.document
+        if len(vectors) != len(tree.children):
+            raise ValueError("one vector per child")
+        rows = self._chunk_rows(prepared, vectors)
+        for i in range(0, len(rows), _WRITE_BATCH):
+            self._store.upsert(self._collection, rows[i : i + _WRITE_BATCH])
+        commit = Record(
+            pk=self._pk(doc.doc_id, DOC),
+            tenant=self.tenant,
+            session=doc.doc_id,
+            kind=DOC,
+            ts_ms=to_ms(doc.updated_at),
+            text=doc.title or "",
+            payload=doc.to_payload(),
+        )
+        self._store.upsert(self._collection, [commit])
+        previous = self._doc_chunks.get(doc.doc_id)
+        if previous:
+            stale = previous[0] + previous[1]
+            try:
+                for i in range(0, len(stale), 1000):
+                    self._store.delete(self._collection, tenant=self.tenant, pks=stale[i : i + 1000])
+            except Exception as exc:  # committed already: the old generation is an orphan now, removed at load
+                log.warning("old chunks of %s stay until the next load: %s", doc.doc_id, exc)
+
+    def index(self, prepared: PreparedDocument, vectors: np.ndarray) -> Document:
+        """Swap the document's in-memory state to the new generation, in one step.
+        It is built from the rows :meth:`write` stores, as :meth:`load` builds it."""
+        doc = prepared.document
+        rows = self._chunk_rows(prepared, vectors)
+        self.drop(doc.doc_id)
+        self._add_to_memory(doc, rows)
+        return doc
+
+    def delete(self, doc_id: str) -> int:
+        """Durably remove the document and every row that came from it; returns the rows removed.
+
+        Raises:
+            NotFound: no such document.
+        """
+        self.document(doc_id)
+        return self._store.delete(self._collection, tenant=self.tenant, session=doc_id)
+
+    def drop(self, doc_id: str) -> None:
+        """Forget the document in memory: passages, vectors, BM25 entries, graph edges."""
+        chunks = self._doc_chunks.pop(doc_id, None)
+        self._docs.pop(doc_id, None)
+        self.expiries.drop([doc_id])
+        if chunks is None:
+            return
+        parents, children = chunks
+        for pk in parents:
+            self._parents.pop(pk, None)
+        for pk in children:
+            self._children.pop(pk, None)
+        self._dense.remove_group(doc_id)
+        self._lexical.remove(children)
+        self._graph.remove(children)
+
+    # -- reading ------------------------------------------------------------
+
+    def document(self, doc_id: str) -> Document:
+        validate_id(doc_id, field="doc_id")
+        doc = self._docs.get(doc_id)
+        if doc is None:
+            raise NotFound(f"document {doc_id!r} does not exist")
+        return doc
+
+    def documents(self, *, after: str | None = None, limit: int = 50) -> list[Document]:
+        """Documents by id, the ``limit`` first after ``after``."""
+        ids = sorted(d for d in self._docs if after is None or d > after)
+        return [self._docs[d] for d in ids[:limit]]
+
+    def __len__(self) -> int:
+        return len(self._docs)
+
+    def text(self, doc_id: str) -> str:
+        """The document's text, stitched from its parents (whose spans cover it)."""
+        self.document(doc_id)
+        parts: list[str] = []
+        cursor = 0
+        for pk in self._doc_chunks[doc_id][0]:
+            passage = self._parents[pk]
+            if passage.end <= cursor:
+                continue
+            if passage.start > cursor:  # whitespace the chunker left between passages
+                parts.append(" " * (passage.start - cursor))
+                cursor = passage.start
+            parts.append(passage.text[cursor - passage.start :])
+            cursor = passage.end
+        return "".join(parts)
+
+    def stats(self) -> dict[str, int]:
+        return {
+            "documents": len(self._docs),
+            "parents": len(self._parents),
+            "children": len(self._children),
+            "entities": len(self._graph),
+        }
+
+    def entity(self, name: str) -> dict[str, Any] | None:
+        return self._graph.entity(name)
+
+    def search(
+        self,
+        vector: np.ndarray | None,
+        query_text: str | None,
+        *,
+        top_k: int = 8,
+        weights: Mapping[str, float] | None = None,
+        min_cosine: float | None = None,
+        doc_ids: Sequence[str] | None = None,
+    ) -> list[SemanticHit]:
+        """Parent passages best first, found through their children.
+
+        Args:
+            weights: per path (``dense``, ``lexical``, ``graph``); a path weighted 0
+                or left out is not run, so ``{"dense": 1}`` is plain vector top-k.
+                None: the tenant's configured weights, with the dense weight moved
+                toward ``fusion_dense_weight_cjk`` for a CJK query.
+            min_cosine: children below this cosine similarity are not ranked by the
+                dense path (a plain cosine threshold, for comparison).
+            doc_ids: only passages of these documents.
+        """
+        if weights is None:  # the tenant's configured fusion, shifted away from dense for CJK queries
+            weights = language_weights(
+                self._weights, query_text or "", dense_cjk=self._settings.fusion_dense_weight_cjk
+            )
+        weights = dict(weights)
+        unknown = set(weights) - set(PATHS)
+        if unknown:
+            raise InvalidInput(f"unknown retrieval path(s) {sorted(unknown)}; known: {', '.join(PATHS)}", field="weights")
+        if not self._children:
+            return []
+        wanted = set(doc_ids) if doc_ids is not None else None
+
+        def keep(pk: str) -> bool:
+            return wanted is None or self._children[pk].doc_id in wanted
+
+        depth = max(self._settings.candidates, top_k * 4)
+        rankings: dict[str, list[str]] = {}
+        if weights.get("dense", 0) > 0 and vector is not None:
+            found = best(self._dense, np.asarray(vector, dtype=np.float32), depth, keep if wanted is not None else None)
+            rankings["dense"] = [pk for pk, score in found if min_cosine is None or score >= min_cosine]
+        if weights.get("lexical", 0) > 0 and query_text:
+            rankings["lexical"] = self._lexical.top(query_text, depth, keep if wanted is not None else None)
+        if weights.get("graph", 0) > 0 and query_text:
+            ranked = self._graph.rank(query_text, hops=self._settings.graph_hops, limit=depth * 2)
+            rankings["graph"] = [pk for pk, _ in ranked if pk in self._children and keep(pk)][:depth]
+        fused = rrf_fuse(rankings, weights, k=self._settings.rrf_k)
+        hits: dict[str, SemanticHit] = {}
+        for pk, score, ranks in fused:
+            child = self._children[pk]
+            hit = hits.get(child.parent)
+            if hit is None:
+                if len(hits) >= top_k:
+                    continue
+                passage = self._parents[child.parent]
+                hit = hits[child.parent] = SemanticHit(
+                    id=_public_id(passage),
+                    doc_id=passage.doc_id,
+                    title=self._docs[passage.doc_id].title,
+                    text=passage.text,
+                    start=passage.start,
+                    end=passage.end,
+                    score=score,
+                )
+            for path, rank in ranks.items():
+                hit.ranks[path] = min(rank, hit.ranks.get(path, rank))
+            hit.matched.append({"id": _public_id_child(pk), "start": child.start, "end": child.end, "score": score})
+        return list(hits.values())
+
+    # -- helpers ------------------------------------------------------------
+
+    def _pk(self, *parts: str) -> str:
+        return "/".join((self.tenant, *parts))
+
+    def _chunk_rows(self, prepared: PreparedDocument, vectors: np.ndarray) -> list[Record]:
+        """The durable rows of a prepared document's chunks: its parents, then its children."""
+        tree, doc = prepared.tree, prepared.document
+        ts = to_ms(doc.updated_at)
+        parent_pks = [self._pk(doc.doc_id, doc.generation, f"p{n}") for n in range(len(tree.parents))]
+        rows: list[Record] = [
+            Record(
+                pk=pk,
+                tenant=self.tenant,
+                session=doc.doc_id,
+                kind=PARENT,
+                ts_ms=ts,
+                text=chunk.text,
+                payload={"gen": doc.generation, "n": n, "start": chunk.start, "end": chunk.end},
+            )
+            for n, (pk, chunk) in enumerate(zip(parent_pks, tree.parents))
+        ]
+        rows += [
+            Record(
+                pk=self._pk(doc.doc_id, doc.generation, f"c{n}"),
+                tenant=self.tenant,
+                session=doc.doc_id,
+                kind=CHILD,
+                ts_ms=ts,
+                text=chunk.text,
+                payload={
+                    "gen": doc.generation,
+                    "n": n,
+                    "start": chunk.start,
+                    "end": chunk.end,
+                    "parent": parent_pks[tree.parent_of[n]],
+                    "graph": extraction.to_dict(),
+                },
+                vector=np.asarray(vector, dtype=np.float32),
+            )
+            for n, (chunk, extraction, vector) in enumerate(zip(tree.children, prepared.extractions, vectors))
+        ]
+        return rows
+
+    def _add_to_memory(self, doc: Document, rows: Sequence[Record]) -> None:
+        """Index a document's chunk rows (of its live generation) in memory."""
+        in_order = sorted(rows, key=lambda r: (r.kind != PARENT, int(r.payload["n"])))
+        passages = [_passage_from(r) for r in in_order if r.kind == PARENT]
+        children = [r for r in in_order if r.kind == CHILD]
+        self._docs[doc.doc_id] = doc
+        self.expiries.set(doc.doc_id, doc.expires_ms)
+        for passage in passages:
+            self._parents[passage.pk] = passage
+        for row in children:
+            child = _child_from(row)
+            self._children[child.pk] = child
+            if row.vector is not None:
+                self._dense.add(child.pk, row.vector, doc.doc_id)
+            self._lexical.add(child.pk, _titled(doc.title, row.text))
+            self._graph.add(child.pk, Extraction.from_dict(row.payload.get("graph") or {}))
+        self._doc_chunks[doc.doc_id] = ([p.pk for p in passages], [r.pk for r in children])
+
+
+def _titled(title: str | None, text: str) -> str:
+    """A child's text headed by its document's title: what is embedded and BM25-indexed."""
+    return f"{title}\n{text}" if title else text
+
+
+def _public_id(passage: _Passage) -> str:
+    return f"{passage.doc_id}#{passage.number}"
+
+
+def _public_id_child(pk: str) -> str:
+    # tenant/doc/gen/cN -> doc/cN
+    parts = pk.split("/")
+    return f"{parts[1]}/{parts[3]}"
+
+
+def _passage_from(row: Record) -> _Passage:
+    p = row.payload
+    return _Passage(row.pk, row.session, int(p["n"]), int(p["start"]), int(p["end"]), row.text)
+
+
+def _child_from(row: Record) -> _Child:
+    p = row.payload
+    return _Child(row.pk, row.session, str(p["parent"]), int(p["start"]), int(p["end"]))
+

@@ -1,0 +1,59 @@
+"""Which collections exist, and opening the configured record store."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from strata.config import StrataSettings
+from strata.providers.embedder import embedding_dim
+from strata.store.milvus import MilvusRecordStore
+from strata.store.records import RecordStore
+from strata.store.versions import STATE_DIM
+
+__all__ = ["Collections", "open_store"]
+
+
+@dataclass(frozen=True)
+class Collections:
+    """Collection names; the embedded vector size is part of a vector collection's name,
+    so switching embedders never mixes vectors of two models."""
+
+    episodic: str
+    semantic: str
+    procedural: str
+    state: str
+    #: API keys, apart from the busy state collection: milvus-lite walks every unflushed row
+    #: of a collection on each query, and a key is looked up on every request.
+    keys: str
+    dim: int
+
+    @classmethod
+    def for_settings(cls, settings: StrataSettings) -> Collections:
+        prefix = settings.milvus.collection_prefix
+        dim = embedding_dim(settings.embedding)
+        return cls(
+            episodic=f"{prefix}_episodic_d{dim}",
+            semantic=f"{prefix}_semantic_d{dim}",
+            procedural=f"{prefix}_procedural_d{dim}",
+            state=f"{prefix}_state",
+            keys=f"{prefix}_keys",
+            dim=dim,
+        )
+
+
+def open_store(settings: StrataSettings) -> tuple[RecordStore, Collections]:
+    """Connect to Milvus and make sure every collection exists and is loaded.
+
+    Raises:
+        strata.errors.StoreUnavailable: Milvus does not answer.
+    """
+    m = settings.milvus
+    store = MilvusRecordStore(m.address, token=m.token, db_name=m.db_name, timeout_s=m.timeout_s,
+                              vector_index=m.vector_index)
+    names = Collections.for_settings(settings)
+    store.ensure_collection(names.episodic, dim=names.dim)
+    store.ensure_collection(names.semantic, dim=names.dim)
+    store.ensure_collection(names.procedural, dim=names.dim)
+    store.ensure_collection(names.state, dim=STATE_DIM)
+    store.ensure_collection(names.keys, dim=STATE_DIM)
+    return store, names

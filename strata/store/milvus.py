@@ -1,0 +1,403 @@
+"""The Milvus implementation of :class:`~strata.store.records.RecordStore`.
+
+One collection per layer and vector size, the tenant as partition key, and a
+tenant term in every filter this module builds (from validated ids only:
+milvus-lite has no filter templating). pymilvus errors are mapped here to
+:class:`~strata.errors.StoreUnavailable`; a collection that a restarted
+server has not loaded yet is loaded and the call retried once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import re
+import threading
+import time
+from typing import Any, Callable, Sequence, TypeVar
+
+import numpy as np
+
+from strata.errors import StoreUnavailable
+from strata.ids import SYSTEM_TENANT, in_list, literal
+from strata.store.records import Record
+from strata.store.ttl import EXPIRES
+
+__all__ = ["MilvusRecordStore"]
+
+T = TypeVar("T")
+log = logging.getLogger(__name__)
+
+_TEXT_MAX = 65535
+_NOT_LOADED = 101
+_TRIES = 3
+_BACKOFF_S = 0.25
+_UNAVAILABLE = 2  # pymilvus: "Fail connecting to server"
+# Milvus caps offset + limit of one query at 16384. Scans read batches of that
+# size: milvus-lite's cost per batch grows with the collection, so 20k rows took
+# 30 s in batches of 1,000 and 8.7 s in batches of 16,384.
+_QUERY_LIMIT = 16384
+# milvus-lite 3.2.2 keeps a partition-key collection in 16 partitions named
+# "_pk_<md5(key) % 16>" and walks every partition's rows in Python for a query
+# that names none; a Milvus server names its partitions otherwise and prunes by
+# the key itself.
+_LITE_BUCKET = re.compile(r"_pk_(\d+)")
+# The kind (and session) of the row that says a collection holds rows with deadlines.
+_DEADLINES = "deadlines"
+
+
+class MilvusRecordStore:
+    """Rows in Milvus (milvus-lite server by default, a Milvus cluster by URI)."""
+
+    def __init__(self, uri: str, *, token: str = "", db_name: str = "", timeout_s: float = 5.0,
+                 vector_index: str = "FLAT") -> None:
+        self._uri = uri
+        self._vector_index = vector_index
+        self._token = token
+        self._db_name = db_name
+        self._timeout_s = timeout_s
+        self._client: Any = None
+        self._dims: dict[str, int] = {}
+        self._buckets: dict[str, int] = {}  # collection -> milvus-lite's partition-key buckets (0: none)
+        self._deadlines: set[str] = set()  # collections known to hold rows with deadlines
+        self._lock = threading.Lock()
+        _quiet_pymilvus()
+
+    # -- plumbing -----------------------------------------------------------
+
+    def _connect(self) -> Any:
+        from pymilvus import MilvusClient
+
+        with self._lock:
+            if self._client is None:
+                self._client = MilvusClient(
+                    uri=self._uri, token=self._token, db_name=self._db_name, timeout=self._timeout_s
+                )
+            return self._client
+
+    def _call(self, what: str, fn: Callable[[Any], T], *, collection: str | None = None) -> T:
+        from pymilvus.exceptions import MilvusException
+
+        # Three tries, 0.25 s apart: a restarting server refuses calls for ~0.2 s
+        # after its port opens, and a released collection needs load() once.
+        for attempt in range(_TRIES):
+            if attempt:
+                time.sleep(_BACKOFF_S)
+            try:
+                return fn(self._connect())
+            except MilvusException as exc:
+                if exc.code == _NOT_LOADED and collection and attempt < _TRIES - 1:
+                    self._load(collection)
+                    continue
+                self._drop_client()
+                if attempt < _TRIES - 1 and exc.code == _UNAVAILABLE:
+                    continue
+                raise StoreUnavailable(
+                    f"Milvus at {self._uri} failed to {what}: {exc.message}", retry_after_s=2
+                ) from None
+            except Exception as exc:  # grpc errors, refused connections, timeouts
+                self._drop_client()
+                if attempt < _TRIES - 1:
+                    continue
+                raise StoreUnavailable(
+                    f"Milvus at {self._uri} is unreachable ({what}: {type(exc).__name__})",
+                    retry_after_s=2,
+                ) from None
+        raise AssertionError("unreachable")
+
+    def _load(self, collection: str) -> None:
+        self._connect().load_collection(collection, timeout=self._timeout_s)
+
+    def _drop_client(self) -> None:
+        with self._lock:
+            client, self._client = self._client, None
+        if client is not None:
+            try:
+                client.close()
+            except Exception:  # closing a broken channel may fail; it is gone either way
+                pass
+
+    # -- RecordStore --------------------------------------------------------
+
+    def ensure_collection(self, name: str, *, dim: int) -> None:
+        from pymilvus import DataType, MilvusClient
+        from pymilvus.exceptions import MilvusException
+
+        def create(client: Any) -> None:
+            if client.has_collection(name, timeout=self._timeout_s):
+                state = client.get_load_state(name, timeout=self._timeout_s)
+                if "NotLoad" in str(state.get("state")):
+                    client.load_collection(name, timeout=self._timeout_s)
+                return
+            schema = MilvusClient.create_schema(auto_id=False, enable_dynamic_field=False)
+            schema.add_field("pk", DataType.VARCHAR, is_primary=True, max_length=512)
+            schema.add_field("tenant", DataType.VARCHAR, max_length=128, is_partition_key=True)
+            schema.add_field("session", DataType.VARCHAR, max_length=128)
+            schema.add_field("kind", DataType.VARCHAR, max_length=32)
+            schema.add_field("ts", DataType.INT64)
+            schema.add_field("text", DataType.VARCHAR, max_length=_TEXT_MAX)
+            schema.add_field("payload", DataType.JSON)
+            schema.add_field("vec", DataType.FLOAT_VECTOR, dim=dim)
+            index = client.prepare_index_params()
+            index.add_index(field_name="vec", index_type=self._vector_index, metric_type="IP")
+            try:
+                client.create_collection(name, schema=schema, index_params=index, timeout=self._timeout_s)
+            except MilvusException:
+                # Another process created it between the check and the create (two shards
+                # opening a fresh store at once): theirs will do.
+                if not client.has_collection(name, timeout=self._timeout_s):
+                    raise
+
+        self._call(f"create collection {name}", create)
+        self._dims[name] = dim
+        self._buckets[name] = self._call(
+            "list partitions", lambda c: _lite_buckets(c.list_partitions(name, timeout=self._timeout_s))
+        )
+
+    def upsert(self, collection: str, records: Sequence[Record]) -> None:
+        if not records:
+            return
+        if collection not in self._deadlines and any(r.payload.get(EXPIRES) is not None for r in records):
+            self._mark_deadlines(collection)
+        dim = self._dims[collection]
+        rows = [
+            {
+                "pk": r.pk,
+                "tenant": r.tenant,
+                "session": r.session,
+                "kind": r.kind,
+                "ts": int(r.ts_ms),
+                "text": r.text,
+                "payload": r.payload,
+                "vec": (r.vector if r.vector is not None else np.zeros(dim, np.float32)).tolist(),
+            }
+            for r in records
+        ]
+        self._call(
+            "write", lambda c: c.upsert(collection, rows, timeout=self._timeout_s), collection=collection
+        )
+
+    def scan(
+        self,
+        collection: str,
+        *,
+        tenant: str,
+        session: str | None = None,
+        kinds: Sequence[str] | None = None,
+        with_vectors: bool = True,
+    ) -> list[Record]:
+        expr = self._scope(tenant, session=session)
+        if kinds is not None:
+            expr += f" and kind in {in_list(list(kinds), field='kind')}"
+        fields = ["pk", "tenant", "session", "kind", "ts", "text", "payload"]
+        if with_vectors:
+            fields.append("vec")
+        rows = self._query_all(collection, expr, fields, partitions=self._partitions(collection, tenant))
+        return [self._record(row) for row in rows]
+
+    def _partitions(self, collection: str, tenant: str) -> list[str] | None:
+        """The one milvus-lite partition that holds ``tenant``'s rows, or None (a server).
+
+        milvus-lite prunes by partition names only: a tenant's scan named none and
+        walked every row of the collection, 158 ms for 100 rows among 30,000, in one
+        Python process that every other request waits on. With its bucket named, it
+        walks a sixteenth (``python docs/milvus_lite_after_ingest.py``).
+        """
+        buckets = self._buckets.get(collection, 0)
+        if not buckets:
+            return None
+        return [f"_pk_{int(hashlib.md5(tenant.encode()).hexdigest(), 16) % buckets}"]
+
+    def get(self, collection: str, *, tenant: str, pks: Sequence[str]) -> list[Record]:
+        if not pks:
+            return []
+        rows = self._get_rows(collection, pks, ["pk", "tenant", "session", "kind", "ts", "text", "payload", "vec"])
+        return [self._record(row) for row in rows if row["tenant"] == tenant]
+
+    def _get_rows(self, collection: str, pks: Sequence[str], fields: list[str]) -> list[dict[str, Any]]:
+        """Rows by primary key, of any tenant: callers keep their tenant's.
+
+        The filter is ``pk in [...]`` alone, which milvus-lite answers with a point read
+        (and a Milvus server from its primary-key index). Any other term, a tenant's
+        included, sends milvus-lite through its general query, which walks every unflushed
+        row of the collection in Python: 658 ms against 2.3 ms at 30,000 rows
+        (``python docs/milvus_lite_memtable_growth.py``). Primary keys start with their
+        tenant (``tenant/...``), and rows are checked again after the read.
+        """
+
+        def read(batch: Sequence[str]) -> Callable[[Any], list[dict[str, Any]]]:
+            expr = f"pk in {_pk_list(batch)}"
+            return lambda c: list(
+                c.query(collection, filter=expr, output_fields=fields, limit=len(batch), timeout=self._timeout_s)
+            )
+
+        rows: list[dict[str, Any]] = []
+        for start in range(0, len(pks), _QUERY_LIMIT):
+            rows.extend(self._call("read", read(pks[start : start + _QUERY_LIMIT]), collection=collection))
+        return rows
+
+    def delete(
+        self,
+        collection: str,
+        *,
+        tenant: str,
+        session: str | None = None,
+        pks: Sequence[str] | None = None,
+        kinds: Sequence[str] | None = None,
+    ) -> int:
+        if pks is not None:
+            # By key: read the keys' rows (a point read, see _get_rows), keep the tenant's
+            # that match, and delete those by key alone, again milvus-lite's fast path.
+            if not pks:
+                return 0
+            fields = ["pk", "tenant", "session", "kind"]
+            mine = [
+                row["pk"]
+                for row in self._get_rows(collection, pks, fields)
+                if row["tenant"] == tenant
+                and (session is None or row["session"] == session)
+                and (kinds is None or row["kind"] in kinds)
+            ]
+            if not mine:
+                return 0
+            self._call(
+                "delete",
+                lambda c: c.delete(collection, filter=f"pk in {_pk_list(mine)}", timeout=self._timeout_s),
+                collection=collection,
+            )
+            return len(mine)
+        expr = self._scope(tenant, session=session)
+        if kinds is not None:
+            expr += f" and kind in {in_list(list(kinds), field='kind')}"
+        bucket = self._partitions(collection, tenant)
+        result = self._call(
+            "delete",
+            lambda c: c.delete(
+                collection, filter=expr, partition_name=bucket[0] if bucket else None, timeout=self._timeout_s
+            ),
+            collection=collection,
+        )
+        count = result.get("delete_count") if isinstance(result, dict) else None
+        return int(count) if count is not None else len(result or [])
+
+    def _mark_deadlines(self, collection: str) -> None:
+        """Before a collection's first row with a deadline: the row that tells every
+        process's :meth:`expired` that this collection is worth walking."""
+        marker = Record(_deadlines_pk(collection), SYSTEM_TENANT, _DEADLINES, _DEADLINES, int(time.time() * 1000), "", {})
+        self._deadlines.add(collection)
+        try:
+            self.upsert(collection, [marker])
+        except BaseException:
+            self._deadlines.discard(collection)
+            raise
+
+    def ping(self) -> None:
+        self._call("answer", lambda c: c.list_collections(timeout=self._timeout_s))
+
+    def expired(self, collection: str, *, now_ms: int, kinds: Sequence[str]) -> list[tuple[str, str, str]]:
+        """The sweeper's read across tenants: ids only, never text or payload.
+
+        milvus-lite answers it by parsing every row's payload in Python: 11.7 s over
+        30,000 episodic rows (``python docs/milvus_lite_after_ingest.py``), in the one
+        process every request waits on, from each layer shard once a minute. So a
+        collection where no row was ever written with a deadline (no marker row, a
+        point read) is not walked at all.
+        """
+        if collection not in self._deadlines:
+            if not self._get_rows(collection, [_deadlines_pk(collection)], ["pk"]):
+                return []
+            self._deadlines.add(collection)
+        expr = f'kind in {in_list(list(kinds), field="kind")} and payload["{EXPIRES}"] <= {int(now_ms)}'
+
+        rows = self._query_all(collection, expr, ["pk", "tenant", "session"])
+        return [(r["tenant"], r["session"], r["pk"]) for r in rows]
+
+    def _query_all(
+        self, collection: str, expr: str, fields: list[str], *, partitions: list[str] | None = None
+    ) -> list[dict[str, Any]]:
+        """Every row matching ``expr``: one query, and an iterator only when that one is full.
+
+        Each query walks milvus-lite's unflushed rows once, and its iterator makes at least
+        three (seek, page, empty page): a tenant's 300 rows among 30,000 took 690 ms
+        through the iterator and 240 ms in one query.
+        """
+
+        def first(client: Any) -> list[dict[str, Any]]:
+            return list(
+                client.query(
+                    collection, filter=expr, output_fields=fields, limit=_QUERY_LIMIT, partition_names=partitions,
+                    timeout=self._timeout_s,
+                )
+            )
+
+        def run(client: Any) -> list[dict[str, Any]]:
+            iterator = client.query_iterator(
+                collection, batch_size=_QUERY_LIMIT, filter=expr, output_fields=fields, partition_names=partitions,
+                timeout=self._timeout_s,
+            )
+            rows: list[dict[str, Any]] = []
+            try:
+                while batch := iterator.next():
+                    rows.extend(batch)
+            finally:
+                iterator.close()
+            return rows
+
+        rows = self._call("read", first, collection=collection)
+        if len(rows) < _QUERY_LIMIT:
+            return sorted(rows, key=lambda row: row["pk"])  # the iterator's order: by primary key
+        return self._call("read", run, collection=collection)
+
+    # -- helpers ------------------------------------------------------------
+
+    @staticmethod
+    def _scope(tenant: str, *, session: str | None = None) -> str:
+        expr = f"tenant == {literal(tenant, field='tenant')}"
+        if session is not None:
+            expr += f" and session == {literal(session, field='session_id')}"
+        return expr
+
+    @staticmethod
+    def _record(row: dict[str, Any]) -> Record:
+        vec = row.get("vec")
+        return Record(
+            pk=row["pk"],
+            tenant=row["tenant"],
+            session=row["session"],
+            kind=row["kind"],
+            ts_ms=int(row["ts"]),
+            text=row["text"],
+            payload=row.get("payload") or {},
+            vector=np.asarray(vec, dtype=np.float32) if vec is not None else None,
+        )
+
+
+def _quiet_pymilvus() -> None:
+    # pymilvus logs every failed RPC with a traceback, and configures its
+    # loggers when first imported; we map and report errors ourselves.
+    import pymilvus  # noqa: F401  (import first, so its logging setup runs before ours)
+
+    for name in ("pymilvus", "pymilvus.decorators"):
+        logging.getLogger(name).setLevel(logging.CRITICAL)
+
+
+def _lite_buckets(partitions: Sequence[str]) -> int:
+    """How many partition-key buckets milvus-lite made (``_pk_0`` … ``_pk_<n-1>`` beside
+    ``_default``), else 0: any other layout is not one this module knows how to prune."""
+    others = [name for name in partitions if not _LITE_BUCKET.fullmatch(name)]
+    numbers = sorted(int(m.group(1)) for name in partitions if (m := _LITE_BUCKET.fullmatch(name)))
+    if others != ["_default"] or numbers != list(range(len(numbers))):
+        return 0
+    return len(numbers)
+
+
+def _deadlines_pk(collection: str) -> str:
+    return f"{SYSTEM_TENANT}/{_DEADLINES}/{collection}"
+
+
+def _pk_list(pks: Sequence[str]) -> str:
+    # Primary keys are built by the layers from validated ids joined by "/".
+    for pk in pks:
+        for part in pk.split("/"):
+            literal(part, field="record id")
+    return "[" + ", ".join(f'"{pk}"' for pk in pks) + "]"
