@@ -8,21 +8,20 @@ call costs no HTTP hop and no Serve hop.
 
 from __future__ import annotations
 
-import logging
-
 import asyncio
+import logging
+from collections.abc import Coroutine, Sequence
 from datetime import datetime
-from typing import Any, Coroutine, Sequence, TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
-
 from strata_actors.orchestration import Orchestration
+
 from strata.config import StrataSettings
-from strata.providers.embedder import make_embedder
 from strata.ids import validate_id
+from strata.providers.embedder import make_embedder
 from strata.schema import (
     AuditHistory,
-    Layer,
     ContextRequest,
     ContextResult,
     DocumentDeleted,
@@ -33,6 +32,7 @@ from strata.schema import (
     ForgetResult,
     InteractionIn,
     InteractionResult,
+    Layer,
     OutcomeIn,
     RecordTurnsResult,
     RetrievalPath,

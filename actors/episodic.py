@@ -10,18 +10,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
-
 from strata_actors.shard import LayerShard
-from strata.episodic.memory import SUMMARY, TURN, EpisodicHit, EpisodicMemory, Turn, TurnInput, summary_inputs
-from strata.providers.llm import make_llm
-from strata.store.records import RecordStore
-from strata.store.layout import Collections
-from strata.episodic.summarize import ExtractiveSummarizer, LLMSummarizer, Summarizer
+
 from strata.clock import from_ms_or_none
+from strata.episodic.memory import SUMMARY, TURN, EpisodicHit, EpisodicMemory, Turn, TurnInput, summary_inputs
+from strata.episodic.summarize import ExtractiveSummarizer, LLMSummarizer, Summarizer
+from strata.providers.llm import make_llm
+from strata.store.layout import Collections
+from strata.store.records import RecordStore
 
 __all__ = ["EpisodicShard", "turn_text"]
 
@@ -31,7 +31,7 @@ SCOPE = "episodic"
 
 def turn_text(turn: dict[str, Any]) -> str:
     """The text a turn is embedded as (the same as :attr:`Turn.text`)."""
-    return Turn("", "", 0, datetime.now(timezone.utc), turn.get("user"), turn.get("agent"), turn.get("speaker"), {}).text
+    return Turn("", "", 0, datetime.now(UTC), turn.get("user"), turn.get("agent"), turn.get("speaker"), {}).text
 
 
 def _hit(hit: EpisodicHit) -> dict[str, Any]:
@@ -112,7 +112,7 @@ class EpisodicShard(LayerShard[EpisodicMemory]):
             return self._recorded(replay, await self.version(tenant, SCOPE), replayed=True)
         if vectors is None:
             vectors = await self.embed([turn_text(t) for t in turns])
-        now = now or datetime.now(timezone.utc)
+        now = now or datetime.now(UTC)
         vecs = np.asarray(vectors, dtype=np.float32)
 
         def write(layer: EpisodicMemory) -> tuple[list[Turn], bool]:

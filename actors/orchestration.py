@@ -11,25 +11,31 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from datetime import datetime, timezone
-from typing import Any, Awaitable, Callable, Sequence, TypeVar, cast
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import UTC, datetime
+from typing import Any, TypeVar, cast
 
 import numpy as np
-
+from pydantic import BaseModel
 from strata_actors.episodic import turn_text
 from strata_actors.errors import unwrap
 from strata_actors.router import LayerRouter
-from strata.config import StrataSettings
-from strata.config import LayerPolicy
-from strata.context.assemble import LAYER_TITLES, AssembledContext, assemble_context, render_refined
-from strata.providers.llm import LLM, make_llm
-from strata.context.refine import refine_items
-from pydantic import BaseModel
 
+from strata.access.audit import AuditLog
+from strata.access.audit import entry as audit_entry
+from strata.config import LayerPolicy, StrataSettings
+from strata.context.assemble import LAYER_TITLES, AssembledContext, assemble_context, render_refined
+from strata.context.refine import refine_items
 from strata.errors import InvalidInput, LLMError, NotFound, PreconditionRequired, StrataError
 from strata.ids import SYSTEM_TENANT, validate_id
+from strata.privacy.redaction import Redaction
+from strata.providers.llm import LLM, make_llm
+from strata.providers.tokens import TiktokenCounter
+from strata.retrieval.terms import extract_terms
+from strata.retrieval.timeparse import resolve_time_range
 from strata.schema import (
-    Layer,
+    AuditEntryOut,
+    AuditHistory,
     ContextItem,
     ContextRequest,
     ContextResult,
@@ -37,11 +43,10 @@ from strata.schema import (
     DocumentIn,
     DocumentList,
     DocumentOut,
-    AuditEntryOut,
-    AuditHistory,
     ForgetResult,
     InteractionIn,
     InteractionResult,
+    Layer,
     OutcomeIn,
     RecordTurnsResult,
     SearchHit,
@@ -60,16 +65,10 @@ from strata.schema import (
     WorkingItemsIn,
     WorkingState,
 )
-from strata.retrieval.terms import extract_terms
-from strata.retrieval.timeparse import resolve_time_range
-from strata.access.audit import AuditLog
-from strata.access.audit import entry as audit_entry
-from strata.privacy.redaction import Redaction
 from strata.store.layout import open_store
-from strata.providers.tokens import TiktokenCounter
 from strata.working.sessions import TURN_ID
 
-__all__ = ["Orchestration", "Embed"]
+__all__ = ["Embed", "Orchestration"]
 
 log = logging.getLogger(__name__)
 
@@ -131,7 +130,7 @@ class Orchestration:
         # A turn's copies in working memory expire no later than the turn.
         items = []
         for d, out in zip(dicts, episodic["turns"]):
-            left = (out["expires_at"] - datetime.now(timezone.utc)).total_seconds() if out["expires_at"] else None
+            left = (out["expires_at"] - datetime.now(UTC)).total_seconds() if out["expires_at"] else None
             for role, text in (("user", d["user"]), ("assistant", d["agent"])):
                 if text and text.strip():
                     items.append({"role": role, "content": text, "created_at": out["timestamp"],
@@ -438,7 +437,7 @@ class Orchestration:
             {layer: LayerPolicy() for layer in req.layers} if req.layers is not None else ctx.policies[req.task_type]
         )
         max_tokens = req.max_tokens or ctx.default_max_tokens
-        reference = req.reference_time or datetime.now(timezone.utc)
+        reference = req.reference_time or datetime.now(UTC)
         # A time expression read off the message is a preference, not a filter,
         # and its words stay in the query: a date is often content.
         time_range = resolve_time_range(req.message, reference)
@@ -607,7 +606,7 @@ class Orchestration:
     async def search(self, tenant: str, req: SearchRequest) -> SearchResult:
         layers: list[Layer] = req.layers or list(AVAILABLE_LAYERS)
         missing: dict[str, str] = {layer: "not available in this version of Strata" for layer in layers if layer not in AVAILABLE_LAYERS}
-        reference = req.reference_time or datetime.now(timezone.utc)
+        reference = req.reference_time or datetime.now(UTC)
         # An explicit time_range filters; one read off the query only prefers (see build_context).
         parsed = None if req.time_range else resolve_time_range(req.query, reference)
         start = req.time_range.start if req.time_range else None

@@ -28,15 +28,21 @@ from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
-
 from strata_actors.shard import LayerShard, WholeRecordExpiry
+
 from strata.errors import InvalidInput, LLMError, NotFound, StrataError
 from strata.ids import SYSTEM_TENANT, validate_id
-from strata.providers.llm import make_llm
+from strata.procedural.extractors import (
+    RuleSkillExtractor,
+    SkillDraft,
+    SkillExtractor,
+    make_skill_extractor,
+    skill_search_text,
+)
 from strata.procedural.memory import SKILL, ProceduralMemory, Skill, new_skill_id, validated_changes
-from strata.store.records import Record, RecordStore
-from strata.procedural.extractors import RuleSkillExtractor, SkillDraft, SkillExtractor, make_skill_extractor, skill_search_text
+from strata.providers.llm import make_llm
 from strata.store.layout import Collections
+from strata.store.records import Record, RecordStore
 
 __all__ = ["ProceduralShard"]
 

@@ -21,23 +21,23 @@ import logging
 import time
 import uuid
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
-
 from strata_actors.shard import LayerShard, WholeRecordExpiry
-from strata.semantic.chunking import make_chunker
-from strata.providers.embedder import embedding_dim
+
 from strata.errors import NotFound, StrataError, VersionConflict
+from strata.ids import validate_id
+from strata.providers.embedder import embedding_dim
+from strata.providers.llm import make_llm
+from strata.providers.tokens import TiktokenCounter
 from strata.retrieval.entities import make_extractor
 from strata.retrieval.graph import EntityExtractor
-from strata.ids import validate_id
-from strata.providers.llm import make_llm
-from strata.store.records import RecordStore
+from strata.semantic.chunking import make_chunker
 from strata.semantic.memory import DOC, DocumentInput, SemanticHit, SemanticMemory
 from strata.store.layout import Collections
-from strata.providers.tokens import TiktokenCounter
+from strata.store.records import RecordStore
 
 __all__ = ["SemanticShard"]
 
@@ -159,7 +159,7 @@ class SemanticShard(WholeRecordExpiry, LayerShard[SemanticMemory]):
     async def _run(self, tenant: str, doc: DocumentInput, expected_version: int | None, job: _Job) -> dict[str, Any]:
         try:
             slot = await self._tenant(tenant)
-            now = datetime.now(timezone.utc)
+            now = datetime.now(UTC)
             prepared = await asyncio.to_thread(slot.layer.prepare, doc, now=now)
             texts = prepared.embed_texts()
             job.stage, job.total = "embedding", len(texts)

@@ -31,26 +31,27 @@ import dataclasses
 import logging
 import time
 import zlib
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Awaitable, Callable, Generic, Sequence, TypeVar, cast
+from typing import Any, Generic, TypeVar, cast
 
 import numpy as np
 
-from strata.config import StrataSettings
-from strata.providers.embedder import Embedder, make_embedder
 from strata.access.audit import AuditLog
 from strata.access.audit import entry as audit_entry
+from strata.clock import now_ms
+from strata.config import StrataSettings
 from strata.errors import StrataError, VersionConflict
 from strata.ids import SYSTEM_TENANT, validate_id
+from strata.providers.embedder import Embedder, make_embedder
 from strata.providers.llm import LLM, LLMUsage
-from strata.store.records import RecordStore
 from strata.store.layout import Collections, open_store
+from strata.store.records import RecordStore
 from strata.store.ttl import EXPIRES
-from strata.clock import now_ms
 from strata.store.versions import VersionStore
 
-__all__ = ["LayerShard", "WholeRecordExpiry", "owner_shard", "EXPIRY_KEY_ID"]
+__all__ = ["EXPIRY_KEY_ID", "LayerShard", "WholeRecordExpiry", "owner_shard"]
 
 #: The audit history's key id of a purge by TTL (no key made that change).
 EXPIRY_KEY_ID = "ttl"

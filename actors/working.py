@@ -3,18 +3,19 @@
 from __future__ import annotations
 
 import asyncio
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from strata_actors.shard import LayerShard
+
 from strata.access.idempotency import IDEM_KIND, IDEM_SESSION
-from strata.store.records import RecordStore
-from strata.store.layout import Collections
+from strata.clock import from_ms_or_none
 from strata.providers.tokens import TiktokenCounter
+from strata.store.layout import Collections
+from strata.store.records import RecordStore
 from strata.working.memory import WorkingItem
 from strata.working.sessions import KIND as WORKING_KIND
 from strata.working.sessions import WorkingSessions
-from strata.clock import from_ms_or_none
 
 __all__ = ["WorkingShard"]
 
@@ -79,7 +80,7 @@ class WorkingShard(LayerShard[WorkingSessions]):
         return {
             "session_id": session_id,
             "items": [_item(i, sessions.expiries.get((session_id, i.id))) for i in memory.items],
-            "messages": memory.messages(budget_tokens=budget_tokens, now=datetime.now(timezone.utc)),
+            "messages": memory.messages(budget_tokens=budget_tokens, now=datetime.now(UTC)),
             "total_tokens": memory.total_tokens,
             "max_tokens": self.settings.working.max_tokens,
         }
@@ -106,7 +107,7 @@ class WorkingShard(LayerShard[WorkingSessions]):
         now: datetime | None = None,
     ) -> dict[str, Any]:
         """Add items; returns the session's state as of this write, with its version."""
-        now = now or datetime.now(timezone.utc)
+        now = now or datetime.now(UTC)
 
         async def load(sessions: WorkingSessions) -> list[dict[str, Any]]:
             # Expired items must not count against the budget, nor show in the state returned.

@@ -17,15 +17,15 @@ from datetime import timedelta
 from typing import Any
 
 import numpy as np
-
-from strata.config import EpisodicSettings, PIISettings
-from strata.providers.embedder import OnnxMiniLMEmbedder
-from strata.episodic.memory import EpisodicMemory, TurnInput
 from strata_bench.evaluation.datasets import Benchmark, EvalTurn, load_benchmark, reference_time
 from strata_bench.evaluation.metrics import Scoreboard
-from strata.store.records import InMemoryRecordStore
+
+from strata.config import EpisodicSettings, PIISettings
+from strata.episodic.memory import EpisodicMemory, TurnInput
 from strata.privacy.redaction import Redaction
+from strata.providers.embedder import OnnxMiniLMEmbedder
 from strata.retrieval.timeparse import resolve_time_range, strip_time_expression
+from strata.store.records import InMemoryRecordStore
 
 __all__ = ["main"]
 

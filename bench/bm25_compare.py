@@ -36,12 +36,12 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
-
-from strata.semantic.chunking import make_chunker
-from strata.config import ChunkingSettings
 from strata_bench.evaluation.documents import DocumentCorpus, DocumentSet, PassageBoard, Span, document_set
-from strata.retrieval.lexical import LexicalIndex, cjk_share, lexical_terms
+
+from strata.config import ChunkingSettings
 from strata.providers.tokens import TiktokenCounter
+from strata.retrieval.lexical import LexicalIndex, cjk_share, lexical_terms
+from strata.semantic.chunking import make_chunker
 
 __all__ = ["CANDIDATES", "compare", "format_table", "main"]
 
@@ -212,7 +212,6 @@ def compare(
     try:
         if "milvus" in candidates:
             from pymilvus import MilvusClient
-
             from strata_cli.stack import scratch_milvus
 
             started = time.perf_counter()

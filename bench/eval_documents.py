@@ -28,16 +28,16 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
 from strata_bench.eval_retrieval import _MemoEmbedder
-from strata.semantic.chunking import STRATEGIES, make_chunker
-from strata.config import ChunkingSettings, SemanticSettings
 from strata_bench.evaluation.datasets import Benchmark
 from strata_bench.evaluation.documents import DocumentCorpus, DocumentSet, PassageBoard, document_set
-from strata.retrieval.entities import RuleExtractor
-from strata.store.records import InMemoryRecordStore
-from strata.semantic.memory import CHILD, PARENT, DocumentInput, SemanticMemory
+
+from strata.config import ChunkingSettings, SemanticSettings
 from strata.providers.tokens import TiktokenCounter, TokenCounter
+from strata.retrieval.entities import RuleExtractor
+from strata.semantic.chunking import STRATEGIES, make_chunker
+from strata.semantic.memory import CHILD, PARENT, DocumentInput, SemanticMemory
+from strata.store.records import InMemoryRecordStore
 
 __all__ = [
     "ablation_paths",
@@ -403,8 +403,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace, base: SemanticSettings | None = None) -> int:
     """Run the evaluation ``args`` ask for, on ``base`` (default: the built-in semantic settings)."""
-    from strata.providers.embedder import OnnxMiniLMEmbedder
     from strata_bench.evaluation.datasets import load_benchmark
+
+    from strata.providers.embedder import OnnxMiniLMEmbedder
 
     base = base or SemanticSettings()
     ks = sorted({int(k) for k in _split(args.k)})

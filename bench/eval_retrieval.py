@@ -16,15 +16,16 @@ import statistics
 import sys
 import time
 import uuid
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from strata_bench.evaluation.baselines import BM25Retriever, DenseRetriever, Retriever, RRFRetriever, turn_document
 from strata_bench.evaluation.datasets import Benchmark, EvalConversation, reference_time
 from strata_bench.evaluation.metrics import Scoreboard
 
-__all__ = ["RetrieverRun", "evaluate", "BASELINES"]
+__all__ = ["BASELINES", "RetrieverRun", "evaluate"]
 
 BASELINES = ("bm25", "dense", "rrf")
 _ID_UNSAFE = re.compile(r"[^A-Za-z0-9_.:\-]")

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from strata_serve.client import AsyncStrataClient, StrataClient
+
 from strata.errors import VersionConflict
 
 if TYPE_CHECKING:
@@ -66,6 +67,7 @@ class Target(NamedTuple):
 def scratch_stack(config: str | None) -> Iterator[Target]:
     """A stack on free ports in a temporary directory, stopped (``down``) on exit."""
     from strata_cli.stack import Stack
+
     from strata.config import load_settings
 
     with tempfile.TemporaryDirectory(prefix="strata-bench-") as tmp:
@@ -94,6 +96,7 @@ def target(args: argparse.Namespace) -> Iterator[Target]:
         yield Target(args.url, args.api_key, None, False)
         return
     from strata_cli.stack import Stack
+
     from strata.config import load_settings
 
     if args.data_dir:

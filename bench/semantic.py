@@ -44,14 +44,14 @@ from typing import Any
 
 import numpy as np
 
-from strata.semantic.chunking import Chunker, ChunkTree, make_chunker
 from strata.config import SemanticSettings
 from strata.providers.embedder import Embedder
+from strata.providers.tokens import TiktokenCounter
 from strata.retrieval.entities import RuleExtractor
 from strata.retrieval.graph import EntityExtractor, Extraction
-from strata.store.records import Record, RecordStore
+from strata.semantic.chunking import Chunker, ChunkTree, make_chunker
 from strata.semantic.memory import DocumentInput, PreparedDocument, SemanticMemory
-from strata.providers.tokens import TiktokenCounter
+from strata.store.records import Record, RecordStore
 
 __all__ = ["locomo_corpus", "main", "run"]
 
@@ -677,8 +677,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.dataset.is_file():
         parser.error(f"{args.dataset} does not exist (LoCoMo's locomo10.json)")
 
-    from strata.providers.embedder import OnnxMiniLMEmbedder
     from strata_cli.stack import scratch_milvus
+
+    from strata.providers.embedder import OnnxMiniLMEmbedder
     from strata.store.milvus import MilvusRecordStore
 
     # Thread-count variables change the numpy (dense) and onnxruntime figures: part of the command.

@@ -56,7 +56,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
 from strata_bench.orchestrator import Target, percentile, target
 from strata_serve.client import AsyncStrataClient
 
@@ -267,11 +266,11 @@ def embed_floor(embedder: Any, texts: Sequence[str], *, batch: int = SESSION_TUR
 
 
 def _layers(tenant: str, settings: Any, store: Any, collections: Any) -> Floor:
-    from strata.semantic.chunking import make_chunker
-    from strata.retrieval.entities import make_extractor
     from strata.episodic.memory import EpisodicMemory
-    from strata.semantic.memory import SemanticMemory
     from strata.providers.tokens import TiktokenCounter
+    from strata.retrieval.entities import make_extractor
+    from strata.semantic.chunking import make_chunker
+    from strata.semantic.memory import SemanticMemory
 
     episodic = EpisodicMemory(tenant, store=store, collection=collections.episodic, settings=settings.episodic,
                               ttl=settings.ttl)
@@ -302,10 +301,11 @@ def floor_in_memory(
     as (session id, turn dicts), ``documents`` as (doc id, title, text); ``vectors`` are
     the turns' embeddings in order, when :func:`embed_floor` made them already."""
     from strata_actors.episodic import turn_text
+
     from strata.episodic.memory import TurnInput
-    from strata.store.records import InMemoryRecordStore
     from strata.semantic.memory import DocumentInput
     from strata.store.layout import Collections
+    from strata.store.records import InMemoryRecordStore
 
     store, collections = InMemoryRecordStore(), Collections.for_settings(settings)
     for name in (collections.episodic, collections.semantic):
@@ -543,7 +543,7 @@ async def _retried(write: Callable[[], Awaitable[Any]], retries: list[str]) -> A
             return await write()
         except (InvalidInput, NotFound, Unauthorized):
             raise
-        except Exception as exc:  # noqa: BLE001  (a 503, a Serve timeout, a dropped connection)
+        except Exception as exc:
             if attempt == SCALE_WRITE_ATTEMPTS - 1:
                 raise
             retries.append(f"{type(exc).__name__}: {str(exc)[:120]}")
@@ -615,7 +615,6 @@ def _restart_layer_actors(stack: Any) -> float:
     """Kill every layer actor and let Ray restart it (no tenant loaded); wait until all answer."""
     import httpx
     import ray
-
     from strata_actors.router import LayerRouter
 
     started = time.perf_counter()
@@ -643,7 +642,6 @@ def _tenants_in_memory(stack: Any) -> dict[str, list[int]] | None:
     if stack is None:
         return None
     import ray
-
     from strata_actors.router import LAYER_CLASSES, LayerRouter
 
     stack.ensure_ray_client()
@@ -690,6 +688,7 @@ def measure(found: Target, sizes: Sizes, source: TextSource, *, admin_key: str |
             config: str | None = None) -> dict[str, Any]:
     """Every phase against ``found``; the raw result that :func:`summarize` reads."""
     from strata_actors.episodic import turn_text
+
     from strata.config import load_settings
     from strata.providers.embedder import make_embedder
 

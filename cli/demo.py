@@ -3,14 +3,14 @@ whose answers sit in the earlier sessions."""
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
-from typing import Callable
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 
 from strata_serve.client import StrataClient
 
 __all__ = ["run_demo"]
 
-DAY1 = datetime(2026, 11, 30, 9, 0, tzinfo=timezone.utc)  # a Monday
+DAY1 = datetime(2026, 11, 30, 9, 0, tzinfo=UTC)  # a Monday
 DAY2 = DAY1 + timedelta(days=1)
 
 SESSIONS: list[tuple[str, datetime, list[tuple[str, str]]]] = [

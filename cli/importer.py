@@ -13,11 +13,12 @@ from __future__ import annotations
 import hashlib
 import re
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable
 
 from strata_serve.client import StrataClient
+
 from strata.errors import NotFound, StrataError
 
 __all__ = ["TEXT_SUFFIXES", "ImportReport", "collect_files", "doc_id_for", "import_paths"]

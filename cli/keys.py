@@ -13,14 +13,15 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from strata.errors import StoreUnavailable
 from strata.access.keys import KeyInfo, KeyStore, open_keys
+from strata.errors import StoreUnavailable
 
 __all__ = ["add_arguments"]
 
 
 def _settings(args: argparse.Namespace) -> Any:
     from strata_cli.stack import Stack
+
     from strata.config import load_settings
 
     data_dir = Path(args.data_dir)

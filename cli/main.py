@@ -27,7 +27,7 @@ def _stack(args: argparse.Namespace, *, running: bool = False) -> Any:
     from strata_cli.stack import Stack
 
     settings = _settings(args)
-    say = lambda m: print(m, flush=True)  # noqa: E731
+    say = lambda m: print(m, flush=True)
     if running:
         recorded = Stack.recorded(settings.data_dir, say=say)
         if recorded is not None:
@@ -70,10 +70,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def cmd_import(args: argparse.Namespace) -> int:
     import os
 
-    from tqdm import tqdm
-
-    from strata_serve.client import StrataClient
     from strata_cli.importer import collect_files, import_paths
+    from strata_serve.client import StrataClient
+    from tqdm import tqdm
 
     collect_files(args.paths)  # a missing path fails before anything is sent
     url, key = args.url, args.api_key or os.environ.get("STRATA_API_KEY")
@@ -112,8 +111,9 @@ def cmd_eval_retrieval(args: argparse.Namespace) -> int:
     import json
 
     from strata_bench.eval_retrieval import BASELINES, evaluate, format_table
-    from strata.providers.embedder import make_embedder
     from strata_bench.evaluation.datasets import load_benchmark
+
+    from strata.providers.embedder import make_embedder
 
     ks = sorted({int(k) for k in args.k.split(",")})
     retrievers = [r.strip() for r in args.retriever.split(",") if r.strip()]
@@ -134,7 +134,7 @@ def cmd_eval_retrieval(args: argparse.Namespace) -> int:
         if not stack.healthy() or not stack.key_file.exists():
             stack.up()
         InClusterClient.for_running_stack("demo", data_dir=str(stack.data_dir))
-        make_client = lambda tenant: InClusterClient(tenant, stack.settings)  # noqa: E731
+        make_client = lambda tenant: InClusterClient(tenant, stack.settings)
     document = evaluate(
         benchmark, retrievers=retrievers, ks=ks, categories=categories,
         embedder=make_embedder(settings.embedding), make_client=make_client,
@@ -236,6 +236,7 @@ def main(argv: list[str] | None = None) -> int:
     keys_cli.add_arguments(keys)
     args = parser.parse_args(argv)
     from strata_cli.stack import StackError
+
     from strata.errors import StrataError
 
     try:

@@ -18,14 +18,15 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any
 
 import httpx
-
 from strata_actors.ray_auth import use_ray_auth
+
 from strata.config import StrataSettings
 from strata.store.milvus_lite import COMMAND as MILVUS_LITE_COMMAND
 
@@ -299,7 +300,6 @@ class Stack:
 
     def deploy(self) -> None:
         from ray import serve
-
         from strata_serve.app import APP_NAME, build_app
 
         s = self.settings.serve
@@ -394,7 +394,6 @@ class Stack:
             try:
                 import ray
                 from ray import serve
-
                 from strata_actors.router import LAYER_CLASSES, actor_name
 
                 self.ensure_ray_client()

@@ -19,15 +19,12 @@ from typing import Any
 
 from fastapi import FastAPI, Header, Path, Query, Response
 from ray import serve
-
 from strata_actors.errors import unwrap
 from strata_serve.deployments import Refused
 from strata_serve.errors import BodyLimit, Deadline, install_handlers
 from strata_serve.idempotent import Idempotent, Replica, replica_parts
-from strata.config import StrataSettings
-from strata.errors import InvalidInput, StrataError, Unauthorized
+
 from strata.access.idempotency import IdempotencyStore
-from strata.ids import ID_PATTERN, SYSTEM_TENANT
 from strata.access.keys import (
     KEY_ID_PATTERN,
     Forbidden,
@@ -41,6 +38,9 @@ from strata.access.keys import (
     open_keys,
 )
 from strata.access.ratelimit import RateLimiter
+from strata.config import StrataSettings
+from strata.errors import InvalidInput, StrataError, Unauthorized
+from strata.ids import ID_PATTERN, SYSTEM_TENANT
 from strata.schema import (
     AuditHistory,
     ContextRequest,

@@ -9,13 +9,15 @@ Each method is written once, as a request spec (a function returning a
 
 from __future__ import annotations
 
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Callable, Concatenate, Coroutine, Generic, ParamSpec, Sequence, TypeVar
+from typing import Any, Concatenate, Generic, ParamSpec, TypeVar
 
 import httpx
 from pydantic import BaseModel
 
+from strata.access.keys import Forbidden
 from strata.errors import (
     InvalidInput,
     LLMError,
@@ -27,10 +29,8 @@ from strata.errors import (
     Unauthorized,
     VersionConflict,
 )
-from strata.access.keys import Forbidden
 from strata.schema import (
     AuditHistory,
-    Layer,
     ContextRequest,
     ContextResult,
     DocumentDeleted,
@@ -42,6 +42,7 @@ from strata.schema import (
     Health,
     InteractionIn,
     InteractionResult,
+    Layer,
     OutcomeIn,
     RecordTurnsResult,
     RetrievalPath,
@@ -63,7 +64,7 @@ from strata.schema import (
     WorkingState,
 )
 
-__all__ = ["StrataClient", "AsyncStrataClient"]
+__all__ = ["AsyncStrataClient", "StrataClient"]
 
 M = TypeVar("M", bound=BaseModel)
 P = ParamSpec("P")

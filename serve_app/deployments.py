@@ -11,16 +11,17 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, Sequence, TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 from ray import serve
-
 from strata_actors.orchestration import Orchestration
+
 from strata.config import StrataSettings
-from strata.providers.embedder import Embedder, make_embedder
 from strata.errors import StrataError
+from strata.providers.embedder import Embedder, make_embedder
 from strata.schema import (
     ContextRequest,
     DocumentIn,

@@ -15,8 +15,8 @@ from fastapi.responses import JSONResponse
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
-
 from strata_actors.errors import unwrap
+
 from strata.errors import RateLimited, StoreUnavailable, StrataError, Unauthorized, VersionConflict
 
 __all__ = [

@@ -29,10 +29,10 @@ from typing import Any
 from fastapi.responses import JSONResponse
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
-
 from strata_serve.errors import WRITE_METHODS
-from strata.errors import StrataError
+
 from strata.access.idempotency import Answer, IdempotencyStore, fingerprint
+from strata.errors import StrataError
 
 __all__ = ["Idempotent", "Replica"]
 

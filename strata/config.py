@@ -12,8 +12,9 @@ replicas receive the built settings as a plain dict and rebuild them with
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Iterable, Literal, Mapping, Sequence
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_settings import (
@@ -24,25 +25,25 @@ from pydantic_settings import (
 )
 
 __all__ = [
-    "EmbeddingSettings",
-    "LLMSettings",
-    "MilvusSettings",
-    "RaySettings",
-    "ServeSettings",
     "ActorSettings",
-    "WorkingSettings",
-    "EpisodicSettings",
-    "ContextSettings",
-    "LayerPolicy",
-    "ProceduralSettings",
-    "PIISettings",
     "AuthSettings",
-    "TTLLayers",
-    "TTLSettings",
     "ChunkingSettings",
+    "ContextSettings",
+    "EmbeddingSettings",
+    "EpisodicSettings",
+    "LLMSettings",
+    "LayerPolicy",
+    "MilvusSettings",
+    "PIISettings",
+    "ProceduralSettings",
+    "RaySettings",
     "SemanticSettings",
     "SemanticTenantSettings",
+    "ServeSettings",
     "StrataSettings",
+    "TTLLayers",
+    "TTLSettings",
+    "WorkingSettings",
     "load_settings",
 ]
 

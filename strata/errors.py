@@ -27,16 +27,16 @@ from __future__ import annotations
 from typing import Any
 
 __all__ = [
-    "StrataError",
     "InvalidInput",
-    "Unauthorized",
+    "LLMError",
+    "LLMOutputInvalid",
     "NotFound",
-    "VersionConflict",
     "PreconditionRequired",
     "RateLimited",
     "StoreUnavailable",
-    "LLMError",
-    "LLMOutputInvalid",
+    "StrataError",
+    "Unauthorized",
+    "VersionConflict",
 ]
 
 

@@ -12,7 +12,7 @@ import re
 
 from strata.errors import InvalidInput
 
-__all__ = ["ID_PATTERN", "SYSTEM_TENANT", "validate_id", "literal", "in_list"]
+__all__ = ["ID_PATTERN", "SYSTEM_TENANT", "in_list", "literal", "validate_id"]
 
 #: The tenant of Strata's own rows (API keys, pending jobs); no key is ever bound to it.
 SYSTEM_TENANT = "system"

@@ -7,7 +7,7 @@ models, so a result looks the same whichever way an agent calls. Scores are
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -15,50 +15,50 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from strata.config import TTL_MAX_S
 
 __all__ = [
-    "TurnIn",
-    "TurnBatchIn",
-    "TurnOut",
-    "RecordTurnsResult",
-    "TimeRangeIn",
-    "TimeRangeOut",
-    "ContextRequest",
-    "ContextItem",
-    "ContextSection",
-    "ContextResult",
-    "SearchRequest",
-    "SearchHit",
-    "SearchResult",
-    "WorkingItemIn",
-    "WorkingItemsIn",
-    "WorkingItemOut",
-    "WorkingState",
-    "ForgetResult",
-    "SourceRef",
-    "MatchedSpan",
-    "DocumentIn",
-    "DocumentOut",
-    "DocumentList",
-    "DocumentDeleted",
-    "EntityOut",
-    "Health",
-    "TraceStepIn",
-    "SkillExtractIn",
-    "SkillOut",
-    "SkillList",
-    "OutcomeIn",
-    "SkillPatch",
-    "SkillDeleted",
-    "SkillVersionOut",
-    "SkillHistory",
-    "SkillJobOut",
-    "InteractionIn",
-    "InteractionResult",
+    "LAYERS",
     "AuditEntryOut",
     "AuditHistory",
-    "TenantForgotten",
-    "LAYERS",
+    "ContextItem",
+    "ContextRequest",
+    "ContextResult",
+    "ContextSection",
+    "DocumentDeleted",
+    "DocumentIn",
+    "DocumentList",
+    "DocumentOut",
+    "EntityOut",
+    "ForgetResult",
+    "Health",
+    "InteractionIn",
+    "InteractionResult",
     "Layer",
+    "MatchedSpan",
+    "OutcomeIn",
+    "RecordTurnsResult",
     "RetrievalPath",
+    "SearchHit",
+    "SearchRequest",
+    "SearchResult",
+    "SkillDeleted",
+    "SkillExtractIn",
+    "SkillHistory",
+    "SkillJobOut",
+    "SkillList",
+    "SkillOut",
+    "SkillPatch",
+    "SkillVersionOut",
+    "SourceRef",
+    "TenantForgotten",
+    "TimeRangeIn",
+    "TimeRangeOut",
+    "TraceStepIn",
+    "TurnBatchIn",
+    "TurnIn",
+    "TurnOut",
+    "WorkingItemIn",
+    "WorkingItemOut",
+    "WorkingItemsIn",
+    "WorkingState",
 ]
 
 Layer = Literal["working", "episodic", "semantic", "procedural"]
@@ -121,10 +121,9 @@ def _small_json(value: dict[str, Any]) -> dict[str, Any]:
 
 
 def _aware(value: datetime | None) -> datetime | None:
-    from datetime import timezone
 
     if value is not None and value.tzinfo is None:
-        return value.replace(tzinfo=timezone.utc)
+        return value.replace(tzinfo=UTC)
     return value
 
 

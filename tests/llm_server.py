@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 # A reply is either a message content string, or a callable returning (status, body dict).
 Reply = str | Callable[[], tuple[int, dict]]

@@ -3,14 +3,21 @@ session of one tenant (random unit vectors), 100 questions, p50 of EpisodicMemor
 
     python docs/episodic_search_cost.py
 """
-import sys, time, json, statistics
+import json
+import statistics
+import sys
+import time
 from pathlib import Path
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root, for tests.conftest
+from datetime import UTC, datetime, timedelta
+
 import numpy as np
-from datetime import datetime, timedelta, timezone
+
 from strata.config import EpisodicSettings
 from strata.episodic.memory import EpisodicMemory, TurnInput
 from strata.store.records import InMemoryRecordStore
+
 d = json.load(open(str(Path(__file__).resolve().parents[3] / 'shared/bench/locomo10.json')))
 texts = [t['text'] for c in d for k, v in c['conversation'].items() if k.startswith('session_') and isinstance(v, list) for t in v]
 texts = (texts * 2)[:10000]
@@ -19,7 +26,7 @@ rng = np.random.default_rng(0)
 for label, st in [("plain BM25", EpisodicSettings(lexical_context_weight=0)), ("neighbour-aware", EpisodicSettings())]:
     store = InMemoryRecordStore(); store.ensure_collection("e", dim=384)
     m = EpisodicMemory("t", store=store, collection="e", settings=st)
-    now = datetime(2024, 1, 1, tzinfo=timezone.utc)
+    now = datetime(2024, 1, 1, tzinfo=UTC)
     for b in range(0, len(texts), 500):
         inputs = [TurnInput(user=t, timestamp=now + timedelta(seconds=b + i)) for i, t in enumerate(texts[b:b+500])]
         turns = m.prepare("s", inputs, now=now)

@@ -13,9 +13,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root, for tests.conftest
 import numpy as np
-from tests.conftest import MilvusServer, free_port
+
 from strata.store.milvus import MilvusRecordStore
 from strata.store.records import Record
+from tests.conftest import MilvusServer, free_port
+
 srv = MilvusServer(Path(tempfile.mkdtemp()) / "data", free_port()); srv.start()
 try:
     st = MilvusRecordStore(f"http://127.0.0.1:{srv.port}", timeout_s=30)

@@ -22,11 +22,11 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root, for tests.conftest
 
-from strata.errors import StoreUnavailable  # noqa: E402
-from strata.store.milvus_lite import COMMAND  # noqa: E402
-from strata.store.milvus import MilvusRecordStore  # noqa: E402
-from strata.store.records import Record  # noqa: E402
-from tests.conftest import MilvusServer, free_port, wait_for_milvus  # noqa: E402
+from strata.errors import StoreUnavailable
+from strata.store.milvus import MilvusRecordStore
+from strata.store.milvus_lite import COMMAND
+from strata.store.records import Record
+from tests.conftest import MilvusServer, free_port, wait_for_milvus
 
 
 class _Server(MilvusServer):

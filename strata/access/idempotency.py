@@ -15,10 +15,10 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
+from strata.clock import now_ms
 from strata.ids import validate_id
 from strata.store.records import Record, RecordStore
 from strata.store.ttl import EXPIRES
-from strata.clock import now_ms
 
 __all__ = ["IDEM_KIND", "IDEM_SESSION", "Answer", "IdempotencyStore", "fingerprint"]
 

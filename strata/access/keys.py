@@ -45,8 +45,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from strata.errors import InvalidInput, NotFound, StrataError
 from strata.ids import ID_PATTERN, SYSTEM_TENANT, validate_id
-from strata.store.records import Record, RecordStore
 from strata.store.layout import Collections
+from strata.store.records import Record, RecordStore
 
 __all__ = [
     "KEY_ID_PATTERN",

@@ -22,8 +22,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from strata.schema import ContextItem, ContextSection
 from strata.providers.tokens import TokenCounter
+from strata.schema import ContextItem, ContextSection
 
 __all__ = ["LAYER_TITLES", "AssembledContext", "assemble_context", "refined_budget", "render_refined"]
 

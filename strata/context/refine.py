@@ -18,8 +18,8 @@ from datetime import datetime
 from typing import Any
 
 from strata.providers.llm import LLM, complete_json
-from strata.schema import ContextItem
 from strata.providers.tokens import TokenCounter
+from strata.schema import ContextItem
 
 __all__ = ["refine_items"]
 

@@ -16,30 +16,31 @@ import bisect
 import re
 import uuid
 from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timezone
-from typing import Any, Callable, Sequence
+from datetime import UTC, datetime
+from typing import Any
 
 import numpy as np
 
-from strata.clock import from_ms, to_ms
+from strata.clock import to_ms
 from strata.config import EpisodicSettings, TTLSettings
+from strata.episodic.summarize import EpisodeSummary, SummaryInput
 from strata.errors import InvalidInput, NotFound
 from strata.ids import validate_id
 from strata.retrieval.entities import RuleExtractor
 from strata.retrieval.graph import EntityExtractor, Extraction, KnowledgeGraph
 from strata.retrieval.lexical import LexicalIndex, cjk_share, language_weights, rrf_fuse
-from strata.store.records import Record, RecordStore
 from strata.retrieval.vectors import VectorIndex, best
-from strata.episodic.summarize import EpisodeSummary, SummaryInput
+from strata.store.records import Record, RecordStore
 from strata.store.ttl import EXPIRES, Expiries, expires_ms
 
 __all__ = [
-    "TurnInput",
-    "Turn",
-    "SummaryRecord",
     "EpisodicHit",
     "EpisodicMemory",
+    "SummaryRecord",
+    "Turn",
+    "TurnInput",
     "summary_inputs",
 ]
 
@@ -229,7 +230,7 @@ class EpisodicMemory:
             seen.add(turn_id)
             timestamp = item.timestamp or now
             if timestamp.tzinfo is None:
-                timestamp = timestamp.replace(tzinfo=timezone.utc)
+                timestamp = timestamp.replace(tzinfo=UTC)
             deadline = expires_ms(self._ttl.seconds(self.tenant, "episodic", item.ttl_s), now=now)
             turn = Turn(session_id, turn_id, seq, timestamp, item.user, item.agent, item.speaker, dict(item.metadata))
             turn = replace(turn, entities=self._extractor.extract(turn.said).to_dict(), expires_ms=deadline)

@@ -11,21 +11,22 @@ from __future__ import annotations
 import logging
 import re
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Protocol, Sequence
+from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from strata.errors import LLMError
-from strata.retrieval.terms import extract_terms
 from strata.providers.llm import LLM, complete_json
+from strata.retrieval.terms import extract_terms
 
 __all__ = [
-    "SummaryInput",
     "EpisodeSummary",
-    "Summarizer",
     "ExtractiveSummarizer",
     "LLMSummarizer",
+    "Summarizer",
+    "SummaryInput",
 ]
 
 log = logging.getLogger(__name__)

@@ -18,10 +18,10 @@ The pieces: :mod:`strata.procedural.draft` (the draft, its limits, merging),
 
 from __future__ import annotations
 
-from strata.providers.llm import LLM
 from strata.procedural.draft import SkillDraft, SkillExtractor, merge_drafts, normalize_step, skill_search_text
 from strata.procedural.llm_extractor import LLMSkillExtractor
 from strata.procedural.rules import RuleSkillExtractor
+from strata.providers.llm import LLM
 
 __all__ = [
     "LLMSkillExtractor",

@@ -13,7 +13,6 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
-from strata.providers.llm import LLM, complete_json
 from strata.procedural.draft import (
     LIST_FIELDS,
     LIST_LIMITS,
@@ -26,6 +25,7 @@ from strata.procedural.draft import (
     slugify,
     unique_items,
 )
+from strata.providers.llm import LLM, complete_json
 
 __all__ = ["LLMSkillExtractor"]
 

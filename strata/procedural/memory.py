@@ -28,14 +28,14 @@ from typing import Any
 
 import numpy as np
 
+from strata.clock import from_ms_or_none
 from strata.config import ProceduralSettings, TTLSettings
 from strata.errors import InvalidInput, NotFound
 from strata.ids import validate_id
-from strata.store.records import Record, RecordStore
 from strata.procedural.extractors import SkillDraft, merge_drafts, skill_search_text
-from strata.store.ttl import EXPIRES, Expiries, expires_ms
-from strata.clock import from_ms_or_none
 from strata.retrieval.vectors import VectorIndex
+from strata.store.records import Record, RecordStore
+from strata.store.ttl import EXPIRES, Expiries, expires_ms
 
 __all__ = ["HistoryEntry", "ProceduralMemory", "Skill", "SkillHit", "new_skill_id", "validated_changes", "wilson_lower_bound"]
 

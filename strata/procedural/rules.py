@@ -14,7 +14,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from strata.retrieval.terms import ENGLISH_STOP_WORDS as _STOP
 from strata.procedural.draft import (
     CJK,
     MAX_CRITERIA,
@@ -31,6 +30,7 @@ from strata.procedural.draft import (
     slugify,
     unique_items,
 )
+from strata.retrieval.terms import ENGLISH_STOP_WORDS as _STOP
 
 __all__ = ["RuleSkillExtractor"]
 

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
+from collections.abc import Sequence
 from functools import lru_cache
 from pathlib import Path
-from typing import Protocol, Sequence, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 

@@ -11,8 +11,9 @@ from __future__ import annotations
 import json
 import re
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 from strata.config import LLMSettings
 from strata.errors import LLMError, LLMOutputInvalid

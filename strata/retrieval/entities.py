@@ -21,6 +21,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from strata.errors import LLMError
+from strata.providers.llm import LLM, LLMUsage, complete_json
 from strata.retrieval.graph import (
     CJK_CHAR,
     MAX_ALIASES_PER_ENTITY,
@@ -33,7 +34,6 @@ from strata.retrieval.graph import (
     entity_key,
 )
 from strata.retrieval.terms import ENGLISH_STOP_WORDS
-from strata.providers.llm import LLM, LLMUsage, complete_json
 
 __all__ = ["LLMExtractor", "LLMExtractorStats", "RuleExtractor", "make_extractor"]
 

@@ -22,14 +22,15 @@ import re
 import sys
 from array import array
 from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import lru_cache
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
 from strata.retrieval.terms import CJK_STOP_CHARS, extract_terms
 
-__all__ = ["LexicalIndex", "lexical_terms", "rrf_fuse", "cjk_share", "language_weights"]
+__all__ = ["LexicalIndex", "cjk_share", "language_weights", "lexical_terms", "rrf_fuse"]
 
 _CJK_RUN = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]+")
 

@@ -31,7 +31,7 @@ import calendar
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import date, datetime, timedelta, timezone, tzinfo
+from datetime import UTC, date, datetime, timedelta, tzinfo
 
 __all__ = ["TimeRange", "resolve_time_range", "strip_time_expression"]
 
@@ -47,7 +47,7 @@ class TimeRange:
     def contains(self, t: datetime) -> bool:
         """Return whether ``t`` is in ``[start, end)``. A naive ``t`` counts as UTC."""
         if t.utcoffset() is None:
-            t = t.replace(tzinfo=timezone.utc)
+            t = t.replace(tzinfo=UTC)
         return self.start <= t < self.end
 
 
@@ -72,7 +72,7 @@ def _rule(*patterns: str) -> Callable[[_Resolver], _Resolver]:
 
 _EN_NUMBERS = {
     word: value
-    for value, word in enumerate("zero one two three four five six seven eight nine ten eleven twelve".split())
+    for value, word in enumerate(["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve"])
 } | {"a": 1, "an": 1}
 _CN_DIGITS = {c: i for i, c in enumerate("零一二三四五六七八九")} | {"〇": 0, "两": 2}
 
@@ -347,7 +347,7 @@ def resolve_time_range(query: str, reference: datetime) -> TimeRange | None:
     reference's timezone, and the result is in that timezone. Returns None when
     the query has no expression we can read (never raises for any str input).
     """
-    tz: tzinfo = timezone.utc
+    tz: tzinfo = UTC
     if reference.tzinfo is not None and reference.utcoffset() is not None:
         tz = reference.tzinfo
     today = reference.date()  # the wall-clock date, in the reference's own timezone

@@ -27,32 +27,31 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
-from strata.semantic.chunking import Chunker, ChunkTree
+from strata.clock import from_ms, from_ms_or_none, to_ms
 from strata.config import SemanticSettings, TTLSettings
-from strata.clock import from_ms, to_ms
 from strata.errors import InvalidInput, NotFound
-from strata.retrieval.graph import EntityExtractor, Extraction, KnowledgeGraph
 from strata.ids import validate_id
+from strata.retrieval.graph import EntityExtractor, Extraction, KnowledgeGraph
 from strata.retrieval.lexical import LexicalIndex, language_weights, rrf_fuse
+from strata.retrieval.vectors import VectorIndex, best
+from strata.semantic.chunking import Chunker, ChunkTree
 from strata.store.records import Record, RecordStore
 from strata.store.ttl import EXPIRES, Expiries, expires_ms
-from strata.clock import from_ms_or_none
-from strata.retrieval.vectors import VectorIndex, best
 
 __all__ = [
-    "DocumentInput",
+    "PATHS",
     "Document",
+    "DocumentInput",
     "PreparedDocument",
     "SemanticHit",
     "SemanticMemory",
-    "PATHS",
 ]
 
 log = logging.getLogger(__name__)

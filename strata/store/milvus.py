@@ -14,7 +14,8 @@ import logging
 import re
 import threading
 import time
-from typing import Any, Callable, Sequence, TypeVar
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 import numpy as np
 

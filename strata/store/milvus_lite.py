@@ -41,7 +41,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["COMMAND", "MEMTABLE_LIMIT_BYTES", "SERVER_THREADS", "accept_keepalive_pings", "serialise_writes", "main"]
+__all__ = ["COMMAND", "MEMTABLE_LIMIT_BYTES", "SERVER_THREADS", "accept_keepalive_pings", "main", "serialise_writes"]
 
 #: The command that runs the server (append the ``milvus-lite`` arguments).
 COMMAND = (sys.executable, "-m", "strata.store.milvus_lite")

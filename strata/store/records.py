@@ -10,12 +10,13 @@ method that takes no tenant.
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol, Sequence
+from typing import Any, Protocol
 
 import numpy as np
 
-__all__ = ["Record", "RecordStore", "InMemoryRecordStore"]
+__all__ = ["InMemoryRecordStore", "Record", "RecordStore"]
 
 
 @dataclass(frozen=True)

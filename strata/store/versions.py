@@ -9,7 +9,7 @@ from __future__ import annotations
 from strata.ids import validate_id
 from strata.store.records import Record, RecordStore
 
-__all__ = ["VersionStore", "STATE_DIM"]
+__all__ = ["STATE_DIM", "VersionStore"]
 
 #: State rows carry no embedding; Milvus still needs a vector field.
 STATE_DIM = 2

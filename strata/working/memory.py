@@ -16,11 +16,11 @@ import re
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
-from strata.working.importance import ImportanceRules
 from strata.providers.tokens import MESSAGE_OVERHEAD_TOKENS, TokenCounter, count_message_tokens
+from strata.working.importance import ImportanceRules
 
 __all__ = [
     "IMPORTANCE_WEIGHT",
@@ -394,7 +394,7 @@ class WorkingMemory:
             raise ValueError(f"budget_tokens={budget_tokens} < {reserved} reserved tokens")
         if count_message_tokens(self._counter, full) <= budget_tokens:
             return full
-        when = now if now is not None else datetime.now(timezone.utc)
+        when = now if now is not None else datetime.now(UTC)
         _require_aware(when, "now")
         target = math.floor(self._keep_ratio * (budget_tokens - reserved))
         role_cost = {role: MESSAGE_OVERHEAD_TOKENS + self._counter.count(role) for role in ROLES}

@@ -8,19 +8,20 @@ the ones that compression dropped.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
-from typing import Any, Sequence
+from typing import Any
 
+from strata.clock import to_ms
 from strata.config import TTLSettings, WorkingSettings
 from strata.errors import InvalidInput, NotFound
 from strata.ids import validate_id
-from strata.store.records import Record, RecordStore
 from strata.providers.tokens import TokenCounter
-from strata.working.memory import CompressionReport, WorkingItem, WorkingMemory
-from strata.clock import to_ms
+from strata.store.records import Record, RecordStore
 from strata.store.ttl import EXPIRES, Expiries, expires_ms
+from strata.working.memory import CompressionReport, WorkingItem, WorkingMemory
 
-__all__ = ["WorkingSessions", "KIND", "TURN_ID"]
+__all__ = ["KIND", "TURN_ID", "WorkingSessions"]
 
 KIND = "working"
 #: The metadata key of an item that copies a recorded turn: the turn's id.

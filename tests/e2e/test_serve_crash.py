@@ -22,8 +22,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-
 from strata_cli.stack import processes_naming
+
 from strata.config import load_settings
 from strata.store.layout import open_store
 from tests.e2e.running import Running, started

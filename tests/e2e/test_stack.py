@@ -6,18 +6,19 @@ import json
 import os
 import stat
 import time
-from datetime import datetime, timedelta, timezone
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import httpx
 import pytest
-
 from strata_serve.client import AsyncStrataClient, StrataClient
+
 from strata.errors import InvalidInput, NotFound, StoreUnavailable, Unauthorized, VersionConflict
 from tests.e2e.running import Running, started
 
-DAY1 = datetime(2025, 6, 2, 9, 0, tzinfo=timezone.utc)  # a Monday
+DAY1 = datetime(2025, 6, 2, 9, 0, tzinfo=UTC)  # a Monday
 
 
 @pytest.fixture(scope="module")
@@ -107,9 +108,8 @@ def test_missing_key_and_malformed_json(stack: Running) -> None:
 
 
 def test_clients_raise_typed_errors(stack: Running) -> None:
-    with StrataClient(stack.url, "sk-strata-nope") as bad:
-        with pytest.raises(Unauthorized):
-            bad.search("x")
+    with StrataClient(stack.url, "sk-strata-nope") as bad, pytest.raises(Unauthorized):
+        bad.search("x")
     with StrataClient(stack.url, stack.key) as client:
         with pytest.raises(NotFound):
             client.forget_session("never-existed")
@@ -255,9 +255,8 @@ def test_skills_over_http(stack: Running) -> None:
         assert r.status_code == 422 and phrase in r.json()["message"], r.text
     assert httpx.get(stack.url + "/v1/skills/skill-nope", headers=auth, timeout=10).status_code == 404
     assert httpx.get(stack.url + "/v1/skill-jobs/job-nope", headers=auth, timeout=10).status_code == 404
-    with StrataClient(stack.url, "sk-strata-nope") as other:
-        with pytest.raises(Unauthorized):
-            other.get_skill(skill["skill_id"])
+    with StrataClient(stack.url, "sk-strata-nope") as other, pytest.raises(Unauthorized):
+        other.get_skill(skill["skill_id"])
     deleted = httpx.delete(url, headers=auth, timeout=10)
     assert deleted.status_code == 200 and deleted.json()["removed"] == 6
     assert httpx.get(url, headers=auth, timeout=10).status_code == 404

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 import ray
-
 from strata_actors.client import InClusterClient
 from strata_actors.router import LayerRouter
+
 from strata.errors import InvalidInput, NotFound, StoreUnavailable, VersionConflict
 from strata.store.layout import open_store
 from tests.conftest import MilvusServer, settings_for
@@ -21,7 +21,7 @@ from tests.llm_server import hang, llm_server
 
 pytestmark = pytest.mark.usefixtures("ray_local")
 
-T0 = datetime(2024, 3, 4, 10, 0, tzinfo=timezone.utc)  # a Monday
+T0 = datetime(2024, 3, 4, 10, 0, tzinfo=UTC)  # a Monday
 
 
 @pytest.fixture(scope="module")
@@ -266,6 +266,7 @@ def test_eval_harness_runs_strata_and_baselines_side_by_side(settings: Any, tmp_
     """`strata eval retrieval`'s core on a tiny neutral-format benchmark, Strata included."""
 
     from strata_bench.eval_retrieval import evaluate, format_table
+
     from strata.providers.embedder import make_embedder
 
     benchmark = _tiny_benchmark(tmp_path)
@@ -284,6 +285,7 @@ def test_eval_harness_runs_strata_and_baselines_side_by_side(settings: Any, tmp_
 
 def test_eval_harness_counts_llm_calls_and_tokens_per_turn(milvus: MilvusServer, tmp_path: Any) -> None:
     from strata_bench.eval_retrieval import evaluate, format_table
+
     from strata.providers.embedder import make_embedder
 
     reply = '{"summary": "They talked.", "key_topics": ["talk"], "action_items": [], "user_preferences": []}'

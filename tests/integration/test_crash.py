@@ -19,9 +19,9 @@ from typing import Any
 
 import pytest
 import ray
-
 from strata_actors.client import InClusterClient
 from strata_actors.router import LayerRouter
+
 from strata.errors import InvalidInput, StoreUnavailable, StrataError
 from strata.schema import RecordTurnsResult
 from strata.store.layout import open_store

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
-
 from strata_actors.client import InClusterClient
+
 from strata.errors import NotFound
 from strata.ids import SYSTEM_TENANT
 from strata.store.layout import open_store

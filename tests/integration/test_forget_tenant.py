@@ -6,9 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-
 from strata_actors.client import InClusterClient
 from strata_actors.orchestration import AVAILABLE_LAYERS
+
 from strata.errors import InvalidInput, NotFound
 from strata.store.layout import open_store
 from tests.conftest import MilvusServer, settings_for

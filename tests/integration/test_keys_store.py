@@ -8,12 +8,12 @@ import time
 
 import pytest
 
+from strata.access.keys import KeyStore, hash_key, open_keys
 from strata.config import StrataSettings
 from strata.errors import InvalidInput, NotFound
 from strata.ids import SYSTEM_TENANT
-from strata.access.keys import KeyStore, hash_key, open_keys
-from strata.store.records import RecordStore
 from strata.store.layout import Collections, open_store
+from strata.store.records import RecordStore
 from tests.conftest import MilvusServer, settings_for
 
 Opened = tuple[RecordStore, Collections, StrataSettings]

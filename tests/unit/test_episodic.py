@@ -6,24 +6,24 @@ module); tests where meaning does not matter use hand-made unit vectors.
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
-from typing import Sequence
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
 
 import numpy as np
 import pytest
 
-from strata.config import EpisodicSettings
-from strata.providers.embedder import OnnxMiniLMEmbedder
-from strata.episodic.memory import EpisodicMemory, Turn, TurnInput, summary_inputs
 from strata.clock import from_ms, to_ms
+from strata.config import EpisodicSettings
+from strata.episodic.memory import EpisodicMemory, Turn, TurnInput, summary_inputs
+from strata.episodic.summarize import EpisodeSummary, ExtractiveSummarizer
 from strata.errors import InvalidInput, NotFound
 from strata.ids import validate_id
+from strata.providers.embedder import OnnxMiniLMEmbedder
 from strata.store.records import InMemoryRecordStore
-from strata.episodic.summarize import EpisodeSummary, ExtractiveSummarizer
 
 COLL = "episodic"
 DIM = 384
-NOW = datetime(2024, 5, 10, 12, 0, tzinfo=timezone.utc)
+NOW = datetime(2024, 5, 10, 12, 0, tzinfo=UTC)
 DAY = timedelta(days=1)
 SETTINGS = EpisodicSettings(raw_window=4, summary_threshold=3)
 
@@ -116,7 +116,7 @@ def test_prepare_timestamps_and_speaker(store: InMemoryRecordStore) -> None:
     memory = make(store)
     naive = datetime(2023, 1, 2, 3, 4, 5)
     (t,) = memory.prepare("s1", [TurnInput(user="hey", speaker="Caroline", timestamp=naive, metadata={"k": 1})], now=NOW)
-    assert t.timestamp == naive.replace(tzinfo=timezone.utc)
+    assert t.timestamp == naive.replace(tzinfo=UTC)
     assert t.text == "Caroline: hey"
     assert t.metadata == {"k": 1}
     assert from_ms(to_ms(t.timestamp)) == t.timestamp

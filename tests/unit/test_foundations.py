@@ -10,10 +10,10 @@ import pydantic
 import pytest
 
 from strata import errors
+from strata.access.keys import KEY_TENANT, KeyStore, hash_key
 from strata.config import EpisodicSettings, StrataSettings, load_settings
 from strata.errors import InvalidInput, StrataError, VersionConflict
 from strata.ids import ID_PATTERN, in_list, literal, validate_id
-from strata.access.keys import KEY_TENANT, KeyStore, hash_key
 from strata.store.records import InMemoryRecordStore
 from strata.store.versions import VersionStore
 

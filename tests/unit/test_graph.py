@@ -15,6 +15,7 @@ import pytest
 
 import strata.retrieval.graph as graph_module
 from strata.config import LLMSettings
+from strata.providers.llm import OpenAIChatLLM
 from strata.retrieval.entities import LLMExtractor, RuleExtractor, make_extractor
 from strata.retrieval.graph import (
     MAX_ENTITIES_PER_TEXT,
@@ -24,7 +25,6 @@ from strata.retrieval.graph import (
     Relation,
     entity_key,
 )
-from strata.providers.llm import OpenAIChatLLM
 from tests.llm_server import chat_body, llm_server
 
 RULES = RuleExtractor()

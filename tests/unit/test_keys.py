@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
+from strata.access.keys import Forbidden, KeyInfo, KeyStore, authorize, hash_key
 from strata.errors import InvalidInput, NotFound
 from strata.ids import SYSTEM_TENANT
-from strata.access.keys import Forbidden, KeyInfo, KeyStore, authorize, hash_key
 from strata.store.records import InMemoryRecordStore, Record
 
 STATE = "state"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import numpy as np
 import pytest
@@ -12,7 +12,7 @@ from strata.episodic.memory import EpisodicMemory, TurnInput
 from strata.retrieval.lexical import LexicalIndex, cjk_share, rrf_fuse
 from strata.store.records import InMemoryRecordStore
 
-NOW = datetime(2024, 5, 10, 12, 0, tzinfo=timezone.utc)
+NOW = datetime(2024, 5, 10, 12, 0, tzinfo=UTC)
 
 
 def test_bm25_finds_exact_terms_and_ranks_rarer_terms_higher() -> None:

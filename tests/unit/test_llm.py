@@ -20,9 +20,9 @@ import pytest
 from pydantic import BaseModel
 
 from strata.config import LLMSettings
+from strata.episodic.summarize import ExtractiveSummarizer, LLMSummarizer, SummaryInput
 from strata.errors import LLMError, LLMOutputInvalid
 from strata.providers.llm import OpenAIChatLLM, complete_json, make_llm
-from strata.episodic.summarize import ExtractiveSummarizer, LLMSummarizer, SummaryInput
 
 TURNS = [
     SummaryInput("user", "I love hiking in the mountains near Denver."),
@@ -87,7 +87,7 @@ def _handler(script: Script) -> type[BaseHTTPRequestHandler]:
             except (BrokenPipeError, ConnectionResetError):
                 pass  # the client gave up (timeout test)
 
-        def do_POST(self) -> None:  # noqa: N802
+        def do_POST(self) -> None:
             length = int(self.headers.get("Content-Length") or 0)
             body = json.loads(self.rfile.read(length) or b"{}")
             if self.path != "/v1/chat/completions":

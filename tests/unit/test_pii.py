@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from strata_bench import pii as bench_pii
 from strata_bench.pii import DEFAULT_CORPUS, MIN_PRECISION, MIN_RECALL, RULE_TYPES, evaluate, load_corpus
+
 from strata.config import PII_TYPES, PIISettings
 from strata.privacy.pii import (
     Finding,

@@ -9,9 +9,9 @@ import pytest
 
 from strata.config import ProceduralSettings
 from strata.errors import InvalidInput, NotFound
+from strata.procedural.extractors import SkillDraft
 from strata.procedural.memory import ProceduralMemory, wilson_lower_bound
 from strata.store.records import InMemoryRecordStore
-from strata.procedural.extractors import SkillDraft
 
 T0 = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
 DIM = 8

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from strata.errors import RateLimited
 from strata.access.ratelimit import RateLimiter
+from strata.errors import RateLimited
 
 
 class Clock:

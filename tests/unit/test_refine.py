@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 
 from strata.config import LLMSettings
+from strata.context.refine import refine_items
 from strata.errors import LLMError, LLMOutputInvalid
 from strata.providers.llm import OpenAIChatLLM
-from strata.context.refine import refine_items
-from strata.schema import ContextItem, SourceRef
 from strata.providers.tokens import TiktokenCounter
+from strata.schema import ContextItem, SourceRef
 from tests.llm_server import chat_body, hang, llm_server
 
 COUNTER = TiktokenCounter()

@@ -3,21 +3,21 @@ the rule-based entity extractor and the packaged MiniLM embedder."""
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import numpy as np
 import pytest
 
-from strata.semantic.chunking import make_chunker
 from strata.config import ChunkingSettings, SemanticSettings
-from strata.providers.embedder import OnnxMiniLMEmbedder
 from strata.errors import InvalidInput, NotFound, StoreUnavailable
-from strata.retrieval.entities import RuleExtractor
-from strata.store.records import InMemoryRecordStore
-from strata.semantic.memory import CHILD, DOC, PARENT, DocumentInput, SemanticMemory
+from strata.providers.embedder import OnnxMiniLMEmbedder
 from strata.providers.tokens import TiktokenCounter
+from strata.retrieval.entities import RuleExtractor
+from strata.semantic.chunking import make_chunker
+from strata.semantic.memory import CHILD, DOC, PARENT, DocumentInput, SemanticMemory
+from strata.store.records import InMemoryRecordStore
 
-NOW = datetime(2026, 11, 30, 12, 0, tzinfo=timezone.utc)
+NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 COLLECTION = "semantic"
 
 RUNBOOK = """# Payments service runbook

@@ -7,6 +7,7 @@ import asyncio
 from typing import Any
 
 from strata_actors.shard import LayerShard
+
 from strata.config import StrataSettings
 
 

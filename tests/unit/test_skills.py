@@ -17,7 +17,6 @@ import pytest
 
 from strata.config import LLMSettings
 from strata.errors import LLMError, LLMOutputInvalid
-from strata.providers.llm import OpenAIChatLLM
 from strata.procedural.extractors import (
     LLMSkillExtractor,
     RuleSkillExtractor,
@@ -27,6 +26,7 @@ from strata.procedural.extractors import (
     normalize_step,
     skill_search_text,
 )
+from strata.providers.llm import OpenAIChatLLM
 from tests.llm_server import chat_body, hang, llm_server
 
 rules = RuleSkillExtractor()

@@ -6,8 +6,8 @@ import socket
 from pathlib import Path
 
 import pytest
-
 from strata_cli.stack import Stack, StackError
+
 from strata.config import load_settings
 
 

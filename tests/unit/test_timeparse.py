@@ -1,14 +1,14 @@
 """Unit tests for strata.retrieval.timeparse."""
 
 import random
-from datetime import date, datetime, timedelta, timezone
+from datetime import UTC, date, datetime, timedelta, timezone
 
 import pytest
 
 from strata.retrieval.timeparse import TimeRange, resolve_time_range, strip_time_expression
 
 # Wednesday. The ISO week runs from Mon 2023-05-08 to Mon 2023-05-15.
-REF = datetime(2023, 5, 10, 15, 30, tzinfo=timezone.utc)
+REF = datetime(2023, 5, 10, 15, 30, tzinfo=UTC)
 
 
 def days(query: str, reference: datetime = REF) -> tuple[date, date]:
@@ -246,7 +246,7 @@ def test_start_inclusive_end_exclusive() -> None:
 def test_naive_reference_is_utc() -> None:
     tr = resolve_time_range("today", datetime(2023, 5, 10, 15, 30))
     assert tr == TimeRange(
-        datetime(2023, 5, 10, tzinfo=timezone.utc), datetime(2023, 5, 11, tzinfo=timezone.utc), "today"
+        datetime(2023, 5, 10, tzinfo=UTC), datetime(2023, 5, 11, tzinfo=UTC), "today"
     )
     # A naive t also counts as UTC.
     assert tr.contains(datetime(2023, 5, 10, 12))
@@ -255,14 +255,14 @@ def test_naive_reference_is_utc() -> None:
 def test_aware_reference_uses_its_own_timezone() -> None:
     shanghai = timezone(timedelta(hours=8))
     # 20:00 UTC on May 9 is already May 10 in Shanghai.
-    reference = datetime(2023, 5, 9, 20, 0, tzinfo=timezone.utc).astimezone(shanghai)
+    reference = datetime(2023, 5, 9, 20, 0, tzinfo=UTC).astimezone(shanghai)
     tr = resolve_time_range("今天", reference)
     assert tr is not None
     assert tr.start == datetime(2023, 5, 10, tzinfo=shanghai)
     assert tr.end == datetime(2023, 5, 11, tzinfo=shanghai)
     assert tr.start.utcoffset() == timedelta(hours=8)
-    assert tr.contains(datetime(2023, 5, 9, 16, 0, tzinfo=timezone.utc))
-    assert not tr.contains(datetime(2023, 5, 9, 15, 59, tzinfo=timezone.utc))
+    assert tr.contains(datetime(2023, 5, 9, 16, 0, tzinfo=UTC))
+    assert not tr.contains(datetime(2023, 5, 9, 15, 59, tzinfo=UTC))
 
 
 def test_dst_day_is_wall_clock_midnight_to_midnight() -> None:
@@ -274,7 +274,7 @@ def test_dst_day_is_wall_clock_midnight_to_midnight() -> None:
     tr = resolve_time_range("today", datetime(2023, 3, 12, 12, tzinfo=new_york))
     assert tr is not None
     # Subtracting datetimes that share a tzinfo ignores the offsets, so convert to UTC first.
-    length = tr.end.astimezone(timezone.utc) - tr.start.astimezone(timezone.utc)
+    length = tr.end.astimezone(UTC) - tr.start.astimezone(UTC)
     assert length == timedelta(hours=23)  # the clocks went forward that night
 
 

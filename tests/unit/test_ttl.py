@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
+from strata.clock import to_ms
 from strata.config import EpisodicSettings, TTLSettings, load_settings
 from strata.episodic.memory import EpisodicMemory, TurnInput
-from strata.clock import to_ms
-from strata.store.records import InMemoryRecordStore, Record
-from strata.schema import TurnIn
 from strata.episodic.summarize import EpisodeSummary
+from strata.schema import TurnIn
+from strata.store.records import InMemoryRecordStore, Record
 from strata.store.ttl import Expiries, expires_ms
 
 NOW = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from strata.working.importance import ImportanceRules
 from strata.providers.tokens import TiktokenCounter, count_message_tokens
+from strata.working.importance import ImportanceRules
 from strata.working.memory import (
     WorkingItem,
     WorkingMemory,
@@ -16,7 +16,7 @@ from strata.working.memory import (
     retention_score,
 )
 
-T0 = datetime(2024, 5, 1, 12, 0, tzinfo=timezone.utc)
+T0 = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
 FILLER_EN = "The quarterly numbers were reviewed in detail by the whole finance group today. "
 FILLER_ZH = "今天财务小组详细审查了季度数据，并讨论了下一步的安排。"
 # Identical filler turns would back-reference each other; these tests isolate

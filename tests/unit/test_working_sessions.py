@@ -2,20 +2,20 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from strata.access.keys import KEY_TENANT, KeyStore
 from strata.config import WorkingSettings
 from strata.errors import InvalidInput, NotFound
-from strata.access.keys import KEY_TENANT, KeyStore
-from strata.store.records import InMemoryRecordStore
 from strata.providers.tokens import TiktokenCounter
+from strata.store.records import InMemoryRecordStore
 from strata.store.versions import VersionStore
 from strata.working.sessions import KIND, WorkingSessions
 
 STATE = "state"
-T0 = datetime(2024, 6, 1, 10, 0, tzinfo=timezone.utc)
+T0 = datetime(2024, 6, 1, 10, 0, tzinfo=UTC)
 # Distinct vocabularies, so no item back-references (and boosts) another.
 TEXTS = [
     "Quarterly revenue grew eleven percent in the northern region.",
