@@ -273,7 +273,7 @@ async def test_an_over_budget_context_is_refined_by_the_llm_or_trimmed(milvus: M
         await client.index_document("# Payments runbook\n\n" + "\n\n".join(
             f"Step {n}: the payments service number {n} deploys to staging with kubectl apply -f payments-{n}.yaml."
             for n in range(60)), doc_id="runbook")
-        ask = dict(message="how do I deploy payments to staging?", session_id="s1", task_type="planning", max_tokens=200)
+        ask = {"message": "how do I deploy payments to staging?", "session_id": "s1", "task_type": "planning", "max_tokens": 200}
         refined = await client.build_context(**ask)  # type: ignore[arg-type]
         assert refined.refined is True and refined.refine_error is None
         assert "create the namespace first" in refined.context and refined.token_count <= 200

@@ -134,7 +134,7 @@ async def test_delete_leaves_nothing_in_any_store_or_path(settings: Any, alice: 
         ray.kill(handle, no_restart=False)
     await asyncio.sleep(1.0)
     for weights in ({"dense": 1}, {"lexical": 1}, {"graph": 1}):
-        found = await _retrying(lambda: alice.search("ZooKeeper Kafka", layers=["semantic"], top_k=20, weights=weights))
+        found = await _retrying(lambda w=weights: alice.search("ZooKeeper Kafka", layers=["semantic"], top_k=20, weights=w))
         assert all(h.source is None or h.source.doc_id != "doomed" for h in found.hits)
     kept = await alice.get_document("guide")
     assert kept.version == 2  # restarted actors reload the other documents, versions intact

@@ -74,7 +74,7 @@ def test_batch_of_mixed_lengths_equals_each_alone(embedder: OnnxMiniLMEmbedder) 
 
 def test_more_texts_than_one_batch(embedder: OnnxMiniLMEmbedder) -> None:
     # 34 texts of varied lengths: two batches of the default size 32.
-    texts = [("word%d " % i) * (1 + i % 5) for i in range(34)]
+    texts = [f"word{i} " * (1 + i % 5) for i in range(34)]
     batched = embedder.embed(texts)
     assert batched.shape == (34, 384)
     np.testing.assert_allclose(batched, np.stack([embedder.embed([t])[0] for t in texts]), atol=1e-4)
