@@ -7,6 +7,11 @@ environment (``STRATA_`` prefix, ``__`` between levels, e.g.
 them). Nothing reads the environment at import time: actors and Serve
 replicas receive the built settings as a plain dict and rebuild them with
 :meth:`StrataSettings.from_dict`, which reads no other source.
+
+One module, though over 500 lines: it is one tree (:class:`StrataSettings` and
+one section class per top-level key of ``configs/default.yaml``), and a reader
+checking a default or a bound finds it beside the section it belongs to.
+Most of its length is the comments that say why each default is what it is.
 """
 
 from __future__ import annotations
@@ -24,16 +29,27 @@ from pydantic_settings import (
     YamlConfigSettingsSource,
 )
 
+# Re-exported for code that reads them from the settings; each is defined in strata.layers or strata.limits.
+from strata.layers import LAYERS as LAYER_NAMES
+from strata.layers import RETRIEVAL_PATHS
+from strata.limits import DOCUMENT_CHARS_MAX, MESSAGE_CHARS_MAX, TTL_MAX_S
+
 __all__ = [
+    "LAYER_NAMES",
+    "PII_TYPES",
+    "RETRIEVAL_PATHS",
+    "TTL_MAX_S",
     "ActorSettings",
     "AuthSettings",
     "ChunkingSettings",
+    "ChunkingStrategy",
     "ContextSettings",
     "EmbeddingSettings",
     "EpisodicSettings",
     "LLMSettings",
     "LayerPolicy",
     "MilvusSettings",
+    "PIIAction",
     "PIISettings",
     "ProceduralSettings",
     "RaySettings",
@@ -157,7 +173,7 @@ class WorkingSettings(_Section):
 class EpisodicSettings(_Section):
     raw_window: int = Field(default=20, ge=1)
     summary_threshold: int = Field(default=10, ge=1)
-    max_turn_chars: int = Field(default=16000, ge=100)
+    max_turn_chars: int = Field(default=MESSAGE_CHARS_MAX, ge=100)
     #: Weighted RRF of the dense and the lexical (BM25) rankings.
     fusion_dense_weight: float = Field(default=0.6, ge=0)
     fusion_lexical_weight: float = Field(default=0.4, ge=0)
@@ -212,9 +228,6 @@ class ChunkingSettings(_Section):
         return self
 
 
-RETRIEVAL_PATHS = ("dense", "lexical", "graph")
-
-
 def _only_known(names: Iterable[str], known: Sequence[str], what: str) -> None:
     """Raise ``ValueError("<what> [...]; known: ...")`` for names not in ``known``."""
     unknown = set(names) - set(known)
@@ -263,7 +276,7 @@ class SemanticSettings(_Section):
     candidates: int = Field(default=100, ge=1, le=10_000)
     #: Graph expansion: entities this many relations away from the query's also count.
     graph_hops: int = Field(default=1, ge=0, le=3)
-    max_document_chars: int = Field(default=20_000_000, ge=1000)
+    max_document_chars: int = Field(default=DOCUMENT_CHARS_MAX, ge=1000)
     #: Per-tenant chunking and fusion weights, by tenant id.
     tenants: dict[str, SemanticTenantSettings] = Field(default_factory=dict)
 
@@ -350,12 +363,6 @@ class AuthSettings(_Section):
     #: it may send at once; above it, 429 with Retry-After.
     rate_limit_per_s: float = Field(default=200.0, ge=0)
     rate_burst: int = Field(default=400, ge=1)
-
-
-LAYER_NAMES = ("working", "episodic", "semantic", "procedural")
-
-#: An item's ttl_s may be at most about 100 years.
-TTL_MAX_S = 3.2e9
 
 
 class TTLLayers(_Section):

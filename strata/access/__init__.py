@@ -1,0 +1,23 @@
+"""Who may call, how often, and what they changed: API keys and their scopes, rate
+limits, idempotent writes and the audit history. All of it is plain Python over
+the record store; the HTTP app applies it at its edge.
+"""
+
+from __future__ import annotations
+
+from strata.access.audit import AuditEntry, AuditLog
+from strata.access.idempotency import IdempotencyStore
+from strata.access.keys import Forbidden, KeyStore, authorize, hash_key, open_keys
+from strata.access.ratelimit import RateLimiter
+
+__all__ = [
+    "AuditEntry",
+    "AuditLog",
+    "Forbidden",
+    "IdempotencyStore",
+    "KeyStore",
+    "RateLimiter",
+    "authorize",
+    "hash_key",
+    "open_keys",
+]

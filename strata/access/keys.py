@@ -50,6 +50,8 @@ from strata.store.records import Record, RecordStore
 
 __all__ = [
     "KEY_ID_PATTERN",
+    "KEY_PREFIX",
+    "KEY_TENANT",
     "Forbidden",
     "KeyCreateIn",
     "KeyCreated",

@@ -8,139 +8,48 @@ turns are not summarised again). Retrieval is cosine similarity over turns
 and summaries, narrowed by session and time range, served from an exact
 in-memory index that mirrors the durable rows: this object is the single
 writer of both, so they never disagree.
+
+The values it keeps and their rows are in :mod:`strata.episodic.turns`; how a
+search fuses its rankings, in :mod:`strata.episodic.ranking`.
 """
 
 from __future__ import annotations
 
 import bisect
-import re
 import uuid
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from datetime import UTC, datetime
-from typing import Any
 
 import numpy as np
 
 from strata.clock import to_ms
 from strata.config import EpisodicSettings, TTLSettings
-from strata.episodic.summarize import EpisodeSummary, SummaryInput
+from strata.episodic.ranking import ranked, speakers_named, without_speakers
+from strata.episodic.summarize import EpisodeSummary
+from strata.episodic.turns import (
+    SUMMARY,
+    TURN,
+    EpisodicHit,
+    SummaryRecord,
+    Turn,
+    TurnInput,
+    summary_from_record,
+    summary_payload,
+    turn_from_record,
+)
 from strata.errors import InvalidInput, NotFound
 from strata.ids import validate_id
-from strata.retrieval.entities import RuleExtractor
-from strata.retrieval.graph import EntityExtractor, Extraction, KnowledgeGraph
-from strata.retrieval.lexical import LexicalIndex, cjk_share, language_weights, rrf_fuse
-from strata.retrieval.vectors import VectorIndex, best
+from strata.limits import RECORD_TEXT_BYTES_MAX
+from strata.retrieval.entities import EntityExtractor, Extraction, RuleExtractor
+from strata.retrieval.graph import KnowledgeGraph
+from strata.retrieval.lexical import LexicalIndex, language_weights
+from strata.retrieval.vectors import VectorIndex
 from strata.store.records import Record, RecordStore
-from strata.store.ttl import EXPIRES, Expiries, expires_ms
+from strata.store.ttl import Expiries, expires_ms
 
-__all__ = [
-    "EpisodicHit",
-    "EpisodicMemory",
-    "SummaryRecord",
-    "Turn",
-    "TurnInput",
-    "summary_inputs",
-]
-
-TURN, SUMMARY = "turn", "summary"
-_TEXT_BYTES_MAX = 60000
-
-
-@dataclass(frozen=True)
-class TurnInput:
-    """What a caller records: one exchange, either side optional but not both."""
-
-    user: str | None = None
-    agent: str | None = None
-    timestamp: datetime | None = None
-    turn_id: str | None = None
-    #: Label for the user side ("Caroline"); "user" when unset.
-    speaker: str | None = None
-    metadata: dict[str, Any] = field(default_factory=dict)
-    #: Seconds it lives; it may shorten the configured TTL, never lengthen it.
-    ttl_s: float | None = None
-
-
-@dataclass(frozen=True)
-class Turn:
-    session_id: str
-    turn_id: str
-    seq: int
-    timestamp: datetime
-    user: str | None
-    agent: str | None
-    speaker: str | None
-    metadata: dict[str, Any]
-    #: What the entity extractor found in the turn (``Extraction.to_dict()``);
-    #: None for rows written before extraction existed.
-    entities: dict[str, Any] | None = None
-    #: When it expires (epoch ms); None: never.
-    expires_ms: int | None = None
-
-    @property
-    def said(self) -> str:
-        """What was said, without the speaker labels (entities are extracted from this)."""
-        return "\n".join(part for part in (self.user, self.agent) if part)
-
-    @property
-    def text(self) -> str:
-        parts = []
-        if self.user:
-            parts.append(f"{self.speaker or 'user'}: {self.user}")
-        if self.agent:
-            parts.append(f"assistant: {self.agent}")
-        return "\n".join(parts)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "session_id": self.session_id,
-            "turn_id": self.turn_id,
-            "seq": self.seq,
-            "timestamp": self.timestamp.isoformat(),
-            "user": self.user,
-            "agent": self.agent,
-            "speaker": self.speaker,
-            "metadata": self.metadata,
-            "graph": self.entities,
-            **({EXPIRES: self.expires_ms} if self.expires_ms else {}),
-        }
-
-
-@dataclass(frozen=True)
-class SummaryRecord:
-    summary_id: str
-    session_id: str
-    turn_ids: tuple[str, ...]
-    first_seq: int
-    last_seq: int
-    start: datetime
-    end: datetime
-    content: EpisodeSummary
-    #: The earliest deadline of the turns it summarises: it goes with the first of them.
-    expires_ms: int | None = None
-
-    @property
-    def text(self) -> str:
-        return self.content.summary
-
-
-@dataclass(frozen=True)
-class EpisodicHit:
-    """A retrieved turn or summary. ``score`` is cosine similarity, higher is closer."""
-
-    kind: str
-    id: str
-    session_id: str
-    text: str
-    timestamp: datetime
-    score: float
-    turn_ids: tuple[str, ...] = ()
-    end: datetime | None = None
-    #: 1-based rank on each retrieval path that found it ("dense", "lexical").
-    ranks: dict[str, int] = field(default_factory=dict)
-
+__all__ = ["EpisodicMemory"]
 
 class EpisodicMemory:
     """All episodic state of one tenant, persisted through a :class:`RecordStore`."""
@@ -185,9 +94,9 @@ class EpisodicMemory:
         rows = self._store.scan(self._collection, tenant=self.tenant)
         for row in sorted(rows, key=lambda r: (r.kind, int(r.payload.get("seq", r.payload.get("last_seq", 0))))):
             if row.kind == TURN:
-                self._index_turn(_turn_from_record(row), row.vector)
+                self._index_turn(turn_from_record(row), row.vector)
             elif row.kind == SUMMARY:
-                self._index_summary(_summary_from_record(row), row.vector)
+                self._index_summary(summary_from_record(row), row.vector)
 
     # -- writing ------------------------------------------------------------
 
@@ -234,8 +143,8 @@ class EpisodicMemory:
             deadline = expires_ms(self._ttl.seconds(self.tenant, "episodic", item.ttl_s), now=now)
             turn = Turn(session_id, turn_id, seq, timestamp, item.user, item.agent, item.speaker, dict(item.metadata))
             turn = replace(turn, entities=self._extractor.extract(turn.said).to_dict(), expires_ms=deadline)
-            if len(turn.text.encode()) > _TEXT_BYTES_MAX:
-                raise InvalidInput(f"turn {position}: text is over {_TEXT_BYTES_MAX} bytes")
+            if len(turn.text.encode()) > RECORD_TEXT_BYTES_MAX:
+                raise InvalidInput(f"turn {position}: text is over {RECORD_TEXT_BYTES_MAX} bytes")
             turns.append(turn)
             seq += 1
         return turns
@@ -303,16 +212,6 @@ class EpisodicMemory:
             content=content,
             expires_ms=min(deadlines) if deadlines else None,
         )
-        payload = {
-            "summary_id": record.summary_id,
-            "turn_ids": list(record.turn_ids),
-            "first_seq": record.first_seq,
-            "last_seq": record.last_seq,
-            "start": record.start.isoformat(),
-            "end": record.end.isoformat(),
-            "content": content.to_dict(),
-            **({EXPIRES: record.expires_ms} if record.expires_ms else {}),
-        }
         self._store.upsert(
             self._collection,
             [
@@ -323,7 +222,7 @@ class EpisodicMemory:
                     kind=SUMMARY,
                     ts_ms=to_ms(record.start),
                     text=content.summary[:20000],
-                    payload=payload,
+                    payload=summary_payload(record),
                     vector=vector,
                 )
             ],
@@ -486,11 +385,11 @@ class EpisodicMemory:
 
         use_factor = bool(named and speaker_boost) or bool(soft and time_boost)
         hits = []
-        ranked = _ranked(
+        found = ranked(
             self._turn_index, self._turn_lexical, query, query_text, top_k, turn_matches, weights,
             factor=factor if use_factor else None, graph=self._graph, lexical_top=self._lexical_top,
         )
-        for key, score, ranks in ranked:
+        for key, score, ranks in found:
             t = self._turns[key]
             hits.append(EpisodicHit(TURN, t.turn_id, t.session_id, t.text, t.timestamp, score, (t.turn_id,), ranks=ranks))
         if include_summaries:
@@ -499,7 +398,7 @@ class EpisodicMemory:
                 return (not session_id or s.session_id == session_id) and in_range(to_ms(s.start), to_ms(s.end))
 
             index, lexical = self._summary_index, self._summary_lexical
-            for key, score, ranks in _ranked(index, lexical, query, query_text, top_k, summary_matches, weights):
+            for key, score, ranks in ranked(index, lexical, query, query_text, top_k, summary_matches, weights):
                 s = self._summaries[key]
                 hits.append(
                     EpisodicHit(SUMMARY, s.summary_id, s.session_id, s.text, s.start, score, s.turn_ids, s.end, ranks)
@@ -514,27 +413,11 @@ class EpisodicMemory:
         in a short question, a name dominates its embedding and pulls in every
         turn near that name instead of the ones about the question's content.
         """
-        stripped = text
-        for speaker in self._speakers_named(text):
-            if cjk_share(speaker) > 0.5:
-                stripped = stripped.replace(speaker, " ")
-            else:
-                stripped = re.sub(r"(?<![\w])" + re.escape(speaker) + r"(?:'s|’s)?(?![\w])", " ", stripped, flags=re.IGNORECASE)
-        stripped = " ".join(stripped.split())
-        return stripped if stripped.strip(" ?!.,") else text
+        return without_speakers(text, self._speakers_named(text))
 
     def _speakers_named(self, text: str) -> set[str]:
         """Speaker labels of this tenant that ``text`` mentions (whole words; CJK names as substrings)."""
-        lowered = text.lower()
-        found = set()
-        for speaker in self._speakers:
-            label = speaker.lower()
-            if cjk_share(label) > 0.5:
-                if label in lowered:
-                    found.add(speaker)
-            elif re.search(r"(?<![\w])" + re.escape(label) + r"(?![\w])", lowered):
-                found.add(speaker)
-        return found
+        return speakers_named(self._speakers, text)
 
     def _lexical_top(self, text: str, k: int, keep: Callable[[str], bool]) -> list[str]:
         """Turns by BM25, each with a share of the best score among its session
@@ -619,84 +502,3 @@ class EpisodicMemory:
         self._summary_lexical.add(key, " ".join([summary.text, *summary.content.key_topics]))
         self.expiries.set((SUMMARY, key), summary.expires_ms)
         self._summarised.setdefault(summary.session_id, set()).update(summary.turn_ids)
-
-
-def _ranked(
-    index: VectorIndex,
-    lexical: LexicalIndex,
-    vector: np.ndarray,
-    text: str | None,
-    top_k: int,
-    keep: Callable[[str], bool],
-    weights: dict[str, float],
-    *,
-    factor: Callable[[str], float] | None = None,
-    graph: KnowledgeGraph | None = None,
-    lexical_top: Callable[[str, int, Callable[[str], bool]], list[str]] | None = None,
-) -> list[tuple[str, float, dict[str, int]]]:
-    """The ``top_k`` best keys that ``keep`` accepts: by cosine alone, or fused with
-    BM25 and (given ``graph``) the entities the text names.
-
-    ``factor`` (at least 1) reweighs candidates before the cut; scores are divided
-    by its largest value, so they stay in the range of the unweighted ones."""
-    depth = max(top_k * 4, 50)  # rank deeper than we return, so agreement or a factor can lift an item
-    if "lexical" not in weights or not text:
-        fused = [(key, score, {"dense": n}) for n, (key, score) in enumerate(best(index, vector, depth, keep), 1)]
-    else:
-        dense = [key for key, _ in best(index, vector, depth, keep)]
-        words = (lexical_top or lexical.top)(text, depth, keep)
-        rankings = {"dense": dense, "lexical": words}
-        if graph is not None and weights.get("graph", 0) > 0:
-            mentions = [key for key, _ in graph.rank(text, limit=depth * 2) if keep(key)][:depth]
-            if mentions:  # a query naming no known entity leaves the other paths' scale alone
-                rankings["graph"] = mentions
-        fused = rrf_fuse(rankings, weights)
-    if factor is not None:
-        factors = {key: factor(key) for key, _, _ in fused}
-        top = max(factors.values(), default=1.0)
-        fused = sorted(
-            ((key, score * factors[key] / top, ranks) for key, score, ranks in fused), key=lambda h: (-h[1], h[0])
-        )
-    return fused[:top_k]
-
-
-def summary_inputs(turns: Sequence[Turn]) -> list[SummaryInput]:
-    """The summariser's view of turns: one entry per speaker utterance."""
-    out: list[SummaryInput] = []
-    for t in turns:
-        if t.user:
-            out.append(SummaryInput(t.speaker or "user", t.user))
-        if t.agent:
-            out.append(SummaryInput("assistant", t.agent))
-    return out
-
-
-def _turn_from_record(row: Record) -> Turn:
-    p = row.payload
-    return Turn(
-        session_id=p["session_id"],
-        turn_id=p["turn_id"],
-        seq=int(p["seq"]),
-        timestamp=datetime.fromisoformat(p["timestamp"]),
-        user=p.get("user"),
-        agent=p.get("agent"),
-        speaker=p.get("speaker"),
-        metadata=p.get("metadata") or {},
-        entities=p.get("graph"),
-        expires_ms=p.get(EXPIRES),
-    )
-
-
-def _summary_from_record(row: Record) -> SummaryRecord:
-    p = row.payload
-    return SummaryRecord(
-        summary_id=p["summary_id"],
-        session_id=row.session,
-        turn_ids=tuple(p["turn_ids"]),
-        first_seq=int(p["first_seq"]),
-        last_seq=int(p["last_seq"]),
-        start=datetime.fromisoformat(p["start"]),
-        end=datetime.fromisoformat(p["end"]),
-        content=EpisodeSummary.from_dict(p["content"]),
-        expires_ms=p.get(EXPIRES),
-    )

@@ -24,18 +24,19 @@ import re
 from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import date
-from typing import Any, Protocol
+from typing import Any, Protocol, get_args
 
-from strata.config import PII_TYPES, PIISettings
+from strata.config import PII_TYPES, PIIAction, PIISettings
 
 __all__ = [
-    "Detector", "Finding", "MergedDetector", "PresidioDetector", "Redacted", "Redactor", "RuleDetector",
+    "ACTIONS", "IBAN_LENGTHS", "Detector", "Finding", "MergedDetector", "PresidioDetector", "Redacted", "Redactor", "RuleDetector",
     "cn_id_check_char", "iban_valid", "luhn_valid", "make_detector", "normalize", "resolve",
 ]  # fmt: skip
 
 log = logging.getLogger(__name__)
 
-ACTIONS = ("mask", "hash", "keep")
+#: What a detected value may become (the settings' ``PIIAction``).
+ACTIONS: tuple[str, ...] = get_args(PIIAction)
 #: Of two overlapping findings of the same length, the earlier type here wins.
 _SPECIFICITY = ("secret", "cn_id", "card", "iban", "email", "ip", "phone", "person", "address")
 _PLACEHOLDER = re.compile(r"\[(?:" + "|".join(t.upper() for t in PII_TYPES) + r")(?::[0-9a-f]{8})?\]")

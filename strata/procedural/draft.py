@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
+from strata.limits import SKILL_ITEM_CHARS_MAX
 from strata.retrieval.terms import ENGLISH_STOP_WORDS as _STOP
 
 __all__ = [
@@ -39,7 +40,8 @@ __all__ = [
 ]
 
 # Limits every draft obeys, whoever produced it.
-MAX_STEPS, MAX_PITFALLS, MAX_CRITERIA, MAX_TRIGGERS, MAX_ITEM = 50, 20, 10, 10, 500
+MAX_STEPS, MAX_PITFALLS, MAX_CRITERIA, MAX_TRIGGERS = 50, 20, 10, 10
+MAX_ITEM = SKILL_ITEM_CHARS_MAX
 LIST_LIMITS = {"trigger_conditions": MAX_TRIGGERS, "steps": MAX_STEPS,
                "common_pitfalls": MAX_PITFALLS, "success_criteria": MAX_CRITERIA}
 LIST_FIELDS = tuple(LIST_LIMITS)

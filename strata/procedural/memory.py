@@ -37,7 +37,18 @@ from strata.retrieval.vectors import VectorIndex
 from strata.store.records import Record, RecordStore
 from strata.store.ttl import EXPIRES, Expiries, expires_ms
 
-__all__ = ["HistoryEntry", "ProceduralMemory", "Skill", "SkillHit", "new_skill_id", "validated_changes", "wilson_lower_bound"]
+__all__ = [
+    "HISTORY",
+    "SKILL",
+    "Embed",
+    "HistoryEntry",
+    "ProceduralMemory",
+    "Skill",
+    "SkillHit",
+    "new_skill_id",
+    "validated_changes",
+    "wilson_lower_bound",
+]
 
 SKILL = "skill"
 HISTORY = "skill_version"

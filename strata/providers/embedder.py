@@ -18,6 +18,7 @@ import numpy as np
 from strata.config import EmbeddingSettings
 
 __all__ = [
+    "MINILM_DIM",
     "Embedder",
     "OnnxMiniLMEmbedder",
     "OpenAIEmbedder",

@@ -15,172 +15,37 @@ surrounding quotes and possessives folded), and a key that some source gives
 as an alias of another name belongs to that name's node. When two names are
 each other's alias, the longer one wins.
 
-Extraction is pluggable (:class:`EntityExtractor`); the extractors, by rules
-and by an LLM, are in :mod:`strata.retrieval.entities`.
+Extraction is pluggable (:class:`~strata.retrieval.entities.EntityExtractor`);
+the values, :func:`~strata.retrieval.entities.entity_key` and the extractors, by
+rules and by an LLM, are in :mod:`strata.retrieval.entities`.
+
+One module, though over 500 lines: :class:`KnowledgeGraph` is one index whose
+read-side memos are dropped by its writes (:meth:`KnowledgeGraph._changed`), so
+its writes, resolution and ranking are kept where one reader can check them
+together.
 """
 
 from __future__ import annotations
 
 import heapq
-import logging
 import math
 import re
-import unicodedata
 from collections import Counter
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
-from functools import lru_cache
+from collections.abc import Iterable
 from itertools import combinations
-from typing import Any, Protocol
+from typing import Any
 
+from strata.retrieval.entities.extraction import CJK_CHAR, Extraction, entity_key, fold_text
 from strata.retrieval.terms import ENGLISH_STOP_WORDS
 
-__all__ = [
-    "CJK_CHAR",
-    "MAX_ALIASES_PER_ENTITY",
-    "MAX_ENTITIES_PER_TEXT",
-    "MAX_RELATIONS_PER_TEXT",
-    "Entity",
-    "EntityExtractor",
-    "Extraction",
-    "KnowledgeGraph",
-    "Relation",
-    "entity_key",
-]
+__all__ = ["KnowledgeGraph"]
 
-log = logging.getLogger(__name__)
+# --- lookup forms -----------------------------------------------------------------
 
-#: Caps that keep one text (or one bad LLM reply) from flooding the graph.
-MAX_ENTITIES_PER_TEXT = 32
-MAX_RELATIONS_PER_TEXT = 64
-MAX_ALIASES_PER_ENTITY = 8
-
-
-# --- values -------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Entity:
-    name: str
-    """Surface form as written, e.g. ``"New York City"``."""
-    type: str = "thing"
-    """person | project | tool | place | date | org | concept | code | thing."""
-    aliases: tuple[str, ...] = ()
-    """Other names the text gives it, e.g. ``("NYC",)``."""
-
-
-@dataclass(frozen=True)
-class Relation:
-    source: str
-    """Entity name, as in :attr:`Entity.name` (or one of its aliases)."""
-    relation: str
-    """snake_case verb: ``uses``, ``is``, ``depends_on``, ``works_on`` ..."""
-    target: str
-
-
-@dataclass(frozen=True)
-class Extraction:
-    entities: tuple[Entity, ...] = ()
-    relations: tuple[Relation, ...] = ()
-
-    def to_dict(self) -> dict[str, Any]:
-        """Compact JSON-safe form: ``{"e": [[name, type?, [aliases]?]], "r": [[s, rel, t]]}``."""
-        entities: list[list[Any]] = []
-        for e in self.entities:
-            item: list[Any] = [e.name]
-            if e.type != "thing" or e.aliases:
-                item.append(e.type)
-            if e.aliases:
-                item.append(list(e.aliases))
-            entities.append(item)
-        return {"e": entities, "r": [[r.source, r.relation, r.target] for r in self.relations]}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Extraction:
-        """Read :meth:`to_dict` output, or the verbose ``{"entities": [{"name", ...}]}`` form.
-
-        Missing keys and malformed items are skipped, never raised: a stored row
-        written by an older version must still load.
-        """
-        entities: list[Entity] = []
-        for item in _as_list(data.get("e", data.get("entities"))):
-            name: Any
-            etype: Any
-            aliases: list[Any]
-            if isinstance(item, str):
-                name, etype, aliases = item, "thing", []
-            elif isinstance(item, (list, tuple)) and item:
-                name = item[0]
-                etype = item[1] if len(item) > 1 else "thing"
-                aliases = _as_list(item[2]) if len(item) > 2 else []
-            elif isinstance(item, Mapping):
-                name, etype, aliases = item.get("name"), item.get("type", "thing"), _as_list(item.get("aliases"))
-            else:
-                continue
-            if isinstance(name, str) and name.strip():
-                entities.append(
-                    Entity(
-                        name,
-                        etype if isinstance(etype, str) and etype else "thing",
-                        tuple(a for a in aliases if isinstance(a, str) and a.strip()),
-                    )
-                )
-        relations: list[Relation] = []
-        for item in _as_list(data.get("r", data.get("relations"))):
-            parts: list[Any]
-            if isinstance(item, Mapping):
-                parts = [item.get("source"), item.get("relation"), item.get("target")]
-            elif isinstance(item, (list, tuple)) and len(item) == 3:
-                parts = list(item)
-            else:
-                continue
-            source, relation, target = parts
-            if all(isinstance(p, str) and p for p in parts):
-                relations.append(Relation(source, relation, target))
-        return cls(tuple(entities), tuple(relations))
-
-
-def _as_list(value: Any) -> list[Any]:
-    return list(value) if isinstance(value, (list, tuple)) else []
-
-
-class EntityExtractor(Protocol):
-    """Turns one text into the entities and relations it mentions. Never raises for bad input."""
-
-    def extract(self, text: str) -> Extraction: ...
-
-
-# --- keys -----------------------------------------------------------------------
-
-_APOSTROPHES = str.maketrans({"\u2019": "'", "\u2018": "'", "\uff07": "'", "\u02bc": "'"})
-_EDGE_PUNCT = "\"'`“”‘’«»「」『』《》〈〉()[]{}<>.,;:!?。，、；：！？…*~ \t\n"
-_POSSESSIVE = re.compile(r"(?<=[^\W\d_])'s?$")
 _LATIN_TOKEN = re.compile(
     r"[0-9a-z_\u00c0-\u024f\u0370-\u03ff\u0400-\u04ff]+"
     r"(?:[.'\-/][0-9a-z_\u00c0-\u024f\u0370-\u03ff\u0400-\u04ff]+)*[+#]*"
 )
-CJK_CHAR = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]")
-
-
-def _normalise(text: str) -> str:
-    return unicodedata.normalize("NFKC", text).translate(_APOSTROPHES).casefold()
-
-
-@lru_cache(maxsize=1 << 16)
-def _cached_key(name: str) -> str:
-    key = " ".join(_normalise(name).split()).strip(_EDGE_PUNCT)
-    return _POSSESSIVE.sub("", key).strip(_EDGE_PUNCT)
-
-
-def entity_key(name: str) -> str:
-    """The canonical key of a name: casefolded (NFKC), whitespace collapsed,
-    surrounding punctuation and quotes stripped, possessive removed.
-
-    ``entity_key(" “Caroline’s” ") == "caroline"``; ``"Ray  Serve"`` and
-    ``"ray serve"`` share a key. Plurals are not folded here (``"Redis"`` is
-    no plural); lookups try the singular when the plural is unknown.
-    """
-    return _cached_key(name)
 
 
 def _latin_form(key: str) -> str:
@@ -538,7 +403,7 @@ class KnowledgeGraph:
         alias, case-insensitively, with plural and possessive folding. CJK
         text: substring search over known names, longest first.
         """
-        text = " ".join(_normalise(query).split())
+        text = " ".join(fold_text(query).split())
         found: dict[str, None] = {}
         tokens = _LATIN_TOKEN.findall(text)
         i = 0

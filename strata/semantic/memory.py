@@ -21,6 +21,9 @@ row, then deletes the old generation. Chunks of a generation no doc row
 names (a crash mid-write) are ignored at load and removed. The in-memory
 indexes change in one step on the owner's event loop, so a search sees the
 old version or the new one, never a mix.
+
+The documents, passages and hits, and how rows are read back, are in
+:mod:`strata.semantic.documents`; how a text is cut, in :mod:`strata.semantic.chunking`.
 """
 
 from __future__ import annotations
@@ -28,160 +31,46 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 import numpy as np
 
-from strata.clock import from_ms, from_ms_or_none, to_ms
+from strata.clock import to_ms
 from strata.config import SemanticSettings, TTLSettings
 from strata.errors import InvalidInput, NotFound
 from strata.ids import validate_id
-from strata.retrieval.graph import EntityExtractor, Extraction, KnowledgeGraph
+from strata.layers import RETRIEVAL_PATHS
+from strata.limits import RECORD_TEXT_BYTES_MAX
+from strata.retrieval.entities import EntityExtractor, Extraction
+from strata.retrieval.graph import KnowledgeGraph
 from strata.retrieval.lexical import LexicalIndex, language_weights, rrf_fuse
 from strata.retrieval.vectors import VectorIndex, best
-from strata.semantic.chunking import Chunker, ChunkTree
+from strata.semantic.chunking import Chunker
+from strata.semantic.documents import (
+    CHILD,
+    DOC,
+    PARENT,
+    Child,
+    Document,
+    DocumentInput,
+    Passage,
+    PreparedDocument,
+    SemanticHit,
+    child_from,
+    passage_from,
+    public_child_id,
+    public_id,
+    titled,
+)
 from strata.store.records import Record, RecordStore
-from strata.store.ttl import EXPIRES, Expiries, expires_ms
+from strata.store.ttl import Expiries, expires_ms
 
-__all__ = [
-    "PATHS",
-    "Document",
-    "DocumentInput",
-    "PreparedDocument",
-    "SemanticHit",
-    "SemanticMemory",
-]
+__all__ = ["SemanticMemory"]
 
 log = logging.getLogger(__name__)
 
-DOC, PARENT, CHILD = "doc", "parent", "child"
-PATHS = ("dense", "lexical", "graph")
-_TEXT_BYTES_MAX = 60000
 _WRITE_BATCH = 256
-
-
-@dataclass(frozen=True)
-class DocumentInput:
-    text: str
-    doc_id: str | None = None
-    title: str | None = None
-    metadata: dict[str, Any] = field(default_factory=dict)
-    #: Seconds it lives; it may shorten the configured TTL, never lengthen it.
-    ttl_s: float | None = None
-
-
-@dataclass(frozen=True)
-class Document:
-    """A document's metadata (its text is its parents, stitched)."""
-
-    doc_id: str
-    title: str | None
-    metadata: dict[str, Any]
-    generation: str
-    strategy: str
-    chars: int
-    parents: int
-    children: int
-    created_at: datetime
-    updated_at: datetime
-    #: When it expires (epoch ms), counted from its last indexing; None: never.
-    expires_ms: int | None = None
-
-    def to_payload(self) -> dict[str, Any]:
-        return {
-            "title": self.title,
-            "metadata": self.metadata,
-            "gen": self.generation,
-            "strategy": self.strategy,
-            "chars": self.chars,
-            "parents": self.parents,
-            "children": self.children,
-            "created_ms": to_ms(self.created_at),
-            "updated_ms": to_ms(self.updated_at),
-            **({EXPIRES: self.expires_ms} if self.expires_ms else {}),
-        }
-
-    @classmethod
-    def from_record(cls, row: Record) -> Document:
-        p = row.payload
-        return cls(
-            doc_id=row.session,
-            title=p.get("title"),
-            metadata=dict(p.get("metadata") or {}),
-            generation=str(p["gen"]),
-            strategy=str(p.get("strategy", "")),
-            chars=int(p.get("chars", 0)),
-            parents=int(p.get("parents", 0)),
-            children=int(p.get("children", 0)),
-            created_at=from_ms(int(p.get("created_ms", row.ts_ms))),
-            updated_at=from_ms(int(p.get("updated_ms", row.ts_ms))),
-            expires_ms=p.get(EXPIRES),
-        )
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "doc_id": self.doc_id,
-            "title": self.title,
-            "metadata": self.metadata,
-            "strategy": self.strategy,
-            "chars": self.chars,
-            "parents": self.parents,
-            "children": self.children,
-            "created_at": self.created_at,
-            "updated_at": self.updated_at,
-            "expires_at": from_ms_or_none(self.expires_ms),
-        }
-
-
-@dataclass(frozen=True)
-class PreparedDocument:
-    """A document cut and its entities extracted; nothing written yet."""
-
-    document: Document
-    tree: ChunkTree
-    extractions: tuple[Extraction, ...]  # one per child
-
-    def embed_texts(self) -> list[str]:
-        """What each child is embedded as: its text, headed by the document title."""
-        return [_titled(self.document.title, c.text) for c in self.tree.children]
-
-
-@dataclass(frozen=True)
-class _Passage:
-    pk: str
-    doc_id: str
-    number: int
-    start: int
-    end: int
-    text: str
-
-
-@dataclass(frozen=True)
-class _Child:
-    pk: str
-    doc_id: str
-    parent: str
-    start: int
-    end: int
-
-
-@dataclass
-class SemanticHit:
-    """A parent passage found through one or more of its children."""
-
-    id: str
-    doc_id: str
-    title: str | None
-    text: str
-    start: int
-    end: int
-    score: float
-    #: Best 1-based rank of any of its children on each path that found one.
-    ranks: dict[str, int] = field(default_factory=dict)
-    #: Children that matched, best first: their ids and spans.
-    matched: list[dict[str, Any]] = field(default_factory=list)
 
 
 class SemanticMemory:
@@ -209,8 +98,8 @@ class SemanticMemory:
         self._chunker = chunker
         self._extractor = extractor
         self._docs: dict[str, Document] = {}
-        self._parents: dict[str, _Passage] = {}
-        self._children: dict[str, _Child] = {}
+        self._parents: dict[str, Passage] = {}
+        self._children: dict[str, Child] = {}
         self._doc_chunks: dict[str, tuple[list[str], list[str]]] = {}  # doc -> (parent pks, child pks)
         self._dense = VectorIndex()
         self._lexical = LexicalIndex(per_line=True)  # chunks are long: a recurring term weighs more
@@ -242,7 +131,7 @@ class SemanticMemory:
         if orphans:
             try:
                 self._store.delete(self._collection, tenant=self.tenant, pks=orphans)
-            except Exception as exc:  # best effort: they stay ignored and go at the next load
+            except Exception as exc:  # noqa: BLE001 - best effort, whatever failed: they stay ignored and go at the next load
                 log.warning("could not remove %d orphaned chunks of tenant %s: %s", len(orphans), self.tenant, exc)
 
     # -- writing ------------------------------------------------------------
@@ -262,10 +151,10 @@ class SemanticMemory:
             raise InvalidInput(f"document text is {len(doc.text)} characters; the limit is {limit}", field="text")
         tree = self._chunker.chunk(doc.text)
         for chunk in tree.parents:
-            if len(chunk.text.encode()) > _TEXT_BYTES_MAX:
+            if len(chunk.text.encode()) > RECORD_TEXT_BYTES_MAX:
                 raise InvalidInput(
                     f"a passage of {len(chunk.text)} characters at offset {chunk.start} is over "
-                    f"{_TEXT_BYTES_MAX} bytes: lower chunking.parent_tokens",
+                    f"{RECORD_TEXT_BYTES_MAX} bytes: lower chunking.parent_tokens",
                     field="text",
                 )
         extractions = tuple(self._extractor.extract(c.text) for c in tree.children)
@@ -310,7 +199,7 @@ class SemanticMemory:
             try:
                 for i in range(0, len(stale), 1000):
                     self._store.delete(self._collection, tenant=self.tenant, pks=stale[i : i + 1000])
-            except Exception as exc:  # committed already: the old generation is an orphan now, removed at load
+            except Exception as exc:  # noqa: BLE001 - committed already: the old generation is an orphan now, removed at load
                 log.warning("old chunks of %s stay until the next load: %s", doc.doc_id, exc)
 
     def index(self, prepared: PreparedDocument, vectors: np.ndarray) -> Document:
@@ -417,9 +306,11 @@ class SemanticMemory:
                 self._weights, query_text or "", dense_cjk=self._settings.fusion_dense_weight_cjk
             )
         weights = dict(weights)
-        unknown = set(weights) - set(PATHS)
+        unknown = set(weights) - set(RETRIEVAL_PATHS)
         if unknown:
-            raise InvalidInput(f"unknown retrieval path(s) {sorted(unknown)}; known: {', '.join(PATHS)}", field="weights")
+            raise InvalidInput(
+                f"unknown retrieval path(s) {sorted(unknown)}; known: {', '.join(RETRIEVAL_PATHS)}", field="weights"
+            )
         if not self._children:
             return []
         wanted = set(doc_ids) if doc_ids is not None else None
@@ -447,7 +338,7 @@ class SemanticMemory:
                     continue
                 passage = self._parents[child.parent]
                 hit = hits[child.parent] = SemanticHit(
-                    id=_public_id(passage),
+                    id=public_id(passage),
                     doc_id=passage.doc_id,
                     title=self._docs[passage.doc_id].title,
                     text=passage.text,
@@ -457,7 +348,7 @@ class SemanticMemory:
                 )
             for path, rank in ranks.items():
                 hit.ranks[path] = min(rank, hit.ranks.get(path, rank))
-            hit.matched.append({"id": _public_id_child(pk), "start": child.start, "end": child.end, "score": score})
+            hit.matched.append({"id": public_child_id(pk), "start": child.start, "end": child.end, "score": score})
         return list(hits.values())
 
     # -- helpers ------------------------------------------------------------
@@ -507,43 +398,17 @@ class SemanticMemory:
     def _add_to_memory(self, doc: Document, rows: Sequence[Record]) -> None:
         """Index a document's chunk rows (of its live generation) in memory."""
         in_order = sorted(rows, key=lambda r: (r.kind != PARENT, int(r.payload["n"])))
-        passages = [_passage_from(r) for r in in_order if r.kind == PARENT]
+        passages = [passage_from(r) for r in in_order if r.kind == PARENT]
         children = [r for r in in_order if r.kind == CHILD]
         self._docs[doc.doc_id] = doc
         self.expiries.set(doc.doc_id, doc.expires_ms)
         for passage in passages:
             self._parents[passage.pk] = passage
         for row in children:
-            child = _child_from(row)
+            child = child_from(row)
             self._children[child.pk] = child
             if row.vector is not None:
                 self._dense.add(child.pk, row.vector, doc.doc_id)
-            self._lexical.add(child.pk, _titled(doc.title, row.text))
+            self._lexical.add(child.pk, titled(doc.title, row.text))
             self._graph.add(child.pk, Extraction.from_dict(row.payload.get("graph") or {}))
         self._doc_chunks[doc.doc_id] = ([p.pk for p in passages], [r.pk for r in children])
-
-
-def _titled(title: str | None, text: str) -> str:
-    """A child's text headed by its document's title: what is embedded and BM25-indexed."""
-    return f"{title}\n{text}" if title else text
-
-
-def _public_id(passage: _Passage) -> str:
-    return f"{passage.doc_id}#{passage.number}"
-
-
-def _public_id_child(pk: str) -> str:
-    # tenant/doc/gen/cN -> doc/cN
-    parts = pk.split("/")
-    return f"{parts[1]}/{parts[3]}"
-
-
-def _passage_from(row: Record) -> _Passage:
-    p = row.payload
-    return _Passage(row.pk, row.session, int(p["n"]), int(p["start"]), int(p["end"]), row.text)
-
-
-def _child_from(row: Record) -> _Child:
-    p = row.payload
-    return _Child(row.pk, row.session, str(p["parent"]), int(p["start"]), int(p["end"]))
-

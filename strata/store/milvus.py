@@ -96,7 +96,7 @@ class MilvusRecordStore:
                 raise StoreUnavailable(
                     f"Milvus at {self._uri} failed to {what}: {exc.message}", retry_after_s=2
                 ) from None
-            except Exception as exc:  # grpc errors, refused connections, timeouts
+            except Exception as exc:  # noqa: BLE001 - grpc errors, refused connections, timeouts: pymilvus wraps none
                 self._drop_client()
                 if attempt < _TRIES - 1:
                     continue
@@ -115,7 +115,7 @@ class MilvusRecordStore:
         if client is not None:
             try:
                 client.close()
-            except Exception:  # closing a broken channel may fail; it is gone either way
+            except Exception:  # noqa: BLE001, S110 - closing a broken channel may fail; it is gone either way
                 pass
 
     # -- RecordStore --------------------------------------------------------

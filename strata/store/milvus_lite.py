@@ -90,7 +90,9 @@ def accept_keepalive_pings() -> None:
 
     if getattr(grpc.server, "_strata_keepalive", False):
         return
-    build = grpc.server
+    # Untyped on purpose: the stub's positional parameters include ``options``, which
+    # the wrapper passes by keyword after whatever positionals its caller gave.
+    build: Callable[..., Any] = grpc.server
 
     def server(*args: Any, options: Any = (), **kwargs: Any) -> Any:
         return build(*args, options=[*(options or ()), *_KEEPALIVE], **kwargs)

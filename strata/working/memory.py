@@ -17,8 +17,9 @@ import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, get_args
 
+from strata.layers import Role
 from strata.providers.tokens import MESSAGE_OVERHEAD_TOKENS, TokenCounter, count_message_tokens
 from strata.working.importance import ImportanceRules
 
@@ -33,7 +34,7 @@ __all__ = [
     "retention_score",
 ]
 
-ROLES: frozenset[str] = frozenset({"system", "user", "assistant", "tool"})
+ROLES: frozenset[str] = frozenset(get_args(Role))
 IMPORTANCE_WEIGHT = 0.6
 RECENCY_WEIGHT = 0.4
 _STATE_VERSION = 1

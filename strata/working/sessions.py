@@ -166,7 +166,8 @@ class WorkingSessions:
         """Drop a session from memory (it reloads from the store on next use)."""
         self._sessions.pop(session_id, None)
         self._seqs.pop(session_id, None)
-        self.expiries.drop([key for key in self.expiries.keys() if key[0] == session_id])
+        # Expiries is no dict: keys() is its only way to iterate.
+        self.expiries.drop([key for key in self.expiries.keys() if key[0] == session_id])  # noqa: SIM118
 
     # -- expiry ---------------------------------------------------------------
 
@@ -237,7 +238,7 @@ class WorkingSessions:
                     self._store.delete(
                         self._collection, tenant=self.tenant, session=session_id, pks=[pk(i) for i in assigned]
                     )
-                except Exception:  # the store is down; the reload shows what it kept
+                except Exception:  # noqa: BLE001, S110 - the store is down; the reload shows what it kept
                     pass
                 raise
         seqs.update(assigned)

@@ -14,8 +14,9 @@ import pytest
 
 from strata.clock import from_ms, to_ms
 from strata.config import EpisodicSettings
-from strata.episodic.memory import EpisodicMemory, Turn, TurnInput, summary_inputs
+from strata.episodic.memory import EpisodicMemory
 from strata.episodic.summarize import EpisodeSummary, ExtractiveSummarizer
+from strata.episodic.turns import Turn, TurnInput, summary_inputs
 from strata.errors import InvalidInput, NotFound
 from strata.ids import validate_id
 from strata.providers.embedder import OnnxMiniLMEmbedder

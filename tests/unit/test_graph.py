@@ -16,15 +16,17 @@ import pytest
 import strata.retrieval.graph as graph_module
 from strata.config import LLMSettings
 from strata.providers.llm import OpenAIChatLLM
-from strata.retrieval.entities import LLMExtractor, RuleExtractor, make_extractor
-from strata.retrieval.graph import (
+from strata.retrieval.entities import (
     MAX_ENTITIES_PER_TEXT,
     Entity,
     Extraction,
-    KnowledgeGraph,
+    LLMExtractor,
     Relation,
+    RuleExtractor,
     entity_key,
+    make_extractor,
 )
+from strata.retrieval.graph import KnowledgeGraph
 from tests.llm_server import chat_body, llm_server
 
 RULES = RuleExtractor()

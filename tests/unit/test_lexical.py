@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from strata.config import EpisodicSettings
-from strata.episodic.memory import EpisodicMemory, TurnInput
+from strata.episodic.memory import EpisodicMemory
+from strata.episodic.turns import TurnInput
 from strata.retrieval.lexical import LexicalIndex, cjk_share, rrf_fuse
 from strata.store.records import InMemoryRecordStore
 

@@ -14,7 +14,8 @@ from strata.providers.embedder import OnnxMiniLMEmbedder
 from strata.providers.tokens import TiktokenCounter
 from strata.retrieval.entities import RuleExtractor
 from strata.semantic.chunking import make_chunker
-from strata.semantic.memory import CHILD, DOC, PARENT, DocumentInput, SemanticMemory
+from strata.semantic.documents import CHILD, DOC, PARENT, DocumentInput
+from strata.semantic.memory import SemanticMemory
 from strata.store.records import InMemoryRecordStore
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)

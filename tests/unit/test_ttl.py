@@ -11,8 +11,9 @@ from pydantic import ValidationError
 
 from strata.clock import to_ms
 from strata.config import EpisodicSettings, TTLSettings, load_settings
-from strata.episodic.memory import EpisodicMemory, TurnInput
+from strata.episodic.memory import EpisodicMemory
 from strata.episodic.summarize import EpisodeSummary
+from strata.episodic.turns import TurnInput
 from strata.schema import TurnIn
 from strata.store.records import InMemoryRecordStore, Record
 from strata.store.ttl import Expiries, expires_ms

@@ -1,0 +1,99 @@
+"""Search: scored hits across the layers a request names, best first.
+
+Episodic, semantic and procedural memory answer with their own retrieval (one
+query embedding shared by all three); working memory, which holds one session's
+recent items and no index, is scored here by term overlap with the query.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from datetime import UTC, datetime
+
+from strata_actors.orchestration.base import range_out, skill_hit
+from strata_actors.orchestration.reads import ReadFlow
+
+from strata.retrieval.terms import extract_terms
+from strata.retrieval.timeparse import resolve_time_range
+from strata.schema import LAYERS, Layer, SearchHit, SearchRequest, SearchResult, TimeRangeOut, WorkingItemOut
+
+__all__ = ["SearchFlow", "working_hits"]
+
+
+class SearchFlow(ReadFlow):
+    """``search``: each named layer asked concurrently, the hits merged by score."""
+
+    async def search(self, tenant: str, req: SearchRequest) -> SearchResult:
+        layers: list[Layer] = req.layers or list(LAYERS)
+        missing: dict[str, str] = {}
+        reference = req.reference_time or datetime.now(UTC)
+        # An explicit time_range filters; one read off the query only prefers (see build_context).
+        parsed = None if req.time_range else resolve_time_range(req.query, reference)
+        start = req.time_range.start if req.time_range else None
+        end = req.time_range.end if req.time_range else None
+        prefer = (parsed.start, parsed.end) if parsed else None
+        query = self._pii.for_tenant(tenant).text(req.query)
+        hits: list[SearchHit] = []
+        versions: dict[str, int] = {}
+
+        vector_task = (
+            asyncio.ensure_future(self._embed([query]))
+            if {"episodic", "semantic", "procedural"} & set(layers)
+            else None
+        )
+
+        async def episodic() -> None:
+            assert vector_task is not None
+            vector = (await vector_task)[0]
+            found = await self._episodic_search(
+                tenant, vector, query, top_k=req.top_k, session_id=req.session_id, start=start, end=end, prefer=prefer
+            )
+            hits.extend(SearchHit(**h) for h in found["hits"])
+            versions["episodic"] = found["version"]
+
+        async def working() -> None:
+            if req.session_id is None:
+                missing["working"] = "working memory is per session: give session_id to search it"
+                return
+            state = await self.working(tenant, req.session_id)
+            hits.extend(working_hits(state.items, query, start=start, end=end, session_id=req.session_id))
+            versions["working"] = state.version
+
+        async def semantic() -> None:
+            assert vector_task is not None
+            vector = (await vector_task)[0]
+            found = await self._semantic_search(
+                tenant, vector, query, top_k=req.top_k, weights=req.weights, min_cosine=req.min_cosine, doc_ids=req.doc_ids
+            )
+            hits.extend(SearchHit(**h) for h in found["hits"])
+
+        async def procedural() -> None:
+            assert vector_task is not None
+            vector = (await vector_task)[0]
+            found = await self._procedural_search(tenant, vector, query, top_k=req.top_k)
+            hits.extend(SearchHit(**skill_hit(s)) for s in found["skills"])
+
+        jobs = {"episodic": episodic, "working": working, "semantic": semantic, "procedural": procedural}
+        await asyncio.gather(*(jobs[layer]() for layer in layers))
+        hits.sort(key=lambda h: -h.score)
+        time_range = range_out(parsed) if parsed else (
+            TimeRangeOut(start=start, end=end) if req.time_range else None
+        )
+        return SearchResult(hits=hits[: req.top_k], time_range=time_range, versions=versions, missing=missing)
+
+
+def working_hits(
+    items: Sequence[WorkingItemOut], query: str, *, start: datetime | None, end: datetime | None, session_id: str
+) -> list[SearchHit]:
+    """Working-memory items that share a term with ``query`` and fall in ``[start, end)``, scored
+    by the share of the query's terms they contain."""
+    wanted = extract_terms(query)
+    hits: list[SearchHit] = []
+    for item in items:
+        overlap = len(wanted & extract_terms(item.content))
+        if overlap and (start is None or item.created_at >= start) and (end is None or item.created_at < end):
+            score = overlap / max(len(wanted), 1)
+            hits.append(SearchHit(layer="working", kind=item.role, id=item.id, text=item.content, score=score,
+                                  timestamp=item.created_at, session_id=session_id))
+    return hits

@@ -1,0 +1,219 @@
+"""Writes: turns and interactions, working-memory items, documents, and forgetting.
+
+Each write redacts PII first, calls the owning layer actor, and appends to the
+audit history; a write that reaches two layers says in ``missing`` what the
+second one did not take.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from strata_actors.episodic import turn_text
+from strata_actors.orchestration.audit import AuditFlow
+from strata_actors.orchestration.base import call, plain_trace
+
+from strata.errors import InvalidInput, NotFound, StrataError
+from strata.ids import SYSTEM_TENANT, validate_id
+from strata.schema import (
+    LAYERS,
+    DocumentDeleted,
+    DocumentIn,
+    DocumentOut,
+    ForgetResult,
+    InteractionIn,
+    InteractionResult,
+    Layer,
+    RecordTurnsResult,
+    SkillJobOut,
+    TurnIn,
+    TurnOut,
+    WorkingItemsIn,
+    WorkingState,
+)
+from strata.working.sessions import TURN_ID
+
+__all__ = ["SESSION_LAYERS", "WriteFlow"]
+
+#: Layers that keep memory per session (forgetting a session reaches these).
+SESSION_LAYERS: tuple[Layer, ...] = ("working", "episodic")
+
+
+class WriteFlow(AuditFlow):
+    """Turns, interactions, working items and documents in; sessions and tenants forgotten."""
+
+    async def record_turns(
+        self,
+        tenant: str,
+        session_id: str,
+        turns: Sequence[TurnIn],
+        *,
+        expected_version: int | None = None,
+        by: str = "",
+    ) -> RecordTurnsResult:
+        """Write turns to episodic memory (durable, embedded) and to the session's working memory."""
+        validate_id(session_id, field="session_id")
+        pii = self._pii.for_tenant(tenant)
+        dicts = [pii.model(t).model_dump() for t in turns]
+        vectors = await self._embed([turn_text(d) for d in dicts])
+        episodic = await call(
+            self._actor("episodic", tenant).record_turns.remote(
+                tenant, session_id, dicts, vectors=vectors, expected_version=expected_version
+            )
+        )
+        # Working memory follows the episodic write: the turn is durable first.
+        # If working memory fails now, the turn stays recorded (a retry would
+        # record it twice); the result says what is missing instead.
+        # A turn's copies in working memory expire no later than the turn.
+        items = []
+        for d, out in zip(dicts, episodic["turns"]):
+            left = (out["expires_at"] - datetime.now(UTC)).total_seconds() if out["expires_at"] else None
+            for role, text in (("user", d["user"]), ("assistant", d["agent"])):
+                if text and text.strip():
+                    items.append({"role": role, "content": text, "created_at": out["timestamp"],
+                                  "ttl_s": max(left, 0.001) if left is not None else None,
+                                  "metadata": {TURN_ID: out["turn_id"]}})
+        versions = {"episodic": episodic["version"]}
+        # A retry of recorded turns changed nothing in episodic memory; it still
+        # completes working memory, which the first attempt may not have reached.
+        if not episodic.get("replayed"):
+            await self._record(tenant, by, "record_turns", "episodic", session_id, episodic["version"])
+        missing: dict[str, str] = {}
+        try:
+            working = await call(self._actor("working", tenant).add_items.remote(tenant, session_id, items))
+            versions["working"] = working["version"]
+        except StrataError as exc:
+            missing["working"] = exc.message
+        return RecordTurnsResult(
+            session_id=session_id,
+            turns=[TurnOut(**t) for t in episodic["turns"]],
+            versions=versions,
+            missing=missing,
+            redacted=pii.report(),
+            replayed=bool(episodic.get("replayed")),
+        )
+
+    async def post_interaction(self, tenant: str, body: InteractionIn, *, by: str = "") -> InteractionResult:
+        """Record the exchange in working and episodic memory; a success of a learning
+        task type queues a skill extraction (durable, in the background)."""
+        # Redacted here once (the turn, and the trace the job keeps); record_turns
+        # redacts again, which changes nothing: redaction is idempotent.
+        pii = self._pii.for_tenant(tenant)
+        body = await asyncio.to_thread(pii.model, body)
+        recorded = await self.record_turns(tenant, body.session_id, [body.turn()], by=by)
+        learn_from = self.settings.procedural.learn_from
+        job: SkillJobOut | None = None
+        missing = dict(recorded.missing)
+        if not body.success:
+            learning = "not learned: only successful tasks teach a skill"
+        elif body.task_type not in learn_from:
+            learning = f"not learned: task type {body.task_type!r} is not in procedural.learn_from ({', '.join(learn_from)})"
+        elif not body.trace and not self.settings.llm.enabled:
+            learning = "not learned: give a trace (without an LLM, skills are built from structured traces)"
+        else:
+            trace = plain_trace(body.trace) if body.trace else [
+                f"user: {body.user or ''}".strip(), f"agent: {body.agent or ''}".strip()
+            ]
+            task = body.task or body.user or body.agent or ""
+            try:
+                out = await call(
+                    self._actor("procedural", tenant).learn_later.remote(
+                        tenant, task, trace, body.outcome, by=by,
+                        extra={"session_id": body.session_id, "turn_id": recorded.turns[0].turn_id},
+                    )
+                )
+                job = SkillJobOut(**out)
+                learning = "learning a skill in the background: see skill_job"
+            except StrataError as exc:
+                missing["procedural"] = exc.message
+                learning = "not learned: the trace could not be kept (see missing); the turn is recorded"
+        return InteractionResult(
+            **{**recorded.model_dump(), "missing": missing, "redacted": pii.report()}, skill_job=job, learning=learning
+        )
+
+    async def add_working_items(
+        self,
+        tenant: str,
+        session_id: str,
+        body: WorkingItemsIn,
+        *,
+        expected_version: int | None = None,
+        by: str = "",
+    ) -> WorkingState:
+        validate_id(session_id, field="session_id")
+        body = self._pii.for_tenant(tenant).model(body)
+        state = await call(
+            self._actor("working", tenant).add_items.remote(
+                tenant,
+                session_id,
+                [i.model_dump() for i in body.items],
+                task=body.task,
+                expected_version=expected_version,
+            )
+        )
+        await self._record(tenant, by, "add_working_items", "working", session_id, state["version"])
+        return WorkingState(**state)
+
+    async def index_document(
+        self, tenant: str, body: DocumentIn, *, expected_version: int | None = None, wait: bool = True, by: str = ""
+    ) -> DocumentOut:
+        """Index or re-index a document (atomically: searches see one version)."""
+        # A document may be megabytes: its redaction runs off the event loop.
+        body = await asyncio.to_thread(self._pii.for_tenant(tenant).model, body)
+        out = await call(
+            self._actor("semantic", tenant).index_document.remote(
+                tenant, body.model_dump(), expected_version=expected_version, wait=wait
+            )
+        )
+        doc = DocumentOut(**out)
+        # A background job's version is the one it will make; the audit records the request.
+        await self._record(tenant, by, "index_document", "semantic", doc.doc_id, doc.version)
+        return doc
+
+    async def delete_document(
+        self, tenant: str, doc_id: str, *, expected_version: int | None = None, by: str = ""
+    ) -> DocumentDeleted:
+        validate_id(doc_id, field="doc_id")
+        out = await call(
+            self._actor("semantic", tenant).delete_document.remote(tenant, doc_id, expected_version=expected_version)
+        )
+        await self._record(tenant, by, "delete_document", "semantic", doc_id, out["version"])
+        return DocumentDeleted(**out)
+
+    # -- forgetting -------------------------------------------------------------
+
+    async def forget_session(self, tenant: str, session_id: str, *, by: str = "") -> ForgetResult:
+        """Forget a session in every layer; 404 only if no layer knew it."""
+        validate_id(session_id, field="session_id")
+        results = await asyncio.gather(
+            *(call(self._actor(layer, tenant).forget_session.remote(tenant, session_id)) for layer in SESSION_LAYERS),
+            return_exceptions=True,
+        )
+        removed: dict[str, int] = {}
+        versions: dict[str, int] = {}
+        for layer, result in zip(SESSION_LAYERS, results):
+            if isinstance(result, NotFound):
+                continue
+            if isinstance(result, BaseException):
+                raise result
+            removed[layer], versions[layer] = result["removed"], result["version"]
+        if not removed:
+            raise NotFound(f"session {session_id!r} has no memory to forget")
+        for name, version in versions.items():
+            await self._record(tenant, by, "forget_session", name, session_id, version)
+        return ForgetResult(session_id=session_id, removed=removed, versions=versions)
+
+    async def forget_tenant(self, tenant: str, *, by: str = "") -> dict[str, int]:
+        """Delete everything every layer holds for ``tenant`` (rows, vectors, indexes, jobs);
+        returns the rows removed per layer. Its keys are the caller's to revoke."""
+        validate_id(tenant, field="tenant")
+        if tenant == SYSTEM_TENANT:
+            raise InvalidInput("the system tenant cannot be forgotten", field="tenant")
+        results: list[dict[str, Any]] = await asyncio.gather(
+            *(call(self._actor(layer, tenant).forget_tenant.remote(tenant)) for layer in LAYERS)
+        )
+        await self._record(tenant, by, "forget_tenant", "all", tenant, None)
+        return {layer: int(r["removed"]) for layer, r in zip(LAYERS, results)}

@@ -1,0 +1,87 @@
+"""How an episodic search ranks: the fused paths, and the speakers a query names.
+
+:func:`ranked` fuses the dense ranking (cosine), the lexical one (BM25) and,
+when weighted, the graph one (turns that mention the entities a query names) by
+weighted RRF, then applies a per-item factor such as the speaker and time
+boosts. The speaker helpers find which of a tenant's speakers a query names, so
+the search can boost their turns and the embedding can leave their names out.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable
+
+import numpy as np
+
+from strata.retrieval.graph import KnowledgeGraph
+from strata.retrieval.lexical import LexicalIndex, cjk_share, rrf_fuse
+from strata.retrieval.vectors import VectorIndex, best
+
+__all__ = ["ranked", "speakers_named", "without_speakers"]
+
+
+def ranked(
+    index: VectorIndex,
+    lexical: LexicalIndex,
+    vector: np.ndarray,
+    text: str | None,
+    top_k: int,
+    keep: Callable[[str], bool],
+    weights: dict[str, float],
+    *,
+    factor: Callable[[str], float] | None = None,
+    graph: KnowledgeGraph | None = None,
+    lexical_top: Callable[[str, int, Callable[[str], bool]], list[str]] | None = None,
+) -> list[tuple[str, float, dict[str, int]]]:
+    """The ``top_k`` best keys that ``keep`` accepts: by cosine alone, or fused with
+    BM25 and (given ``graph``) the entities the text names.
+
+    ``factor`` (at least 1) reweighs candidates before the cut; scores are divided
+    by its largest value, so they stay in the range of the unweighted ones."""
+    depth = max(top_k * 4, 50)  # rank deeper than we return, so agreement or a factor can lift an item
+    if "lexical" not in weights or not text:
+        fused = [(key, score, {"dense": n}) for n, (key, score) in enumerate(best(index, vector, depth, keep), 1)]
+    else:
+        dense = [key for key, _ in best(index, vector, depth, keep)]
+        words = (lexical_top or lexical.top)(text, depth, keep)
+        rankings = {"dense": dense, "lexical": words}
+        if graph is not None and weights.get("graph", 0) > 0:
+            mentions = [key for key, _ in graph.rank(text, limit=depth * 2) if keep(key)][:depth]
+            if mentions:  # a query naming no known entity leaves the other paths' scale alone
+                rankings["graph"] = mentions
+        fused = rrf_fuse(rankings, weights)
+    if factor is not None:
+        factors = {key: factor(key) for key, _, _ in fused}
+        top = max(factors.values(), default=1.0)
+        fused = sorted(
+            ((key, score * factors[key] / top, ranks) for key, score, ranks in fused), key=lambda h: (-h[1], h[0])
+        )
+    return fused[:top_k]
+
+
+def speakers_named(speakers: Iterable[str], text: str) -> set[str]:
+    """The speaker labels that ``text`` mentions (whole words; CJK names as substrings)."""
+    lowered = text.lower()
+    found = set()
+    for speaker in speakers:
+        label = speaker.lower()
+        if cjk_share(label) > 0.5:
+            if label in lowered:
+                found.add(speaker)
+        elif re.search(r"(?<![\w])" + re.escape(label) + r"(?![\w])", lowered):
+            found.add(speaker)
+    return found
+
+
+def without_speakers(text: str, speakers: Iterable[str]) -> str:
+    """``text`` with the names of ``speakers`` (and their possessives) taken out;
+    ``text`` itself when nothing but punctuation would be left."""
+    stripped = text
+    for speaker in speakers:
+        if cjk_share(speaker) > 0.5:
+            stripped = stripped.replace(speaker, " ")
+        else:
+            stripped = re.sub(r"(?<![\w])" + re.escape(speaker) + r"(?:'s|’s)?(?![\w])", " ", stripped, flags=re.IGNORECASE)
+    stripped = " ".join(stripped.split())
+    return stripped if stripped.strip(" ?!.,") else text

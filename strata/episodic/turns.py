@@ -1,0 +1,184 @@
+"""What episodic memory keeps: turns, summaries of them, the hits a search returns,
+and how each is written to (and read back from) its row in the record store.
+
+A turn's row holds :meth:`Turn.to_dict` as its payload; a summary's holds
+:func:`summary_payload`. :func:`turn_from_record` and :func:`summary_from_record`
+read them back, so a restart rebuilds exactly what was written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from strata.episodic.summarize import EpisodeSummary, SummaryInput
+from strata.store.records import Record
+from strata.store.ttl import EXPIRES
+
+__all__ = [
+    "SUMMARY",
+    "TURN",
+    "EpisodicHit",
+    "SummaryRecord",
+    "Turn",
+    "TurnInput",
+    "summary_from_record",
+    "summary_inputs",
+    "summary_payload",
+    "turn_from_record",
+]
+
+#: The ``kind`` of a row, and of a hit.
+TURN, SUMMARY = "turn", "summary"
+
+
+@dataclass(frozen=True)
+class TurnInput:
+    """What a caller records: one exchange, either side optional but not both."""
+
+    user: str | None = None
+    agent: str | None = None
+    timestamp: datetime | None = None
+    turn_id: str | None = None
+    #: Label for the user side ("Caroline"); "user" when unset.
+    speaker: str | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+    #: Seconds it lives; it may shorten the configured TTL, never lengthen it.
+    ttl_s: float | None = None
+
+
+@dataclass(frozen=True)
+class Turn:
+    session_id: str
+    turn_id: str
+    seq: int
+    timestamp: datetime
+    user: str | None
+    agent: str | None
+    speaker: str | None
+    metadata: dict[str, Any]
+    #: What the entity extractor found in the turn (``Extraction.to_dict()``);
+    #: None for rows written before extraction existed.
+    entities: dict[str, Any] | None = None
+    #: When it expires (epoch ms); None: never.
+    expires_ms: int | None = None
+
+    @property
+    def said(self) -> str:
+        """What was said, without the speaker labels (entities are extracted from this)."""
+        return "\n".join(part for part in (self.user, self.agent) if part)
+
+    @property
+    def text(self) -> str:
+        parts = []
+        if self.user:
+            parts.append(f"{self.speaker or 'user'}: {self.user}")
+        if self.agent:
+            parts.append(f"assistant: {self.agent}")
+        return "\n".join(parts)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "session_id": self.session_id,
+            "turn_id": self.turn_id,
+            "seq": self.seq,
+            "timestamp": self.timestamp.isoformat(),
+            "user": self.user,
+            "agent": self.agent,
+            "speaker": self.speaker,
+            "metadata": self.metadata,
+            "graph": self.entities,
+            **({EXPIRES: self.expires_ms} if self.expires_ms else {}),
+        }
+
+
+@dataclass(frozen=True)
+class SummaryRecord:
+    summary_id: str
+    session_id: str
+    turn_ids: tuple[str, ...]
+    first_seq: int
+    last_seq: int
+    start: datetime
+    end: datetime
+    content: EpisodeSummary
+    #: The earliest deadline of the turns it summarises: it goes with the first of them.
+    expires_ms: int | None = None
+
+    @property
+    def text(self) -> str:
+        return self.content.summary
+
+
+@dataclass(frozen=True)
+class EpisodicHit:
+    """A retrieved turn or summary. ``score`` is cosine similarity, higher is closer."""
+
+    kind: str
+    id: str
+    session_id: str
+    text: str
+    timestamp: datetime
+    score: float
+    turn_ids: tuple[str, ...] = ()
+    end: datetime | None = None
+    #: 1-based rank on each retrieval path that found it ("dense", "lexical").
+    ranks: dict[str, int] = field(default_factory=dict)
+
+
+def summary_payload(record: SummaryRecord) -> dict[str, Any]:
+    """The payload of a summary's row."""
+    return {
+        "summary_id": record.summary_id,
+        "turn_ids": list(record.turn_ids),
+        "first_seq": record.first_seq,
+        "last_seq": record.last_seq,
+        "start": record.start.isoformat(),
+        "end": record.end.isoformat(),
+        "content": record.content.to_dict(),
+        **({EXPIRES: record.expires_ms} if record.expires_ms else {}),
+    }
+
+
+def turn_from_record(row: Record) -> Turn:
+    p = row.payload
+    return Turn(
+        session_id=p["session_id"],
+        turn_id=p["turn_id"],
+        seq=int(p["seq"]),
+        timestamp=datetime.fromisoformat(p["timestamp"]),
+        user=p.get("user"),
+        agent=p.get("agent"),
+        speaker=p.get("speaker"),
+        metadata=p.get("metadata") or {},
+        entities=p.get("graph"),
+        expires_ms=p.get(EXPIRES),
+    )
+
+
+def summary_from_record(row: Record) -> SummaryRecord:
+    p = row.payload
+    return SummaryRecord(
+        summary_id=p["summary_id"],
+        session_id=row.session,
+        turn_ids=tuple(p["turn_ids"]),
+        first_seq=int(p["first_seq"]),
+        last_seq=int(p["last_seq"]),
+        start=datetime.fromisoformat(p["start"]),
+        end=datetime.fromisoformat(p["end"]),
+        content=EpisodeSummary.from_dict(p["content"]),
+        expires_ms=p.get(EXPIRES),
+    )
+
+
+def summary_inputs(turns: Sequence[Turn]) -> list[SummaryInput]:
+    """The summariser's view of turns: one entry per speaker utterance."""
+    out: list[SummaryInput] = []
+    for t in turns:
+        if t.user:
+            out.append(SummaryInput(t.speaker or "user", t.user))
+        if t.agent:
+            out.append(SummaryInput("assistant", t.agent))
+    return out

@@ -1,0 +1,25 @@
+"""Sizes that more than one boundary enforces, each written once.
+
+The HTTP schema (:mod:`strata.schema`), the settings' defaults
+(:mod:`strata.config`) and the layers that write rows all read them from here.
+"""
+
+from __future__ import annotations
+
+__all__ = ["DOCUMENT_CHARS_MAX", "MESSAGE_CHARS_MAX", "RECORD_TEXT_BYTES_MAX", "SKILL_ITEM_CHARS_MAX", "TTL_MAX_S"]
+
+#: One message, query, working item or side of a turn, in characters.
+MESSAGE_CHARS_MAX = 16_000
+
+#: One document to index, in characters.
+DOCUMENT_CHARS_MAX = 20_000_000
+
+#: The text of one stored row (a turn, a passage), in UTF-8 bytes: below the
+#: 65,535 of the Milvus ``text`` field.
+RECORD_TEXT_BYTES_MAX = 60_000
+
+#: One step, trigger, pitfall or criterion of a skill, in characters.
+SKILL_ITEM_CHARS_MAX = 500
+
+#: An item's ttl_s may be at most about 100 years.
+TTL_MAX_S = 3.2e9
