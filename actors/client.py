@@ -20,6 +20,7 @@ from strata_actors.orchestration import Orchestration
 from strata.config import StrataSettings
 from strata.ids import validate_id
 from strata.providers.embedder import make_embedder
+from strata.providers.llm import LLMUsage
 from strata.schema import (
     AuditHistory,
     ContextRequest,
@@ -55,7 +56,7 @@ from strata.schema import (
 
 __all__ = ["InClusterClient"]
 
-T = TypeVar("T")
+_T = TypeVar("_T")
 #: Who changed a skill, in its history, when the change came through this client.
 _BY = "in-cluster"
 
@@ -188,7 +189,7 @@ class InClusterClient:
 
     # -- in-cluster only: operating and evaluating -----------------------------
 
-    async def llm_usage(self) -> dict[str, int]:
+    async def llm_usage(self) -> LLMUsage:
         """LLM calls and tokens of all layer actors since they started (every tenant's)."""
         return await self._flow.llm_usage()
 
@@ -212,5 +213,5 @@ class _Sync:
         return call
 
 
-def _run(coro: Coroutine[Any, Any, T]) -> T:
+def _run(coro: Coroutine[Any, Any, _T]) -> _T:
     return asyncio.run(coro)

@@ -17,16 +17,17 @@ import numpy as np
 from strata_actors.shard import LayerShard
 
 from strata.clock import from_ms_or_none
-from strata.episodic.memory import SUMMARY, TURN, EpisodicHit, EpisodicMemory, Turn, TurnInput, summary_inputs
-from strata.episodic.summarize import ExtractiveSummarizer, LLMSummarizer, Summarizer
+from strata.episodic.memory import EpisodicMemory
+from strata.episodic.summarize import EpisodeSummary, ExtractiveSummarizer, LLMSummarizer, Summarizer
+from strata.episodic.turns import SUMMARY, TURN, EpisodicHit, Turn, TurnInput, summary_inputs
 from strata.providers.llm import make_llm
 from strata.store.layout import Collections
 from strata.store.records import RecordStore
 
 __all__ = ["EpisodicShard", "turn_text"]
 
-log = logging.getLogger(__name__)
-SCOPE = "episodic"
+_log = logging.getLogger(__name__)
+_SCOPE = "episodic"
 
 
 def turn_text(turn: dict[str, Any]) -> str:
@@ -76,7 +77,7 @@ class EpisodicShard(LayerShard[EpisodicMemory]):
 
     def expiring(self, layer: EpisodicMemory, at_ms: int) -> dict[str, Any]:
         turns, summaries = layer.expired(at_ms)
-        return {SCOPE: (turns, summaries)} if turns or summaries else {}
+        return {_SCOPE: (turns, summaries)} if turns or summaries else {}
 
     def delete_expired(self, layer: EpisodicMemory, scope: str, expired: Any) -> int:
         return layer.delete_keys(*expired)
@@ -109,7 +110,7 @@ class EpisodicShard(LayerShard[EpisodicMemory]):
         # attempt would have, whatever version it expected, and writes nothing.
         replay = (await self._tenant(tenant)).layer.replayed(session_id, inputs)
         if replay is not None:
-            return self._recorded(replay, await self.version(tenant, SCOPE), replayed=True)
+            return self._recorded(replay, await self.version(tenant, _SCOPE), replayed=True)
         if vectors is None:
             vectors = await self.embed([turn_text(t) for t in turns])
         now = now or datetime.now(UTC)
@@ -129,7 +130,7 @@ class EpisodicShard(LayerShard[EpisodicMemory]):
                 layer.index(written[0], vecs)
             return written
 
-        (recorded, replayed), version = await self.mutate(tenant, SCOPE, expected_version, write, apply)
+        (recorded, replayed), version = await self.mutate(tenant, _SCOPE, expected_version, write, apply)
         if not replayed:
             self._schedule_summaries(tenant)
         return self._recorded(recorded, version, replayed=replayed)
@@ -151,7 +152,7 @@ class EpisodicShard(LayerShard[EpisodicMemory]):
     ) -> dict[str, Any]:
         removed, version = await self.remove(
             tenant,
-            SCOPE,
+            _SCOPE,
             expected_version,
             lambda layer: layer.delete_session(session_id),
             lambda layer: layer.drop_session(session_id),
@@ -186,7 +187,7 @@ class EpisodicShard(LayerShard[EpisodicMemory]):
                 vector = (await self.embed([dense_text]))[0]
         hits, version = await self.read(
             tenant,
-            SCOPE,
+            _SCOPE,
             lambda layer: layer.search(
                 np.asarray(vector, dtype=np.float32),
                 query_text=query,
@@ -212,7 +213,7 @@ class EpisodicShard(LayerShard[EpisodicMemory]):
                 "turns": len(layer.session_turns(session_id)),
             }
 
-        state, version = await self.read(tenant, SCOPE, view)
+        state, version = await self.read(tenant, _SCOPE, view)
         return {**state, "version": version}
 
     async def wait_for_summaries(self, tenant: str) -> int:
@@ -241,12 +242,17 @@ class EpisodicShard(LayerShard[EpisodicMemory]):
                     content = await asyncio.to_thread(self._summarizer.summarize, summary_inputs(chunk))
                     vector = (await self.embed([content.summary or chunk[0].text]))[0]
 
-                    async def store(layer: EpisodicMemory, chunk: list[Turn] = chunk) -> None:
+                    async def store(
+                        layer: EpisodicMemory,
+                        chunk: list[Turn] = chunk,
+                        content: EpisodeSummary = content,
+                        vector: np.ndarray = vector,
+                    ) -> None:
                         if [t.turn_id for t in chunk] not in [[t.turn_id for t in c] for c in layer.pending_summaries(chunk[0].session_id)]:
                             return  # forgotten or summarised meanwhile
                         record = await asyncio.to_thread(layer.write_summary, chunk, content, vector)
                         layer.index_summary(record, vector)
 
                     await self.run_locked(tenant, store)
-        except Exception as exc:  # retried at the next write; the turns are durable already
-            log.warning("summarising tenant %s stopped: %s", tenant, exc)
+        except Exception as exc:  # noqa: BLE001  (retried at the next write; the turns are durable already)
+            _log.warning("summarising tenant %s stopped: %s", tenant, exc)

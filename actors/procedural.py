@@ -46,8 +46,8 @@ from strata.store.records import Record, RecordStore
 
 __all__ = ["ProceduralShard"]
 
-log = logging.getLogger(__name__)
-JOB = "skill_job"
+_log = logging.getLogger(__name__)
+_JOB = "skill_job"
 _DONE_KEEP_S = 600.0
 #: Attempts after which a job stops being retried (kept, with its error, for inspection).
 _GIVE_UP_AFTER = 3
@@ -238,7 +238,7 @@ class ProceduralShard(WholeRecordExpiry, LayerShard[ProceduralMemory]):
             try:
                 await self._drop_job(job)
             except StrataError as store_error:  # the 422 is the answer; the row fails the same way next start
-                log.warning("skill job %s cannot be learned and its row stays: %s", job.job_id, store_error.message)
+                _log.warning("skill job %s cannot be learned and its row stays: %s", job.job_id, store_error.message)
             raise
         except BaseException as exc:
             job.attempts += 1
@@ -247,7 +247,7 @@ class ProceduralShard(WholeRecordExpiry, LayerShard[ProceduralMemory]):
             job.next_at = time.monotonic() + self.settings.procedural.job_retry_s * 2 ** (job.attempts - 1)
             if job.attempts >= self.settings.procedural.job_max_attempts + _GIVE_UP_AFTER:
                 job.status, job.finished = "failed", time.monotonic()
-                log.error("skill job %s failed for good: %s", job.job_id, job.error)
+                _log.error("skill job %s failed for good: %s", job.job_id, job.error)
             try:
                 await self._save_job(job)
             except StrataError:  # the row keeps its older attempt count; the job stays in memory
@@ -258,7 +258,7 @@ class ProceduralShard(WholeRecordExpiry, LayerShard[ProceduralMemory]):
         try:
             await self._drop_job(job)
         except StrataError as exc:  # learned; a retry after a restart merges into the same skill
-            log.warning("skill job %s learned but its row stays: %s", job.job_id, exc.message)
+            _log.warning("skill job %s learned but its row stays: %s", job.job_id, exc.message)
         return result
 
     async def _learn(
@@ -296,10 +296,10 @@ class ProceduralShard(WholeRecordExpiry, LayerShard[ProceduralMemory]):
     async def _save_job(self, job: _Job) -> None:
         store, collections, _ = await self._backend()
         row = Record(
-            pk=f"{SYSTEM_TENANT}/{JOB}/{job.job_id}",
+            pk=f"{SYSTEM_TENANT}/{_JOB}/{job.job_id}",
             tenant=SYSTEM_TENANT,
             session=self._job_session(),
-            kind=JOB,
+            kind=_JOB,
             ts_ms=int(time.time() * 1000),
             text="",
             payload=job.payload(),
@@ -309,13 +309,13 @@ class ProceduralShard(WholeRecordExpiry, LayerShard[ProceduralMemory]):
     async def _drop_job(self, job: _Job) -> None:
         store, collections, _ = await self._backend()
         await asyncio.to_thread(
-            store.delete, collections.state, tenant=SYSTEM_TENANT, pks=[f"{SYSTEM_TENANT}/{JOB}/{job.job_id}"]
+            store.delete, collections.state, tenant=SYSTEM_TENANT, pks=[f"{SYSTEM_TENANT}/{_JOB}/{job.job_id}"]
         )
 
     async def _resume_jobs(self) -> None:
         store, collections, _ = await self._backend()
         rows = await asyncio.to_thread(
-            store.scan, collections.state, tenant=SYSTEM_TENANT, session=self._job_session(), kinds=[JOB],
+            store.scan, collections.state, tenant=SYSTEM_TENANT, session=self._job_session(), kinds=[_JOB],
             with_vectors=False,
         )
         for row in rows:
@@ -330,7 +330,7 @@ class ProceduralShard(WholeRecordExpiry, LayerShard[ProceduralMemory]):
             )
             self._jobs[job.job_id] = job
         if rows:
-            log.info("procedural shard %d resumed %d skill jobs", self.shard, len(rows))
+            _log.info("procedural shard %d resumed %d skill jobs", self.shard, len(rows))
 
     async def _run_jobs(self) -> None:
         """Retry pending jobs when they are due; runs for the life of the actor."""
@@ -339,7 +339,7 @@ class ProceduralShard(WholeRecordExpiry, LayerShard[ProceduralMemory]):
                 await self._resume_jobs()
                 break
             except StrataError as exc:
-                log.warning("cannot read skill jobs yet: %s", exc.message)
+                _log.warning("cannot read skill jobs yet: %s", exc.message)
                 await asyncio.sleep(self.settings.procedural.job_retry_s)
         while True:
             now = time.monotonic()
@@ -351,7 +351,7 @@ class ProceduralShard(WholeRecordExpiry, LayerShard[ProceduralMemory]):
                 try:
                     await self._attempt(job)
                 except Exception as exc:  # noqa: BLE001 - one job's failure (already recorded) must not stop the loop
-                    log.warning("skill job %s attempt %d failed: %s", job.job_id, job.attempts, exc)
+                    _log.warning("skill job %s attempt %d failed: %s", job.job_id, job.attempts, exc)
             waiting = [j.next_at for j in self._jobs.values() if j.status == "pending"]
             delay = max(0.05, min(waiting) - time.monotonic()) if waiting else 60.0
             self._wake.clear()

@@ -16,6 +16,6 @@ def use_ray_auth(env: dict[str, str]) -> None:
     if not env:
         return
     os.environ.update(env)
-    from ray._raylet import Config
+    from ray._raylet import Config  # type: ignore[attr-defined]  # Ray's compiled module ships no stub for it
 
     Config.initialize("")

@@ -60,7 +60,7 @@ class LayerRouter:
         key = (layer, shard)
         handle = self._handles.get(key)
         if handle is None:
-            remote_cls = ray.remote(LAYER_CLASSES[layer])
+            remote_cls: Any = ray.remote(LAYER_CLASSES[layer])
             handle = remote_cls.options(
                 name=actor_name(layer, shard),
                 namespace=self._settings.ray.namespace,

@@ -32,16 +32,16 @@ from strata.ids import validate_id
 from strata.providers.embedder import embedding_dim
 from strata.providers.llm import make_llm
 from strata.providers.tokens import TiktokenCounter
-from strata.retrieval.entities import make_extractor
-from strata.retrieval.graph import EntityExtractor
+from strata.retrieval.entities import EntityExtractor, make_extractor
 from strata.semantic.chunking import make_chunker
-from strata.semantic.memory import DOC, DocumentInput, SemanticHit, SemanticMemory
+from strata.semantic.documents import DOC, DocumentInput, SemanticHit
+from strata.semantic.memory import SemanticMemory
 from strata.store.layout import Collections
 from strata.store.records import RecordStore
 
 __all__ = ["SemanticShard"]
 
-log = logging.getLogger(__name__)
+_log = logging.getLogger(__name__)
 _EMBED_BATCH = 64
 _JOB_KEEP_S = 600.0
 

@@ -56,9 +56,9 @@ __all__ = ["EXPIRY_KEY_ID", "LayerShard", "WholeRecordExpiry", "owner_shard"]
 #: The audit history's key id of a purge by TTL (no key made that change).
 EXPIRY_KEY_ID = "ttl"
 
-L = TypeVar("L")
-R = TypeVar("R")
-log = logging.getLogger(__name__)
+_L = TypeVar("_L")
+_R = TypeVar("_R")
+_log = logging.getLogger(__name__)
 
 
 def owner_shard(tenant: str, shards: int) -> int:
@@ -67,8 +67,8 @@ def owner_shard(tenant: str, shards: int) -> int:
 
 
 @dataclass
-class _Tenant(Generic[L]):
-    layer: L
+class _Tenant(Generic[_L]):
+    layer: _L
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     #: The task holding ``lock``: a call it makes that purges expired items must not wait for it.
     holder: asyncio.Task[Any] | None = None
@@ -97,7 +97,7 @@ class WholeRecordExpiry:
         layer.drop(expired)
 
 
-class LayerShard(Generic[L]):
+class LayerShard(Generic[_L]):
     """Base of the layer actors: tenant slots, versions, lazy load, eviction."""
 
     layer_name = "layer"
@@ -110,8 +110,8 @@ class LayerShard(Generic[L]):
         self._store: RecordStore | None = None
         self._collections: Collections | None = None
         self._versions: VersionStore | None = None
-        self._tenants: dict[str, _Tenant[L]] = {}
-        self._loading: dict[str, asyncio.Future[_Tenant[L]]] = {}
+        self._tenants: dict[str, _Tenant[_L]] = {}
+        self._loading: dict[str, asyncio.Future[_Tenant[_L]]] = {}
         self._evictor: asyncio.Task[None] | None = None
         self._sweeper: asyncio.Task[None] | None = None
         #: Items purged because they expired, since this actor started.
@@ -122,30 +122,30 @@ class LayerShard(Generic[L]):
 
     # -- to be provided by each layer ---------------------------------------
 
-    def make_layer(self, tenant: str, store: RecordStore, collections: Collections) -> L:
+    def make_layer(self, tenant: str, store: RecordStore, collections: Collections) -> _L:
         raise NotImplementedError
 
-    def load_layer(self, layer: L) -> None:
+    def load_layer(self, layer: _L) -> None:
         """Blocking load of a tenant's durable state (runs in a worker thread)."""
 
     # -- expiry, for layers whose items may carry a TTL -----------------------------
 
-    def due(self, layer: L) -> int | None:
+    def due(self, layer: _L) -> int | None:
         """The earliest deadline (epoch ms) of the items in memory; None: nothing expires."""
         return None
 
-    def expiring(self, layer: L, at_ms: int) -> dict[str, Any]:
+    def expiring(self, layer: _L, at_ms: int) -> dict[str, Any]:
         """What has expired at ``at_ms``, by version scope (pure: no change yet)."""
         return {}
 
-    def delete_expired(self, layer: L, scope: str, expired: Any) -> int:
+    def delete_expired(self, layer: _L, scope: str, expired: Any) -> int:
         """Blocking: remove ``expired`` (from :meth:`expiring`) from the store; rows removed."""
         return 0
 
-    def drop_expired(self, layer: L, scope: str, expired: Any) -> None:
+    def drop_expired(self, layer: _L, scope: str, expired: Any) -> None:
         """Remove ``expired`` from memory (after :meth:`delete_expired`)."""
 
-    def load_for_expiry(self, layer: L, sessions: set[str]) -> None:
+    def load_for_expiry(self, layer: _L, sessions: set[str]) -> None:
         """Blocking: load state the layer reads lazily (the sessions the sweep found)."""
 
     def after_expiry(self, tenant: str) -> None:
@@ -176,7 +176,7 @@ class LayerShard(Generic[L]):
             self._sweeper = asyncio.get_running_loop().create_task(self._sweep_forever())
         return self._store, self._collections, self._versions
 
-    async def _tenant(self, tenant: str) -> _Tenant[L]:
+    async def _tenant(self, tenant: str) -> _Tenant[_L]:
         """The tenant's slot, loaded, with what has expired purged."""
         slot = await self._load(tenant)
         due = self.due(slot.layer)
@@ -188,7 +188,7 @@ class LayerShard(Generic[L]):
                     await self._expire_locked(tenant, slot)
         return slot
 
-    async def _load(self, tenant: str) -> _Tenant[L]:
+    async def _load(self, tenant: str) -> _Tenant[_L]:
         validate_id(tenant, field="tenant")
         slot = self._tenants.get(tenant)
         if slot is not None:
@@ -197,7 +197,7 @@ class LayerShard(Generic[L]):
         pending = self._loading.get(tenant)
         if pending is not None:  # another call is loading it: share that load
             return await asyncio.shield(pending)
-        future: asyncio.Future[_Tenant[L]] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[_Tenant[_L]] = asyncio.get_running_loop().create_future()
         self._loading[tenant] = future
         try:
             store, collections, _ = await self._backend()
@@ -216,7 +216,7 @@ class LayerShard(Generic[L]):
             self._loading.pop(tenant, None)
 
     @asynccontextmanager
-    async def _hold(self, slot: _Tenant[L]) -> AsyncIterator[None]:
+    async def _hold(self, slot: _Tenant[_L]) -> AsyncIterator[None]:
         """The tenant's lock, noting which task holds it."""
         slot.lockers += 1
         try:
@@ -229,7 +229,7 @@ class LayerShard(Generic[L]):
         finally:
             slot.lockers -= 1
 
-    async def _claim(self, tenant: str, slot: _Tenant[L], scope: str) -> int:
+    async def _claim(self, tenant: str, slot: _Tenant[_L], scope: str) -> int:
         """Durably claim the next version of ``scope`` (the caller holds the lock)."""
         _, _, versions = await self._backend()
         new = await self._version(tenant, slot, scope) + 1
@@ -237,7 +237,7 @@ class LayerShard(Generic[L]):
         slot.versions[scope] = new
         return new
 
-    async def _expire_locked(self, tenant: str, slot: _Tenant[L]) -> int:
+    async def _expire_locked(self, tenant: str, slot: _Tenant[_L]) -> int:
         """Purge what has expired, one versioned change per scope (the caller holds the lock)."""
         purged, entries = 0, []
         for scope, expired in self.expiring(slot.layer, now_ms()).items():
@@ -252,7 +252,7 @@ class LayerShard(Generic[L]):
             try:  # best effort, as every audit row: the purge is durable already
                 await asyncio.to_thread(AuditLog(store, collections.state).append, tenant, entries)
             except StrataError as exc:
-                log.warning("audit of expired %s items of tenant %s not written: %s", self.layer_name, tenant, exc.message)
+                _log.warning("audit of expired %s items of tenant %s not written: %s", self.layer_name, tenant, exc.message)
         return purged
 
     async def sweep(self) -> int:
@@ -291,19 +291,19 @@ class LayerShard(Generic[L]):
             try:
                 await self.sweep()
             except Exception as exc:  # noqa: BLE001  (the store is down, say: the next sweep tries again)
-                log.warning("%s shard %d: TTL sweep failed: %s", self.layer_name, self.shard, exc)
+                _log.warning("%s shard %d: TTL sweep failed: %s", self.layer_name, self.shard, exc)
 
     async def version(self, tenant: str, scope: str) -> int:
         """The current version of (tenant, scope)."""
         return await self._version(tenant, await self._tenant(tenant), scope)
 
-    async def _version(self, tenant: str, slot: _Tenant[L], scope: str) -> int:
+    async def _version(self, tenant: str, slot: _Tenant[_L], scope: str) -> int:
         if scope not in slot.versions:
             _, _, versions = await self._backend()
             slot.versions[scope] = await asyncio.to_thread(versions.get, tenant, self.layer_name, scope)
         return slot.versions[scope]
 
-    async def read(self, tenant: str, scope: str, fn: Callable[[L], R]) -> tuple[R, int]:
+    async def read(self, tenant: str, scope: str, fn: Callable[[_L], _R]) -> tuple[_R, int]:
         """Run a read of the tenant's layer on the event loop; returns its result and
         the version read. Layers whose mutations change memory in a worker thread
         read through :meth:`run_locked` instead."""
@@ -316,8 +316,8 @@ class LayerShard(Generic[L]):
         tenant: str,
         scope: str,
         expected_version: int | None,
-        write: Callable[[L], R],
-        apply: Callable[[L, R], Any] | None = None,
+        write: Callable[[_L], _R],
+        apply: Callable[[_L, _R], Any] | None = None,
     ) -> tuple[Any, int]:
         """Run a mutation under the tenant's lock; returns its result and the new version.
 
@@ -335,8 +335,8 @@ class LayerShard(Generic[L]):
         tenant: str,
         scope: str,
         expected_version: int | None,
-        write: Callable[[L, int], R],
-        apply: Callable[[L, R], Any] | None = None,
+        write: Callable[[_L, int], _R],
+        apply: Callable[[_L, _R], Any] | None = None,
     ) -> tuple[Any, int]:
         """:meth:`mutate` for a ``write`` that records the version it makes (``write(layer, version)``)."""
         slot = await self._tenant(tenant)
@@ -360,14 +360,14 @@ class LayerShard(Generic[L]):
         tenant: str,
         scope: str,
         expected_version: int | None,
-        delete: Callable[[L], int],
-        drop: Callable[[L], None],
+        delete: Callable[[_L], int],
+        drop: Callable[[_L], None],
     ) -> tuple[int, int]:
         """A delete as a mutation: ``delete`` removes the durable rows (worker thread) and
         returns how many, ``drop`` then removes them from memory. Returns the rows
         removed and the new version."""
 
-        def forget(layer: L, removed: int) -> int:
+        def forget(layer: _L, removed: int) -> int:
             drop(layer)
             return removed
 
@@ -381,7 +381,7 @@ class LayerShard(Generic[L]):
             layer=self.layer_name,
         )
 
-    async def run_locked(self, tenant: str, fn: Callable[[L], Awaitable[R]]) -> R:
+    async def run_locked(self, tenant: str, fn: Callable[[_L], Awaitable[_R]]) -> _R:
         """Run an async step under the tenant's lock without claiming a version."""
         slot = await self._tenant(tenant)
         async with self._hold(slot):
@@ -449,10 +449,10 @@ class LayerShard(Generic[L]):
             "expired_items": self.expired_items,
         }
 
-    async def llm_usage(self) -> dict[str, int]:
-        """This shard's LLM calls and tokens since it started (all tenants), for cost reports."""
+    async def llm_usage(self) -> LLMUsage:
+        """This shard's LLM calls and tokens since it started (all tenants), for cost reports: a copy."""
         usage = getattr(self.llm, "usage", None)
-        return dataclasses.asdict(usage) if isinstance(usage, LLMUsage) else dataclasses.asdict(LLMUsage())
+        return dataclasses.replace(usage) if isinstance(usage, LLMUsage) else LLMUsage()
 
     async def evict(self, tenant: str) -> bool:
         """Drop a tenant's in-memory state (it reloads from the store on next use)."""

@@ -10,30 +10,30 @@ from strata_serve.client import StrataClient
 
 __all__ = ["run_demo"]
 
-DAY1 = datetime(2026, 11, 30, 9, 0, tzinfo=UTC)  # a Monday
-DAY2 = DAY1 + timedelta(days=1)
+_DAY1 = datetime(2026, 11, 30, 9, 0, tzinfo=UTC)  # a Monday
+_DAY2 = _DAY1 + timedelta(days=1)
 
-SESSIONS: list[tuple[str, datetime, list[tuple[str, str]]]] = [
-    ("trip-planning", DAY1, [
+_SESSIONS: list[tuple[str, datetime, list[tuple[str, str]]]] = [
+    ("trip-planning", _DAY1, [
         ("I'm planning a trip to Lisbon in March with my sister Ana.", "Lovely! How long will you stay?"),
         ("Ten days. Please remember that I'm vegetarian and Ana is allergic to peanuts.",
          "Noted: vegetarian meals for you, no peanuts for Ana."),
         ("We want a quiet hotel in Alfama with a view of the river.", "I'll look for quiet places in Alfama."),
         ("Our budget is about 150 euros per night.", "Got it, around 150 EUR per night."),
     ]),
-    ("work-bug", DAY1 + timedelta(hours=6), [
+    ("work-bug", _DAY1 + timedelta(hours=6), [
         ("The deploy script fails with ERR_CONN_RESET when it uploads to the staging bucket.",
          "That usually means the proxy closes idle connections; try raising the upload timeout."),
         ("Raising the timeout to 120 seconds fixed it.", "Great, I'll remember that fix for the staging deploy."),
         ("I need to tell Marco about the fix before Friday.", "I'll remind you about Marco."),
     ]),
-    ("chat-day2", DAY2, [
+    ("chat-day2", _DAY2, [
         ("Good morning! I started learning Portuguese on Duolingo yesterday.", "Boa sorte! That will help in Lisbon."),
         ("我最喜欢的茶是龙井，请记住。", "好的，我记住了：你最喜欢龙井茶。"),
     ]),
 ]
 
-QUESTIONS: list[tuple[str, str]] = [
+_QUESTIONS: list[tuple[str, str]] = [
     ("What should I keep in mind about food for our trip?", "trip-planning"),
     ("What fixed the deploy error yesterday?", "chat-day2"),
     ("Which hotel area did we want, and what was the budget?", "chat-day2"),
@@ -43,18 +43,18 @@ QUESTIONS: list[tuple[str, str]] = [
 
 def run_demo(url: str, api_key: str, *, say: Callable[[str], None] = print, max_tokens: int = 400) -> None:
     with StrataClient(url, api_key) as client:
-        for session_id, start, turns in SESSIONS:
+        for session_id, start, turns in _SESSIONS:
             try:
                 client.forget_session(session_id)  # a re-run starts from a clean slate
-            except Exception:
+            except Exception:  # noqa: BLE001, S110  (a session not there yet, or any failure: the demo records anew)
                 pass
             client.record_turns(
                 session_id,
                 [{"user": u, "agent": a, "timestamp": start + timedelta(minutes=2 * n)} for n, (u, a) in enumerate(turns)],
             )
             say(f"recorded session {session_id!r}: {len(turns)} turns on {start:%a %d %b}")
-        now = DAY2 + timedelta(hours=3)
-        for question, session_id in QUESTIONS:
+        now = _DAY2 + timedelta(hours=3)
+        for question, session_id in _QUESTIONS:
             result = client.build_context(question, "demo-questions", max_tokens=max_tokens, reference_time=now)
             say("")
             say(f"Q: {question}")

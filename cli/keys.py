@@ -57,19 +57,19 @@ def _show_new(what: str, key: str) -> None:
     print(key)
 
 
-def cmd_create(args: argparse.Namespace) -> int:
+def _cmd_create(args: argparse.Namespace) -> int:
     created = _keys(args).issue(args.tenant, read_only=args.read_only, session_id=args.session, name=args.name)
     _show_new("created " + _describe(created), created.key)
     return 0
 
 
-def cmd_create_admin(args: argparse.Namespace) -> int:
+def _cmd_create_admin(args: argparse.Namespace) -> int:
     created = _keys(args).issue_admin(name=args.name)
     _show_new("created " + _describe(created) + " (for /v1/admin routes)", created.key)
     return 0
 
 
-def cmd_list(args: argparse.Namespace) -> int:
+def _cmd_list(args: argparse.Namespace) -> int:
     infos = _keys(args).list(args.tenant)
     rows = [("ID", "TENANT", "SCOPES", "NAME", "CREATED", "REVOKED")] + [
         (
@@ -86,13 +86,13 @@ def cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_rotate(args: argparse.Namespace) -> int:
+def _cmd_rotate(args: argparse.Namespace) -> int:
     created = _keys(args).rotate(args.key_id)
     _show_new(f"revoked {args.key_id}; created " + _describe(created), created.key)
     return 0
 
 
-def cmd_revoke(args: argparse.Namespace) -> int:
+def _cmd_revoke(args: argparse.Namespace) -> int:
     info = _keys(args).revoke(args.key_id)
     print(f"revoked {_describe(info)}; its next request is refused")
     return 0
@@ -109,16 +109,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         p.set_defaults(fn=fn)
         return p
 
-    create = command("create", "a new key for a tenant; the key is printed on the last line", cmd_create)
+    create = command("create", "a new key for a tenant; the key is printed on the last line", _cmd_create)
     create.add_argument("tenant", metavar="TENANT")
     create.add_argument("--read-only", action="store_true", help="GET routes, /v1/context and /v1/search only")
     create.add_argument("--session", metavar="SESSION_ID", help="only this session's routes")
     create.add_argument("--name", metavar="LABEL", help="a label shown by `strata keys list`")
-    admin = command("create-admin", "a new admin key for /v1/admin; printed on the last line", cmd_create_admin)
+    admin = command("create-admin", "a new admin key for /v1/admin; printed on the last line", _cmd_create_admin)
     admin.add_argument("--name", metavar="LABEL", help="a label shown by `strata keys list`")
-    listing = command("list", "keys by id, tenant, scopes and dates (never the secret)", cmd_list)
+    listing = command("list", "keys by id, tenant, scopes and dates (never the secret)", _cmd_list)
     listing.add_argument("tenant", metavar="TENANT", nargs="?", help="only this tenant's keys")
-    rotate = command("rotate", "replace a key: same tenant and scopes, the old one revoked", cmd_rotate)
+    rotate = command("rotate", "replace a key: same tenant and scopes, the old one revoked", _cmd_rotate)
     rotate.add_argument("key_id", metavar="KEY_ID")
-    revoke = command("revoke", "stop a key at once", cmd_revoke)
+    revoke = command("revoke", "stop a key at once", _cmd_revoke)
     revoke.add_argument("key_id", metavar="KEY_ID")

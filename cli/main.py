@@ -35,7 +35,7 @@ def _stack(args: argparse.Namespace, *, running: bool = False) -> Any:
     return Stack(settings, say=say)
 
 
-def cmd_up(args: argparse.Namespace) -> int:
+def _cmd_up(args: argparse.Namespace) -> int:
     stack = _stack(args)
     key = stack.up()
     print(f"Strata is up at {stack.url}  (API docs: {stack.url}/docs)")
@@ -44,20 +44,20 @@ def cmd_up(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_down(args: argparse.Namespace) -> int:
+def _cmd_down(args: argparse.Namespace) -> int:
     _stack(args, running=True).down()
     print("Strata is down; data kept in", _settings(args).data_dir.resolve())
     return 0
 
 
-def cmd_status(args: argparse.Namespace) -> int:
+def _cmd_status(args: argparse.Namespace) -> int:
     report = _stack(args, running=True).status()
     for name, state in report.items():
         print(f"{name:9} {state}")
     return 0 if report["serve"].startswith("healthy") else 1
 
 
-def cmd_demo(args: argparse.Namespace) -> int:
+def _cmd_demo(args: argparse.Namespace) -> int:
     from strata_cli.demo import run_demo
 
     stack = _stack(args)
@@ -67,7 +67,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_import(args: argparse.Namespace) -> int:
+def _cmd_import(args: argparse.Namespace) -> int:
     import os
 
     from strata_cli.importer import collect_files, import_paths
@@ -107,11 +107,11 @@ def cmd_import(args: argparse.Namespace) -> int:
     return 1 if report.failed else 0
 
 
-def cmd_eval_retrieval(args: argparse.Namespace) -> int:
+def _cmd_eval_retrieval(args: argparse.Namespace) -> int:
     import json
 
-    from strata_bench.eval_retrieval import BASELINES, evaluate, format_table
     from strata_bench.evaluation.datasets import load_benchmark
+    from strata_bench.evaluation.retrieval import BASELINES, evaluate, format_table
 
     from strata.providers.embedder import make_embedder
 
@@ -155,8 +155,8 @@ def cmd_eval_retrieval(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_eval_chunking(args: argparse.Namespace) -> int:
-    from strata_bench.eval_documents import run
+def _cmd_eval_chunking(args: argparse.Namespace) -> int:
+    from strata_bench.evaluation.chunking import run
 
     return run(args, _settings(args).semantic)
 
@@ -166,10 +166,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", help="YAML settings file (default: $STRATA_CONFIG, else built-in defaults)")
     sub = parser.add_subparsers(dest="command", required=True)
     for name, fn, help_text in (
-        ("up", cmd_up, "start milvus-lite, Ray and the HTTP API on 127.0.0.1"),
-        ("down", cmd_down, "stop everything `up` started; keep the data"),
-        ("status", cmd_status, "say what runs"),
-        ("demo", cmd_demo, "run a scripted conversation and show the context Strata returns"),
+        ("up", _cmd_up, "start milvus-lite, Ray and the HTTP API on 127.0.0.1"),
+        ("down", _cmd_down, "stop everything `up` started; keep the data"),
+        ("status", _cmd_status, "say what runs"),
+        ("demo", _cmd_demo, "run a scripted conversation and show the context Strata returns"),
     ):
         p = sub.add_parser(name, help=help_text)
         p.add_argument("--data-dir", help="where data and logs live (default ./.strata)")
@@ -181,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     importing.add_argument("--url", help="Strata's HTTP address (default: the stack running in --data-dir)")
     importing.add_argument("--api-key", help="default: $STRATA_API_KEY, else the stack's dev key")
     importing.add_argument("--data-dir", help="the stack's data dir (default ./.strata)")
-    importing.set_defaults(fn=cmd_import)
+    importing.set_defaults(fn=_cmd_import)
     evaluation = sub.add_parser("eval", help="measure memory quality on a benchmark")
     kinds = evaluation.add_subparsers(dest="kind", required=True)
     retrieval = kinds.add_parser("retrieval", help="turn-level recall@k of Strata and baselines")
@@ -194,15 +194,15 @@ def main(argv: list[str] | None = None) -> int:
     retrieval.add_argument("--plot", help="write a bar chart (PNG) here")
     retrieval.add_argument("--data-dir", help="the stack's data dir (default ./.strata)")
     retrieval.add_argument("--config", default=argparse.SUPPRESS, help="YAML settings (as `strata --config`)")
-    retrieval.set_defaults(fn=cmd_eval_retrieval)
-    from strata_bench.eval_documents import add_arguments
+    retrieval.set_defaults(fn=_cmd_eval_retrieval)
+    from strata_bench.evaluation.chunking import add_arguments
 
     chunking = kinds.add_parser(
         "chunking", help="chunking strategies and retrieval paths of the semantic layer, on documents made from a benchmark"
     )
     add_arguments(chunking)
     chunking.add_argument("--config", default=argparse.SUPPRESS, help="YAML settings (as `strata --config`)")
-    chunking.set_defaults(fn=cmd_eval_chunking)
+    chunking.set_defaults(fn=_cmd_eval_chunking)
     from strata_bench import orchestrator as bench_orchestrator
     from strata_bench import service as bench_service
 

@@ -30,7 +30,7 @@ from strata_actors.ray_auth import use_ray_auth
 from strata.config import StrataSettings
 from strata.store.milvus_lite import COMMAND as MILVUS_LITE_COMMAND
 
-__all__ = ["Stack", "StackError", "scratch_milvus"]
+__all__ = ["PROXY_TIMEOUT_MARGIN_S", "Stack", "StackError", "processes_naming", "scratch_milvus"]
 
 
 #: Serve's proxy times a request out this much later than the Api's own deadline
@@ -284,7 +284,7 @@ class Stack:
                 f"--object-store-memory={r.object_store_memory_mb * 1024 * 1024}",
                 "--disable-usage-stats", f"--temp-dir={self.ray_temp_dir}",
             ]
-            done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+            done = subprocess.run(command, check=False, capture_output=True, text=True, timeout=120)
             if done.returncode != 0:
                 raise StackError("ray start failed:\n" + (done.stderr or done.stdout)[-2000:])
         if not ray.is_initialized():
@@ -367,7 +367,8 @@ class Stack:
 
     def _serve_is_ours(self) -> bool:
         try:
-            return httpx.get(self.url + "/healthz", timeout=3).headers.get("content-type", "").startswith("application/json")
+            content_type: str = httpx.get(self.url + "/healthz", timeout=3).headers.get("content-type", "")
+            return content_type.startswith("application/json")
         except httpx.HTTPError:
             return False
 
@@ -397,7 +398,7 @@ class Stack:
                 from strata_actors.router import LAYER_CLASSES, actor_name
 
                 self.ensure_ray_client()
-                serve.shutdown()
+                serve.shutdown()  # type: ignore[no-untyped-call]  # Ray Serve leaves it unannotated
                 for layer in LAYER_CLASSES:
                     for shard in range(int(getattr(self.settings.actors, f"{layer}_shards"))):
                         try:
@@ -405,7 +406,7 @@ class Stack:
                         except ValueError:
                             pass
                 ray.shutdown()
-            except Exception as exc:  # a broken cluster is stopped below all the same
+            except Exception as exc:  # noqa: BLE001  (a broken cluster is stopped below all the same)
                 self.say(f"Serve shutdown skipped: {type(exc).__name__}: {exc}")
             if not self.settings.ray.address:
                 stopped = _stop_processes_naming(str(self.ray_temp_dir))

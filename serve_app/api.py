@@ -1,45 +1,37 @@
-"""The HTTP API: FastAPI under a Serve ingress deployment.
+"""The HTTP API: FastAPI under a Serve ingress deployment, one method per route.
 
 Every ``/v1`` call authenticates with ``Authorization: Bearer <key>``; the
 key decides the tenant, which never appears in a URL, and its scope (read-only,
 one session) decides which routes it may call (403 otherwise; the table is in
-``strata/keys.py``). ``/v1/admin/keys`` manages keys and takes an admin key
-only. The ingress does no memory work itself: it authenticates, validates, and
-calls the orchestrator. A request body over ``serve.max_body_bytes`` gets 413
-before any of that (:class:`strata_serve.errors.BodyLimit`).
+``strata/access/keys.py``, the checks in :mod:`strata_serve.auth`). ``/v1/admin/keys``
+manages keys and takes an admin key only. The ingress does no memory work itself:
+it authenticates, validates, and calls the orchestrator. A request body over
+``serve.max_body_bytes`` gets 413 before any of that (:class:`strata_serve.errors.BodyLimit`).
+
+One module, near 500 lines, on purpose: it is the route table of one ingress class.
+``@serve.ingress`` freezes ``app`` with every route of :class:`Api` when the class is
+made, so the routes, the app they register on and its middleware read best together.
 """
 
 # No `from __future__ import annotations` here: Serve rewrites these methods
 # and FastAPI then cannot resolve string annotations such as `Response`.
 
 import asyncio
-import hmac
 from datetime import datetime
 from typing import Any
 
 from fastapi import FastAPI, Header, Path, Query, Response
 from ray import serve
 from strata_actors.errors import unwrap
+from strata_serve.auth import KeyGate
 from strata_serve.deployments import Refused
 from strata_serve.errors import BodyLimit, Deadline, install_handlers
 from strata_serve.idempotent import Idempotent, Replica, replica_parts
 
 from strata.access.idempotency import IdempotencyStore
-from strata.access.keys import (
-    KEY_ID_PATTERN,
-    Forbidden,
-    KeyCreated,
-    KeyCreateIn,
-    KeyInfo,
-    KeyList,
-    KeyStore,
-    authorize,
-    hash_key,
-    open_keys,
-)
-from strata.access.ratelimit import RateLimiter
+from strata.access.keys import KEY_ID_PATTERN, KeyCreated, KeyCreateIn, KeyInfo, KeyList, authorize
 from strata.config import StrataSettings
-from strata.errors import InvalidInput, StrataError, Unauthorized
+from strata.errors import InvalidInput, StrataError
 from strata.ids import ID_PATTERN, SYSTEM_TENANT
 from strata.schema import (
     AuditHistory,
@@ -79,12 +71,12 @@ def _id_path(description: str) -> Any:
     return Path(pattern=ID_PATTERN.pattern.join("^$"), description=description)
 
 
-DOC_ID = _id_path("Document id")
-SKILL_ID = _id_path("Skill id")
-JOB_ID = _id_path("Skill job id")
-TENANT_ID = _id_path("Tenant id")
-SESSION = _id_path("Session id")
-KEY_ID = Path(pattern=KEY_ID_PATTERN.pattern.join("^$"), description="Key id (12 hex characters)")
+_DOC_ID = _id_path("Document id")
+_SKILL_ID = _id_path("Skill id")
+_JOB_ID = _id_path("Skill job id")
+_TENANT_ID = _id_path("Tenant id")
+_SESSION = _id_path("Session id")
+_KEY_ID = Path(pattern=KEY_ID_PATTERN.pattern.join("^$"), description="Key id (12 hex characters)")
 
 app = FastAPI(
     title="Strata",
@@ -125,12 +117,6 @@ app.add_middleware(BodyLimit, max_bytes=_replica_max_body_bytes)
 app.add_middleware(Deadline, timeout_s=_replica_timeout_s)
 
 
-def _bearer(authorization: str | None) -> str:
-    if not authorization or not authorization.lower().startswith("bearer "):
-        raise Unauthorized("send your API key as 'Authorization: Bearer <key>'")
-    return authorization[7:].strip()
-
-
 def _if_match(value: str | None) -> int | None:
     if value is None:
         return None
@@ -148,10 +134,8 @@ class Api:
         self._orchestrator = orchestrator
         self.max_body_bytes = self._settings.serve.max_body_bytes  # read by the BodyLimit middleware
         self.request_timeout_s = self._settings.serve.request_timeout_s  # read by Deadline
-        self._keys: KeyStore | None = None
+        self._gate = KeyGate(self._settings)
         self._answers: IdempotencyStore | None = None
-        auth = self._settings.auth
-        self._limits = RateLimiter(per_s=auth.rate_limit_per_s, burst=auth.rate_burst)
 
     async def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
         try:
@@ -162,12 +146,6 @@ class Api:
             raise result.error
         return result
 
-    async def _key_store(self) -> KeyStore:
-        if self._keys is None:
-            store, names = await asyncio.to_thread(open_store, self._settings)
-            self._keys = open_keys(store, names)
-        return self._keys
-
     async def idempotency_store(self) -> IdempotencyStore:
         """Where the answers to writes sent with an Idempotency-Key are kept (the middleware's)."""
         if self._answers is None:
@@ -177,45 +155,7 @@ class Api:
 
     async def tenant_of_key(self, key: str | None) -> str | None:
         """The tenant of an active tenant key (no rate limit taken: the route takes it)."""
-        if not key:
-            return None
-        keys = await self._key_store()
-        return await asyncio.to_thread(keys.tenant_of, key)
-
-    async def _tenant(self, authorization: str | None, *, writes: bool, session: str | None) -> str:
-        return (await self._caller(authorization, writes=writes, session=session))[0]
-
-    async def _caller(self, authorization: str | None, *, writes: bool, session: str | None) -> tuple[str, str]:
-        """The tenant of the bearer key, and the key's id (for who-changed-what records).
-
-        Every tenant route says what it does, and :func:`strata.access.keys.authorize`
-        checks the key's scope against it (the table is in ``strata/keys.py``):
-        ``writes`` for anything but GET, /v1/context and /v1/search; ``session``
-        the session the route is confined to, None for a tenant-wide route.
-        """
-        info = await self._authenticate(authorization)
-        authorize(info, writes=writes, session=session)
-        return info.tenant, info.key_id
-
-    async def _authenticate(self, authorization: str | None) -> KeyInfo:
-        # One primary-key get per request and no cache, so a revoked key fails at
-        # once on every replica: ~2.4 ms median on milvus-lite (tests/integration/test_keys_store.py).
-        key = _bearer(authorization)
-        keys = await self._key_store()
-        info = await asyncio.to_thread(keys.lookup, key)
-        if info is None:
-            raise Unauthorized("unknown API key")  # the same words for a revoked key
-        self._limits.take(info.key_id)
-        return info
-
-    async def _admin(self, authorization: str | None) -> None:
-        """Pass an admin key (stored by ``strata keys create-admin``, or ``auth.admin_key``)."""
-        key = _bearer(authorization)
-        configured = self._settings.auth.admin_key
-        if configured and hmac.compare_digest(hash_key(key), hash_key(configured)):
-            return
-        if not (await self._authenticate(authorization)).admin:
-            raise Forbidden("this route needs an admin key (`strata keys create-admin`); a tenant key cannot manage keys")
+        return await self._gate.tenant_of_key(key)
 
     @app.get("/healthz", response_model=Health, tags=["ops"])
     async def healthz(self, response: Response) -> Health:
@@ -233,46 +173,50 @@ class Api:
     async def record_turn(
         self,
         body: TurnIn,
-        session_id: str = SESSION,
+        session_id: str = _SESSION,
         authorization: str | None = Header(default=None),
         if_match: str | None = Header(default=None),
     ) -> RecordTurnsResult:
         """Record one turn in episodic and working memory. ``If-Match``: expected episodic version."""
-        tenant, key_id = await self._caller(authorization, writes=True, session=session_id)
-        return await self._call("record_turns", tenant, session_id, [body], _if_match(if_match), key_id)
+        tenant, key_id = await self._gate.caller(authorization, writes=True, session=session_id)
+        recorded: RecordTurnsResult = await self._call("record_turns", tenant, session_id, [body], _if_match(if_match), key_id)
+        return recorded
 
     @app.post("/v1/sessions/{session_id}/turns/batch", status_code=201, response_model=RecordTurnsResult, tags=["turns"])
     async def record_turns(
         self,
         body: TurnBatchIn,
-        session_id: str = SESSION,
+        session_id: str = _SESSION,
         authorization: str | None = Header(default=None),
         if_match: str | None = Header(default=None),
     ) -> RecordTurnsResult:
         """Record up to 1,000 turns at once (importing history): one write, one embedding batch."""
-        tenant, key_id = await self._caller(authorization, writes=True, session=session_id)
-        return await self._call("record_turns", tenant, session_id, body.turns, _if_match(if_match), key_id)
+        tenant, key_id = await self._gate.caller(authorization, writes=True, session=session_id)
+        recorded: RecordTurnsResult = await self._call("record_turns", tenant, session_id, body.turns, _if_match(if_match), key_id)
+        return recorded
 
     @app.post("/v1/context", response_model=ContextResult, tags=["context"])
     async def build_context(self, body: ContextRequest, authorization: str | None = Header(default=None)) -> ContextResult:
         """The context to put in front of the LLM: working memory plus the task type's layers.
         With a session-bound key, episodic memory is read from that session only."""
-        info = await self._authenticate(authorization)
+        info = await self._gate.authenticate(authorization)
         authorize(info, writes=False, session=body.session_id)
-        return await self._call("build_context", info.tenant, body, info.session_id is not None)
+        context: ContextResult = await self._call("build_context", info.tenant, body, info.session_id is not None)
+        return context
 
     @app.post("/v1/search", response_model=SearchResult, tags=["search"])
     async def search(self, body: SearchRequest, authorization: str | None = Header(default=None)) -> SearchResult:
         """Scored hits across layers; a time expression in the query narrows the time range."""
-        tenant = await self._tenant(authorization, writes=False, session=body.session_id)
-        return await self._call("search", tenant, body)
+        tenant = await self._gate.tenant(authorization, writes=False, session=body.session_id)
+        found: SearchResult = await self._call("search", tenant, body)
+        return found
 
     @app.get("/v1/sessions/{session_id}/working", response_model=WorkingState, tags=["working"])
     async def get_working(
-        self, response: Response, session_id: str = SESSION, authorization: str | None = Header(default=None)
+        self, response: Response, session_id: str = _SESSION, authorization: str | None = Header(default=None)
     ) -> WorkingState:
         """The session's working memory; the ETag is its version."""
-        tenant = await self._tenant(authorization, writes=False, session=session_id)
+        tenant = await self._gate.tenant(authorization, writes=False, session=session_id)
         state: WorkingState = await self._call("working", tenant, session_id)
         response.headers["ETag"] = f'"{state.version}"'
         return state
@@ -282,12 +226,12 @@ class Api:
         self,
         body: WorkingItemsIn,
         response: Response,
-        session_id: str = SESSION,
+        session_id: str = _SESSION,
         authorization: str | None = Header(default=None),
         if_match: str | None = Header(default=None),
     ) -> WorkingState:
         """Add items; with ``If-Match`` the write applies only at that version (else 409)."""
-        tenant, key_id = await self._caller(authorization, writes=True, session=session_id)
+        tenant, key_id = await self._gate.caller(authorization, writes=True, session=session_id)
         state: WorkingState = await self._call(
             "add_working_items", tenant, session_id, body, _if_match(if_match), key_id
         )
@@ -295,10 +239,11 @@ class Api:
         return state
 
     @app.delete("/v1/sessions/{session_id}", response_model=ForgetResult, tags=["forget"])
-    async def forget_session(self, session_id: str = SESSION, authorization: str | None = Header(default=None)) -> ForgetResult:
+    async def forget_session(self, session_id: str = _SESSION, authorization: str | None = Header(default=None)) -> ForgetResult:
         """Forget the session in every layer: turns, vectors, summaries, working memory."""
-        tenant, key_id = await self._caller(authorization, writes=True, session=session_id)
-        return await self._call("forget_session", tenant, session_id, key_id)
+        tenant, key_id = await self._gate.caller(authorization, writes=True, session=session_id)
+        forgotten: ForgetResult = await self._call("forget_session", tenant, session_id, key_id)
+        return forgotten
 
     @app.post("/v1/documents", status_code=201, response_model=DocumentOut, tags=["documents"])
     async def index_document(
@@ -312,7 +257,7 @@ class Api:
         """Index a document, or re-index it by its ``doc_id`` (atomically: a search sees
         the old version or the new one). ``If-Match``: the document's expected version.
         A large document is better sent with ``wait=false``; poll ``GET /v1/documents/{id}``."""
-        tenant, key_id = await self._caller(authorization, writes=True, session=None)
+        tenant, key_id = await self._gate.caller(authorization, writes=True, session=None)
         doc: DocumentOut = await self._call("index_document", tenant, body, _if_match(if_match), wait, key_id)
         response.status_code = 201 if doc.status == "ready" else 202
         response.headers["ETag"] = f'"{doc.version}"'
@@ -326,19 +271,20 @@ class Api:
         authorization: str | None = Header(default=None),
     ) -> DocumentList:
         """Documents by id, a page at a time."""
-        tenant = await self._tenant(authorization, writes=False, session=None)
-        return await self._call("list_documents", tenant, after, limit)
+        tenant = await self._gate.tenant(authorization, writes=False, session=None)
+        page: DocumentList = await self._call("list_documents", tenant, after, limit)
+        return page
 
     @app.get("/v1/documents/{doc_id}", response_model=DocumentOut, tags=["documents"])
     async def get_document(
         self,
         response: Response,
-        doc_id: str = DOC_ID,
+        doc_id: str = _DOC_ID,
         include_text: bool = Query(default=False),
         authorization: str | None = Header(default=None),
     ) -> DocumentOut:
         """The document's metadata, version (ETag) and status; its text with ``include_text=true``."""
-        tenant = await self._tenant(authorization, writes=False, session=None)
+        tenant = await self._gate.tenant(authorization, writes=False, session=None)
         doc: DocumentOut = await self._call("get_document", tenant, doc_id, include_text)
         response.headers["ETag"] = f'"{doc.version}"'
         return doc
@@ -346,13 +292,14 @@ class Api:
     @app.delete("/v1/documents/{doc_id}", response_model=DocumentDeleted, tags=["documents"])
     async def delete_document(
         self,
-        doc_id: str = DOC_ID,
+        doc_id: str = _DOC_ID,
         authorization: str | None = Header(default=None),
         if_match: str | None = Header(default=None),
     ) -> DocumentDeleted:
         """Remove the document: its passages, vectors, BM25 entries and graph edges."""
-        tenant, key_id = await self._caller(authorization, writes=True, session=None)
-        return await self._call("delete_document", tenant, doc_id, _if_match(if_match), key_id)
+        tenant, key_id = await self._gate.caller(authorization, writes=True, session=None)
+        deleted: DocumentDeleted = await self._call("delete_document", tenant, doc_id, _if_match(if_match), key_id)
+        return deleted
 
     @app.get("/v1/entities", response_model=EntityOut, tags=["documents"])
     async def entity(
@@ -361,7 +308,7 @@ class Api:
         authorization: str | None = Header(default=None),
     ) -> EntityOut:
         """What the knowledge graph of your documents knows of an entity."""
-        tenant = await self._tenant(authorization, writes=False, session=None)
+        tenant = await self._gate.tenant(authorization, writes=False, session=None)
         return EntityOut(**await self._call("entity", tenant, name))
 
     # -- procedural memory ----------------------------------------------------------
@@ -373,7 +320,7 @@ class Api:
         """Learn a skill from a successful trace (201), or update the near-duplicate skill it
         belongs to (200, ``merged: true``). With an LLM the LLM drafts it; a 502 keeps the
         trace and learns it in the background (``job_id`` in the body)."""
-        tenant, key_id = await self._caller(authorization, writes=True, session=None)
+        tenant, key_id = await self._gate.caller(authorization, writes=True, session=None)
         skill: SkillOut = await self._call("extract_skill", tenant, body, key_id)
         response.status_code = 200 if skill.merged else 201
         response.headers["ETag"] = f'"{skill.version}"'
@@ -393,17 +340,18 @@ class Api:
     ) -> SkillList:
         """Skills for a task, best first (similarity x confidence in the success rate);
         without ``task``, every skill by id."""
-        tenant = await self._tenant(authorization, writes=False, session=None)
-        return await self._call(
+        tenant = await self._gate.tenant(authorization, writes=False, session=None)
+        skills: SkillList = await self._call(
             "find_skills", tenant, task=task, top_k=top_k, min_success_rate=min_success_rate, after=after, limit=limit
         )
+        return skills
 
     @app.get("/v1/skills/{skill_id}", response_model=SkillOut, tags=["skills"])
     async def get_skill(
-        self, response: Response, skill_id: str = SKILL_ID, authorization: str | None = Header(default=None)
+        self, response: Response, skill_id: str = _SKILL_ID, authorization: str | None = Header(default=None)
     ) -> SkillOut:
         """The skill; the ETag is its version."""
-        tenant = await self._tenant(authorization, writes=False, session=None)
+        tenant = await self._gate.tenant(authorization, writes=False, session=None)
         skill: SkillOut = await self._call("get_skill", tenant, skill_id)
         response.headers["ETag"] = f'"{skill.version}"'
         return skill
@@ -413,13 +361,13 @@ class Api:
         self,
         body: OutcomeIn,
         response: Response,
-        skill_id: str = SKILL_ID,
+        skill_id: str = _SKILL_ID,
         authorization: str | None = Header(default=None),
         if_match: str | None = Header(default=None),
     ) -> SkillOut:
         """Count one use. Without ``If-Match`` an atomic increment; with it, applied only at
         that version (else 409 with the current one)."""
-        tenant, key_id = await self._caller(authorization, writes=True, session=None)
+        tenant, key_id = await self._gate.caller(authorization, writes=True, session=None)
         skill: SkillOut = await self._call("record_outcome", tenant, skill_id, body, _if_match(if_match), key_id)
         response.headers["ETag"] = f'"{skill.version}"'
         return skill
@@ -429,12 +377,12 @@ class Api:
         self,
         body: SkillPatch,
         response: Response,
-        skill_id: str = SKILL_ID,
+        skill_id: str = _SKILL_ID,
         authorization: str | None = Header(default=None),
         if_match: str | None = Header(default=None),
     ) -> SkillOut:
         """Edit the skill's content; ``If-Match`` is required (428 without, 409 when stale)."""
-        tenant, key_id = await self._caller(authorization, writes=True, session=None)
+        tenant, key_id = await self._gate.caller(authorization, writes=True, session=None)
         skill: SkillOut = await self._call("update_skill", tenant, skill_id, body, _if_match(if_match), key_id)
         response.headers["ETag"] = f'"{skill.version}"'
         return skill
@@ -442,27 +390,30 @@ class Api:
     @app.delete("/v1/skills/{skill_id}", response_model=SkillDeleted, tags=["skills"])
     async def delete_skill(
         self,
-        skill_id: str = SKILL_ID,
+        skill_id: str = _SKILL_ID,
         authorization: str | None = Header(default=None),
         if_match: str | None = Header(default=None),
     ) -> SkillDeleted:
         """Remove the skill, its vector and its history."""
-        tenant, key_id = await self._caller(authorization, writes=True, session=None)
-        return await self._call("delete_skill", tenant, skill_id, _if_match(if_match), key_id)
+        tenant, key_id = await self._gate.caller(authorization, writes=True, session=None)
+        deleted: SkillDeleted = await self._call("delete_skill", tenant, skill_id, _if_match(if_match), key_id)
+        return deleted
 
     @app.get("/v1/skills/{skill_id}/history", response_model=SkillHistory, tags=["skills"])
     async def skill_history(
-        self, skill_id: str = SKILL_ID, authorization: str | None = Header(default=None)
+        self, skill_id: str = _SKILL_ID, authorization: str | None = Header(default=None)
     ) -> SkillHistory:
         """Every version of the skill: when, by which key, what changed."""
-        tenant = await self._tenant(authorization, writes=False, session=None)
-        return await self._call("skill_history", tenant, skill_id)
+        tenant = await self._gate.tenant(authorization, writes=False, session=None)
+        history: SkillHistory = await self._call("skill_history", tenant, skill_id)
+        return history
 
     @app.get("/v1/skill-jobs/{job_id}", response_model=SkillJobOut, tags=["skills"])
-    async def skill_job(self, job_id: str = JOB_ID, authorization: str | None = Header(default=None)) -> SkillJobOut:
+    async def skill_job(self, job_id: str = _JOB_ID, authorization: str | None = Header(default=None)) -> SkillJobOut:
         """A background skill extraction: pending, running, done (with the skill) or failed."""
-        tenant = await self._tenant(authorization, writes=False, session=None)
-        return await self._call("skill_job", tenant, job_id)
+        tenant = await self._gate.tenant(authorization, writes=False, session=None)
+        job: SkillJobOut = await self._call("skill_job", tenant, job_id)
+        return job
 
     @app.post("/v1/interactions", status_code=201, response_model=InteractionResult, tags=["turns"])
     async def post_interaction(
@@ -470,8 +421,9 @@ class Api:
     ) -> InteractionResult:
         """Record an exchange in working and episodic memory; a successful coding /
         debugging / deployment task with a trace teaches a skill in the background."""
-        tenant, key_id = await self._caller(authorization, writes=True, session=body.session_id)
-        return await self._call("post_interaction", tenant, body, key_id)
+        tenant, key_id = await self._gate.caller(authorization, writes=True, session=body.session_id)
+        recorded: InteractionResult = await self._call("post_interaction", tenant, body, key_id)
+        return recorded
 
 
     # -- admin: API keys ----------------------------------------------------------------
@@ -480,8 +432,8 @@ class Api:
     async def admin_create_key(self, body: KeyCreateIn, authorization: str | None = Header(default=None)) -> KeyCreated:
         """A new key for a tenant (not ``system``), optionally read-only or limited to one
         session. The secret is in this response only; Strata stores its hash."""
-        await self._admin(authorization)
-        keys = await self._key_store()
+        await self._gate.admin(authorization)
+        keys = await self._gate.key_store()
         return await asyncio.to_thread(
             keys.issue, body.tenant, read_only=body.read_only, session_id=body.session_id, name=body.name
         )
@@ -493,34 +445,34 @@ class Api:
         authorization: str | None = Header(default=None),
     ) -> KeyList:
         """Every key by id, with its tenant, scopes and dates, revoked ones too; never a secret."""
-        await self._admin(authorization)
-        keys = await self._key_store()
+        await self._gate.admin(authorization)
+        keys = await self._gate.key_store()
         return KeyList(keys=await asyncio.to_thread(keys.list, tenant))
 
     @app.post("/v1/admin/keys/{key_id}:rotate", status_code=201, response_model=KeyCreated, tags=["admin"])
-    async def admin_rotate_key(self, key_id: str = KEY_ID, authorization: str | None = Header(default=None)) -> KeyCreated:
+    async def admin_rotate_key(self, key_id: str = _KEY_ID, authorization: str | None = Header(default=None)) -> KeyCreated:
         """A new key with the same tenant, scopes and name; the old one stops working at once."""
-        await self._admin(authorization)
-        keys = await self._key_store()
+        await self._gate.admin(authorization)
+        keys = await self._gate.key_store()
         return await asyncio.to_thread(keys.rotate, key_id)
 
     @app.delete("/v1/admin/keys/{key_id}", response_model=KeyInfo, tags=["admin"])
-    async def admin_revoke_key(self, key_id: str = KEY_ID, authorization: str | None = Header(default=None)) -> KeyInfo:
+    async def admin_revoke_key(self, key_id: str = _KEY_ID, authorization: str | None = Header(default=None)) -> KeyInfo:
         """Revoke the key: its next request, on any replica, is a 401."""
-        await self._admin(authorization)
-        keys = await self._key_store()
+        await self._gate.admin(authorization)
+        keys = await self._gate.key_store()
         return await asyncio.to_thread(keys.revoke, key_id)
 
     @app.delete("/v1/admin/tenants/{tenant}", response_model=TenantForgotten, tags=["admin"])
     async def admin_forget_tenant(
-        self, tenant: str = TENANT_ID, authorization: str | None = Header(default=None)
+        self, tenant: str = _TENANT_ID, authorization: str | None = Header(default=None)
     ) -> TenantForgotten:
         """Forget a whole tenant: every row, vector, index entry, summary, skill and pending
         job in every layer, and revoke its keys. The audit trail (no content) stays."""
-        await self._admin(authorization)
+        await self._gate.admin(authorization)
         if tenant == SYSTEM_TENANT:  # before any key is revoked: those are the admin keys
             raise InvalidInput("the system tenant cannot be forgotten", field="tenant")
-        keys = await self._key_store()
+        keys = await self._gate.key_store()
         # Keys first: nothing may write to the tenant while it is being forgotten.
         revoked = [k.key_id for k in await asyncio.to_thread(keys.list, tenant) if k.revoked_at is None]
         for key_id in revoked:
@@ -531,11 +483,13 @@ class Api:
     @app.get("/v1/audit", response_model=AuditHistory, tags=["audit"])
     async def audit(
         self,
-        since: datetime | None = Query(default=None, description="Only changes after this time"),
+        # FastAPI reads the Query marker once, at import; nothing is called per request.
+        since: datetime | None = Query(default=None, description="Only changes after this time"),  # noqa: B008
         limit: int = Query(default=100, ge=1, le=1000),
         authorization: str | None = Header(default=None),
     ) -> AuditHistory:
         """Every write, update and delete of your tenant: when, which key, which layer and
         record, which version. Never the content."""
-        tenant = await self._tenant(authorization, writes=False, session=None)
-        return await self._call("audit", tenant, since, limit)
+        tenant = await self._gate.tenant(authorization, writes=False, session=None)
+        history: AuditHistory = await self._call("audit", tenant, since, limit)
+        return history

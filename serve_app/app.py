@@ -38,6 +38,8 @@ def build_app(args: dict[str, Any] | None = None) -> Application:
     else:
         settings = load_settings(_config_path(args.get("config")))
     payload = settings.to_dict()
-    embedding = Embedding.bind(payload)
-    orchestrator = Orchestrator.bind(payload, embedding)
-    return Api.bind(payload, orchestrator)
+    # @serve.deployment makes these classes Deployments, which Ray's annotations do not say: hence the ignores.
+    embedding = Embedding.bind(payload)  # type: ignore[attr-defined]
+    orchestrator = Orchestrator.bind(payload, embedding)  # type: ignore[attr-defined]
+    application: Application = Api.bind(payload, orchestrator)  # type: ignore[attr-defined]
+    return application

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Concatenate, Generic, ParamSpec, TypeVar
+from typing import Any, Concatenate, Generic, ParamSpec, Self, TypeVar
 
 import httpx
 from pydantic import BaseModel
@@ -66,26 +66,30 @@ from strata.schema import (
 
 __all__ = ["AsyncStrataClient", "StrataClient"]
 
-M = TypeVar("M", bound=BaseModel)
-P = ParamSpec("P")
+_M = TypeVar("_M", bound=BaseModel)
+_P = ParamSpec("_P")
+#: The error class each status code is raised as: the classes' own ``status_code`` (:mod:`strata.errors`).
 _BY_STATUS: dict[int, type[StrataError]] = {
-    401: Unauthorized,
-    404: NotFound,
-    403: Forbidden,
-    409: VersionConflict,
-    422: InvalidInput,
-    428: PreconditionRequired,
-    429: RateLimited,
-    502: LLMError,
-    503: StoreUnavailable,
+    error.status_code: error
+    for error in (
+        InvalidInput,
+        Unauthorized,
+        Forbidden,
+        NotFound,
+        VersionConflict,
+        PreconditionRequired,
+        RateLimited,
+        LLMError,
+        StoreUnavailable,
+    )
 }
 
 
 @dataclass(frozen=True)
-class _Call(Generic[M]):
+class _Call(Generic[_M]):
     method: str
     path: str
-    result: type[M]
+    result: type[_M]
     body: BaseModel | None = None
     if_match: int | None = None
     params: dict[str, Any] | None = None
@@ -96,7 +100,7 @@ class _Call(Generic[M]):
         params = {k: _param(v) for k, v in (self.params or {}).items() if v is not None}
         return {"method": self.method, "url": self.path, "json": body, "headers": headers, "params": params}
 
-    def parse(self, response: httpx.Response) -> M:
+    def parse(self, response: httpx.Response) -> _M:
         if response.status_code >= 400:
             try:
                 data = response.json()
@@ -115,7 +119,7 @@ def _param(value: Any) -> Any:
 # The API, one request spec per method; the clients below bind each to a transport.
 
 
-def record_turn(
+def _record_turn(
     session_id: str,
     user: str | None = None,
     agent: str | None = None,
@@ -132,14 +136,14 @@ def record_turn(
     return _Call("POST", f"/v1/sessions/{session_id}/turns", RecordTurnsResult, body, expected_version)
 
 
-def record_turns(
+def _record_turns(
     session_id: str, turns: Sequence[TurnIn | dict[str, Any]], *, expected_version: int | None = None
 ) -> _Call[RecordTurnsResult]:
     body = TurnBatchIn(turns=[t if isinstance(t, TurnIn) else TurnIn(**t) for t in turns])
     return _Call("POST", f"/v1/sessions/{session_id}/turns/batch", RecordTurnsResult, body, expected_version)
 
 
-def build_context(
+def _build_context(
     message: str,
     session_id: str,
     *,
@@ -161,7 +165,7 @@ def build_context(
     return _Call("POST", "/v1/context", ContextResult, body)
 
 
-def search(
+def _search(
     query: str,
     *,
     layers: list[Layer] | None = None,
@@ -189,7 +193,7 @@ def search(
     return _Call("POST", "/v1/search", SearchResult, body)
 
 
-def index_document(
+def _index_document(
     text: str,
     *,
     doc_id: str | None = None,
@@ -203,27 +207,27 @@ def index_document(
     return _Call("POST", "/v1/documents", DocumentOut, body, expected_version, {"wait": wait})
 
 
-def get_document(doc_id: str, *, include_text: bool = False) -> _Call[DocumentOut]:
+def _get_document(doc_id: str, *, include_text: bool = False) -> _Call[DocumentOut]:
     return _Call("GET", f"/v1/documents/{doc_id}", DocumentOut, params={"include_text": include_text})
 
 
-def list_documents(*, after: str | None = None, limit: int = 50) -> _Call[DocumentList]:
+def _list_documents(*, after: str | None = None, limit: int = 50) -> _Call[DocumentList]:
     return _Call("GET", "/v1/documents", DocumentList, params={"after": after, "limit": limit})
 
 
-def delete_document(doc_id: str, *, expected_version: int | None = None) -> _Call[DocumentDeleted]:
+def _delete_document(doc_id: str, *, expected_version: int | None = None) -> _Call[DocumentDeleted]:
     return _Call("DELETE", f"/v1/documents/{doc_id}", DocumentDeleted, if_match=expected_version)
 
 
-def entity(name: str) -> _Call[EntityOut]:
+def _entity(name: str) -> _Call[EntityOut]:
     return _Call("GET", "/v1/entities", EntityOut, params={"name": name})
 
 
-def get_working(session_id: str) -> _Call[WorkingState]:
+def _get_working(session_id: str) -> _Call[WorkingState]:
     return _Call("GET", f"/v1/sessions/{session_id}/working", WorkingState)
 
 
-def add_working_items(
+def _add_working_items(
     session_id: str,
     items: Sequence[WorkingItemIn | dict[str, Any]],
     *,
@@ -234,11 +238,11 @@ def add_working_items(
     return _Call("POST", f"/v1/sessions/{session_id}/working/items", WorkingState, body, expected_version)
 
 
-def forget_session(session_id: str) -> _Call[ForgetResult]:
+def _forget_session(session_id: str) -> _Call[ForgetResult]:
     return _Call("DELETE", f"/v1/sessions/{session_id}", ForgetResult)
 
 
-def extract_skill(
+def _extract_skill(
     task: str, trace: Sequence[TraceStepIn | dict[str, Any] | str], *, outcome: str | None = None,
     ttl_s: float | None = None,
 ) -> _Call[SkillOut]:
@@ -246,7 +250,7 @@ def extract_skill(
     return _Call("POST", "/v1/skills:extract", SkillOut, body)
 
 
-def find_skills(
+def _find_skills(
     task: str | None = None,
     *,
     top_k: int = 5,
@@ -258,63 +262,63 @@ def find_skills(
     return _Call("GET", "/v1/skills", SkillList, params=params)
 
 
-def get_skill(skill_id: str) -> _Call[SkillOut]:
+def _get_skill(skill_id: str) -> _Call[SkillOut]:
     return _Call("GET", f"/v1/skills/{skill_id}", SkillOut)
 
 
-def record_outcome(
+def _record_outcome(
     skill_id: str, success: bool, *, notes: str | None = None, expected_version: int | None = None
 ) -> _Call[SkillOut]:
     return _Call("POST", f"/v1/skills/{skill_id}/outcomes", SkillOut, OutcomeIn(success=success, notes=notes), expected_version)
 
 
-def update_skill(skill_id: str, changes: SkillPatch | dict[str, Any], *, expected_version: int) -> _Call[SkillOut]:
+def _update_skill(skill_id: str, changes: SkillPatch | dict[str, Any], *, expected_version: int) -> _Call[SkillOut]:
     body = changes if isinstance(changes, SkillPatch) else SkillPatch(**changes)
     return _Call("PATCH", f"/v1/skills/{skill_id}", SkillOut, body, expected_version)
 
 
-def delete_skill(skill_id: str, *, expected_version: int | None = None) -> _Call[SkillDeleted]:
+def _delete_skill(skill_id: str, *, expected_version: int | None = None) -> _Call[SkillDeleted]:
     return _Call("DELETE", f"/v1/skills/{skill_id}", SkillDeleted, if_match=expected_version)
 
 
-def skill_history(skill_id: str) -> _Call[SkillHistory]:
+def _skill_history(skill_id: str) -> _Call[SkillHistory]:
     return _Call("GET", f"/v1/skills/{skill_id}/history", SkillHistory)
 
 
-def skill_job(job_id: str) -> _Call[SkillJobOut]:
+def _skill_job(job_id: str) -> _Call[SkillJobOut]:
     return _Call("GET", f"/v1/skill-jobs/{job_id}", SkillJobOut)
 
 
-def post_interaction(interaction: InteractionIn | dict[str, Any]) -> _Call[InteractionResult]:
+def _post_interaction(interaction: InteractionIn | dict[str, Any]) -> _Call[InteractionResult]:
     body = interaction if isinstance(interaction, InteractionIn) else InteractionIn(**interaction)
     return _Call("POST", "/v1/interactions", InteractionResult, body)
 
 
-def audit(*, since: datetime | None = None, limit: int = 100) -> _Call[AuditHistory]:
+def _audit(*, since: datetime | None = None, limit: int = 100) -> _Call[AuditHistory]:
     return _Call("GET", "/v1/audit", AuditHistory, params={"since": since.isoformat() if since else None, "limit": limit})
 
 
-def health() -> _Call[Health]:
+def _health() -> _Call[Health]:
     return _Call("GET", "/healthz", Health)
 
 
-def _sync(spec: Callable[P, _Call[M]]) -> Callable[Concatenate[StrataClient, P], M]:
-    def method(self: StrataClient, /, *args: P.args, **kwargs: P.kwargs) -> M:
+def _sync(spec: Callable[_P, _Call[_M]]) -> Callable[Concatenate[StrataClient, _P], _M]:
+    def method(self: StrataClient, /, *args: _P.args, **kwargs: _P.kwargs) -> _M:
         call = spec(*args, **kwargs)
         return call.parse(self._http.request(**call.request()))
 
-    method.__name__ = spec.__name__
-    method.__doc__ = f"``{spec.__name__}`` over HTTP, blocking."
+    method.__name__ = spec.__name__.removeprefix("_")
+    method.__doc__ = f"``{method.__name__}`` over HTTP, blocking."
     return method
 
 
-def _async(spec: Callable[P, _Call[M]]) -> Callable[Concatenate[AsyncStrataClient, P], Coroutine[Any, Any, M]]:
-    async def method(self: AsyncStrataClient, /, *args: P.args, **kwargs: P.kwargs) -> M:
+def _async(spec: Callable[_P, _Call[_M]]) -> Callable[Concatenate[AsyncStrataClient, _P], Coroutine[Any, Any, _M]]:
+    async def method(self: AsyncStrataClient, /, *args: _P.args, **kwargs: _P.kwargs) -> _M:
         call = spec(*args, **kwargs)
         return call.parse(await self._http.request(**call.request()))
 
-    method.__name__ = spec.__name__
-    method.__doc__ = f"``{spec.__name__}`` over HTTP, awaitable."
+    method.__name__ = spec.__name__.removeprefix("_")
+    method.__doc__ = f"``{method.__name__}`` over HTTP, awaitable."
     return method
 
 
@@ -327,31 +331,31 @@ class StrataClient:
     def close(self) -> None:
         self._http.close()
 
-    record_turn = _sync(record_turn)
-    record_turns = _sync(record_turns)
-    build_context = _sync(build_context)
-    search = _sync(search)
-    get_working = _sync(get_working)
-    add_working_items = _sync(add_working_items)
-    forget_session = _sync(forget_session)
-    index_document = _sync(index_document)
-    get_document = _sync(get_document)
-    list_documents = _sync(list_documents)
-    delete_document = _sync(delete_document)
-    entity = _sync(entity)
-    extract_skill = _sync(extract_skill)
-    find_skills = _sync(find_skills)
-    get_skill = _sync(get_skill)
-    record_outcome = _sync(record_outcome)
-    update_skill = _sync(update_skill)
-    delete_skill = _sync(delete_skill)
-    skill_history = _sync(skill_history)
-    skill_job = _sync(skill_job)
-    post_interaction = _sync(post_interaction)
-    audit = _sync(audit)
-    health = _sync(health)
+    record_turn = _sync(_record_turn)
+    record_turns = _sync(_record_turns)
+    build_context = _sync(_build_context)
+    search = _sync(_search)
+    get_working = _sync(_get_working)
+    add_working_items = _sync(_add_working_items)
+    forget_session = _sync(_forget_session)
+    index_document = _sync(_index_document)
+    get_document = _sync(_get_document)
+    list_documents = _sync(_list_documents)
+    delete_document = _sync(_delete_document)
+    entity = _sync(_entity)
+    extract_skill = _sync(_extract_skill)
+    find_skills = _sync(_find_skills)
+    get_skill = _sync(_get_skill)
+    record_outcome = _sync(_record_outcome)
+    update_skill = _sync(_update_skill)
+    delete_skill = _sync(_delete_skill)
+    skill_history = _sync(_skill_history)
+    skill_job = _sync(_skill_job)
+    post_interaction = _sync(_post_interaction)
+    audit = _sync(_audit)
+    health = _sync(_health)
 
-    def __enter__(self) -> StrataClient:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -369,31 +373,31 @@ class AsyncStrataClient:
     async def aclose(self) -> None:
         await self._http.aclose()
 
-    record_turn = _async(record_turn)
-    record_turns = _async(record_turns)
-    build_context = _async(build_context)
-    search = _async(search)
-    get_working = _async(get_working)
-    add_working_items = _async(add_working_items)
-    forget_session = _async(forget_session)
-    index_document = _async(index_document)
-    get_document = _async(get_document)
-    list_documents = _async(list_documents)
-    delete_document = _async(delete_document)
-    entity = _async(entity)
-    extract_skill = _async(extract_skill)
-    find_skills = _async(find_skills)
-    get_skill = _async(get_skill)
-    record_outcome = _async(record_outcome)
-    update_skill = _async(update_skill)
-    delete_skill = _async(delete_skill)
-    skill_history = _async(skill_history)
-    skill_job = _async(skill_job)
-    post_interaction = _async(post_interaction)
-    audit = _async(audit)
-    health = _async(health)
+    record_turn = _async(_record_turn)
+    record_turns = _async(_record_turns)
+    build_context = _async(_build_context)
+    search = _async(_search)
+    get_working = _async(_get_working)
+    add_working_items = _async(_add_working_items)
+    forget_session = _async(_forget_session)
+    index_document = _async(_index_document)
+    get_document = _async(_get_document)
+    list_documents = _async(_list_documents)
+    delete_document = _async(_delete_document)
+    entity = _async(_entity)
+    extract_skill = _async(_extract_skill)
+    find_skills = _async(_find_skills)
+    get_skill = _async(_get_skill)
+    record_outcome = _async(_record_outcome)
+    update_skill = _async(_update_skill)
+    delete_skill = _async(_delete_skill)
+    skill_history = _async(_skill_history)
+    skill_job = _async(_skill_job)
+    post_interaction = _async(_post_interaction)
+    audit = _async(_audit)
+    health = _async(_health)
 
-    async def __aenter__(self) -> AsyncStrataClient:
+    async def __aenter__(self) -> Self:
         return self
 
     async def __aexit__(self, *exc: object) -> None:

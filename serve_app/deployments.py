@@ -42,8 +42,11 @@ class Embedding:
     def __init__(self, settings: dict[str, Any]) -> None:
         config = StrataSettings.from_dict(settings)
         self._embedder: Embedder = make_embedder(config.embedding)
-        self._embed_batch.set_max_batch_size(config.serve.embedding_max_batch_size)
-        self._embed_batch.set_batch_wait_timeout_s(config.serve.embedding_batch_wait_timeout_s)
+        # @serve.batch adds these setters at run time; its annotations type the plain coroutine.
+        self._embed_batch.set_max_batch_size(config.serve.embedding_max_batch_size)  # type: ignore[attr-defined]
+        self._embed_batch.set_batch_wait_timeout_s(  # type: ignore[attr-defined]
+            config.serve.embedding_batch_wait_timeout_s
+        )
 
     @serve.batch(max_batch_size=32, batch_wait_timeout_s=0.005)
     async def _embed_batch(self, texts: list[str]) -> list[np.ndarray]:
@@ -69,10 +72,10 @@ class Refused:
     error: StrataError
 
 
-C = TypeVar("C", bound=type)
+_C = TypeVar("_C", bound=type)
 
 
-def _refusals_as_values(cls: C) -> C:
+def _refusals_as_values(cls: _C) -> _C:
     """Wrap every public coroutine method so a :class:`StrataError` is returned as :class:`Refused`."""
     for name, fn in list(vars(cls).items()):
         if name.startswith("_") or not inspect.iscoroutinefunction(fn):

@@ -1,5 +1,9 @@
 """Strata errors to HTTP responses, in one place; the request body limit (413) and the
-request deadline (504)."""
+request deadline (504).
+
+An error's status code is its class's ``status_code`` (:mod:`strata.errors`); nothing here
+repeats one, and :mod:`strata_serve.client` maps codes back to classes from the same attribute.
+"""
 
 from __future__ import annotations
 
@@ -17,11 +21,13 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from strata_actors.errors import unwrap
 
-from strata.errors import RateLimited, StoreUnavailable, StrataError, Unauthorized, VersionConflict
+from strata.errors import InvalidInput, RateLimited, StoreUnavailable, StrataError, Unauthorized, VersionConflict
 
 __all__ = [
+    "WRITE_METHODS",
     "BodyLimit",
     "Deadline",
+    "deadline_response",
     "error_response",
     "http_error_response",
     "install_handlers",
@@ -29,7 +35,7 @@ __all__ = [
     "validation_response",
 ]
 
-log = logging.getLogger(__name__)
+_log = logging.getLogger(__name__)
 
 #: The methods that change something: a retried one may carry an Idempotency-Key.
 WRITE_METHODS = frozenset(("POST", "PATCH", "PUT", "DELETE"))
@@ -57,7 +63,7 @@ def validation_response(exc: RequestValidationError) -> JSONResponse:
         problems.append(f"{where or 'body'}: {error.get('msg', 'invalid')}")
     return JSONResponse(
         {"error": "InvalidInput", "message": "; ".join(problems)[:2000], "problems": problems[:50]},
-        status_code=422,
+        status_code=InvalidInput.status_code,
     )
 
 
@@ -66,7 +72,9 @@ def http_error_response(exc: HTTPException) -> JSONResponse:
     Strata's shape instead of ``{"detail": ...}``."""
     if exc.status_code == 400 and isinstance(exc.__cause__, UnicodeDecodeError):
         message = f"the body is not valid JSON (not UTF-8: {exc.__cause__.reason} at byte {exc.__cause__.start})"
-        return JSONResponse({"error": "InvalidInput", "message": message, "problems": [message]}, status_code=422)
+        return JSONResponse(
+            {"error": "InvalidInput", "message": message, "problems": [message]}, status_code=InvalidInput.status_code
+        )
     try:
         name = HTTPStatus(exc.status_code).phrase.title().replace(" ", "").replace("-", "")
     except ValueError:
@@ -214,7 +222,7 @@ class Deadline:
     def _finished_late(self, work: asyncio.Task[None]) -> None:
         self._late.discard(work)
         if not work.cancelled() and work.exception() is not None:
-            log.warning("a request answered with a 504 failed afterwards: %r", work.exception())
+            _log.warning("a request answered with a 504 failed afterwards: %r", work.exception())
 
 
 def install_handlers(app: object) -> None:

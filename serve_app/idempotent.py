@@ -29,14 +29,15 @@ from typing import Any
 from fastapi.responses import JSONResponse
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from strata_serve.auth import bearer_key
 from strata_serve.errors import WRITE_METHODS
 
 from strata.access.idempotency import Answer, IdempotencyStore, fingerprint
 from strata.errors import StrataError
 
-__all__ = ["Idempotent", "Replica"]
+__all__ = ["Idempotent", "Replica", "replica_parts"]
 
-log = logging.getLogger(__name__)
+_log = logging.getLogger(__name__)
 
 _KEY = re.compile(r"^[\x21-\x7e]{1,255}$")
 _KEPT_HEADERS = ("content-type", "etag", "location")
@@ -75,7 +76,7 @@ class Idempotent:
         body, replay = await _read_body(receive)
         tenant_of, answers_of = self.replica()
         try:
-            tenant = await tenant_of(_bearer(headers.get("authorization")))
+            tenant = await tenant_of(bearer_key(headers.get("authorization")))
         except StrataError:
             tenant = None
         if tenant is None:  # no valid tenant key: the route answers 401/403 as without the header
@@ -106,11 +107,11 @@ class Idempotent:
         if 200 <= status < 300:
             tenant_of, answers_of = self.replica()
             try:
-                tenant = await tenant_of(_bearer(headers.get("authorization")))
+                tenant = await tenant_of(bearer_key(headers.get("authorization")))
                 if tenant is not None:
                     await asyncio.to_thread((await answers_of()).forget, tenant)
             except StrataError as exc:
-                log.warning("kept answers of idempotent writes not dropped after a delete: %s", exc.message)
+                _log.warning("kept answers of idempotent writes not dropped after a delete: %s", exc.message)
 
     async def _once(
         self, scope: Scope, receive: Receive, send: Send, tenant: str, key: str, print_: str, answers: IdempotencyStore
@@ -148,9 +149,9 @@ class Idempotent:
                 if scope["method"] == "DELETE":
                     await asyncio.to_thread(answers.forget, tenant)
                 if not await asyncio.to_thread(answers.put, tenant, key, answer):
-                    log.warning("answer to an idempotent write of tenant %s is too large to keep", tenant)
+                    _log.warning("answer to an idempotent write of tenant %s is too large to keep", tenant)
             except StrataError as exc:  # applied and answered: a retry now would apply it again
-                log.warning("answer to an idempotent write of tenant %s not kept: %s", tenant, exc.message)
+                _log.warning("answer to an idempotent write of tenant %s not kept: %s", tenant, exc.message)
         for message in messages:
             await send(message)
 
@@ -176,12 +177,6 @@ async def _read_body(receive: Receive) -> tuple[bytes, Receive]:
         return {"type": "http.request", "body": body, "more_body": False}
 
     return body, replay
-
-
-def _bearer(authorization: str | None) -> str | None:
-    if not authorization or not authorization.lower().startswith("bearer "):
-        return None
-    return authorization[7:].strip()
 
 
 def replica_parts(replica: Any) -> Replica:

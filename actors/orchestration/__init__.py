@@ -24,7 +24,7 @@ from strata_actors.orchestration.search import SearchFlow
 from strata_actors.orchestration.skills import SkillFlow
 from strata_actors.orchestration.writes import SESSION_LAYERS, WriteFlow
 
-__all__ = ["SESSION_LAYERS", "Embed", "Orchestration"]
+__all__ = ["SESSION_LAYERS", "ContextFlow", "Embed", "Orchestration", "SearchFlow", "SkillFlow", "WriteFlow"]
 
 
 class Orchestration(WriteFlow, SkillFlow, SearchFlow, ContextFlow):

@@ -265,7 +265,7 @@ def _tiny_benchmark(tmp_path: Any) -> Any:
 def test_eval_harness_runs_strata_and_baselines_side_by_side(settings: Any, tmp_path: Any) -> None:
     """`strata eval retrieval`'s core on a tiny neutral-format benchmark, Strata included."""
 
-    from strata_bench.eval_retrieval import evaluate, format_table
+    from strata_bench.evaluation.retrieval import evaluate, format_table
 
     from strata.providers.embedder import make_embedder
 
@@ -284,7 +284,7 @@ def test_eval_harness_runs_strata_and_baselines_side_by_side(settings: Any, tmp_
 
 
 def test_eval_harness_counts_llm_calls_and_tokens_per_turn(milvus: MilvusServer, tmp_path: Any) -> None:
-    from strata_bench.eval_retrieval import evaluate, format_table
+    from strata_bench.evaluation.retrieval import evaluate, format_table
 
     from strata.providers.embedder import make_embedder
 

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 from strata_actors.client import InClusterClient
-from strata_actors.orchestration import AVAILABLE_LAYERS
 
 from strata.errors import InvalidInput, NotFound
+from strata.schema import LAYERS
 from strata.store.layout import open_store
 from tests.conftest import MilvusServer, settings_for
 from tests.integration.layers import restart_layer_actors
@@ -60,7 +60,7 @@ async def test_forgetting_a_tenant_leaves_nothing_and_spares_the_others(settings
     assert len(await _traces(doomed)) >= 6  # the check finds the secret by every path before
 
     removed = await doomed._flow.forget_tenant("doomed")
-    assert set(removed) == set(AVAILABLE_LAYERS) and all(n > 0 for n in removed.values())
+    assert set(removed) == set(LAYERS) and all(n > 0 for n in removed.values())
     assert await _traces(doomed) == []
 
     # restart every layer actor: nothing comes back from the store either

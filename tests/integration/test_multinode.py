@@ -17,9 +17,9 @@ import ray
 import yaml
 from ray.cluster_utils import Cluster
 from strata_actors.client import InClusterClient
-from strata_actors.orchestration import AVAILABLE_LAYERS
 from strata_actors.router import LayerRouter
 
+from strata.schema import LAYERS
 from strata.store.layout import open_store
 from tests.conftest import MilvusServer, free_port, settings_for
 
@@ -81,7 +81,7 @@ def _node_of(actor: Any) -> str:
 
 async def _placement(router: LayerRouter) -> dict[tuple[str, int], str]:
     """(layer, shard) → node id, for every shard actor (creating those that do not exist)."""
-    keys = [(layer, n) for layer in AVAILABLE_LAYERS for n in range(router.shards(layer))]
+    keys = [(layer, n) for layer in LAYERS for n in range(router.shards(layer))]
     nodes = await asyncio.gather(*(router.shard_handle(*k).__ray_call__.remote(_node_of) for k in keys))
     return dict(zip(keys, nodes))
 
@@ -171,7 +171,7 @@ async def test_a_dead_nodes_tenants_come_back_elsewhere_with_their_state(setting
         await _check(client, tenant)
 
     placement = await _placement(router)
-    held = {(layer, router.shard_of(layer, t)) for layer in AVAILABLE_LAYERS for t in TENANTS}
+    held = {(layer, router.shard_of(layer, t)) for layer in LAYERS for t in TENANTS}
     assert held == set(placement)  # every shard holds a tenant
     by_worker = {w: [k for k, node in placement.items() if node == w.node_id] for w in cluster.worker_nodes}
     victim, moved = max(by_worker.items(), key=lambda item: len(item[1]))
@@ -250,6 +250,6 @@ def test_serve_config_deploys_on_the_cluster(settings: Any, milvus: MilvusServer
             assert {k: got["autoscaling_config"][k] for k in wanted["autoscaling_config"]} == wanted["autoscaling_config"]
         answer = httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=30)
         assert answer.status_code == 200, answer.text
-        assert set(answer.json()["layers"]) == set(AVAILABLE_LAYERS)
+        assert set(answer.json()["layers"]) == set(LAYERS)
     finally:
         serve.shutdown()

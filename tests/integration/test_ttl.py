@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 from strata_actors.client import InClusterClient
-from strata_actors.orchestration import AVAILABLE_LAYERS
 from strata_actors.router import LayerRouter
 
 from strata.errors import NotFound
+from strata.schema import LAYERS
 from strata.store.layout import open_store
 from tests.conftest import MilvusServer, settings_for
 from tests.integration.layers import restart_layer_actors
@@ -107,7 +107,7 @@ async def test_expired_items_are_never_returned_and_the_rest_stays(settings: Any
     with pytest.raises(NotFound):
         await client.get_document("shed")
     history = await client._flow.audit("ttl-a", limit=1000)
-    assert {e.layer for e in history.entries if e.op == "expire"} == set(AVAILABLE_LAYERS)
+    assert {e.layer for e in history.entries if e.op == "expire"} == set(LAYERS)
     assert all(e.key_id == "ttl" for e in history.entries if e.op == "expire")
 
 
