@@ -19,95 +19,18 @@ import argparse
 import asyncio
 import json
 import random
-import statistics
-import tempfile
 import time
 import uuid
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any
 
+from strata_bench.stats import latency_ms
+from strata_bench.target import add_arguments, target
 from strata_serve.client import AsyncStrataClient, StrataClient
 
 from strata.errors import VersionConflict
 
-if TYPE_CHECKING:
-    from strata_cli.stack import Stack
-
-__all__ = ["Target", "add_arguments", "percentile", "run", "scratch_stack", "target"]
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    """The nearest-rank ``q`` quantile (0..1) of ``values``; the median for q = 0.5 and odd counts."""
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class Target(NamedTuple):
-    """The stack a benchmark measures: its URL, a key for tenant ``demo`` (or the one given),
-    and the :class:`~strata_cli.stack.Stack` when its settings are known (None for ``--url``)."""
-
-    url: str
-    key: str
-    stack: Stack | None
-    #: True when the benchmark started it on free ports and stops it afterwards.
-    scratch: bool
-
-
-@contextmanager
-def scratch_stack(config: str | None) -> Iterator[Target]:
-    """A stack on free ports in a temporary directory, stopped (``down``) on exit."""
-    from strata_cli.stack import Stack
-
-    from strata.config import load_settings
-
-    with tempfile.TemporaryDirectory(prefix="strata-bench-") as tmp:
-        settings = load_settings(
-            config,
-            data_dir=Path(tmp) / "data",
-            serve={"port": _free_port()},
-            milvus={"port": _free_port()},
-            ray={"gcs_port": _free_port()},
-        )
-        stack = Stack(settings, say=lambda m: print(f"  {m}", flush=True))
-        print(f"starting a scratch stack in {tmp} (about a minute)", flush=True)
-        key = stack.up()
-        try:
-            yield Target(stack.url, key, stack, True)
-        finally:
-            stack.down()
-
-
-@contextmanager
-def target(args: argparse.Namespace) -> Iterator[Target]:
-    """``--url``/``--api-key``, else the stack ``strata up`` runs in ``--data-dir``, else a scratch stack."""
-    if args.url:
-        if not args.api_key:
-            raise SystemExit("strata bench: --url needs --api-key")
-        yield Target(args.url, args.api_key, None, False)
-        return
-    from strata_cli.stack import Stack
-
-    from strata.config import load_settings
-
-    if args.data_dir:
-        settings = load_settings(args.config, data_dir=Path(args.data_dir))
-        recorded = Stack.recorded(settings.data_dir, say=lambda m: None)
-        if recorded is not None and recorded.healthy():
-            print(f"measuring the stack at {recorded.url}", flush=True)
-            yield Target(recorded.url, recorded.up(), recorded, False)
-            return
-    with scratch_stack(args.config) as found:
-        yield found
+__all__ = ["LAYER_SETS", "add_arguments", "contention", "fanout", "run"]
 
 
 # -- contention ------------------------------------------------------------------
@@ -289,8 +212,7 @@ def fanout(url: str, key: str, *, calls: int = 60, warmup: int = 5) -> dict[str,
         for n in range(8):
             client.delete_document(f"bench-fanout-{n}")
     report: dict[str, Any] = {
-        name: {"p50_ms": round(statistics.median(t), 2), "p95_ms": round(percentile(t, 0.95), 2),
-               "calls": len(t), "calls_with_missing_layers": missing[name]}
+        name: {**latency_ms(t, quantiles=(0.5, 0.95)), "calls": len(t), "calls_with_missing_layers": missing[name]}
         for name, t in timings.items()
     }
     slowest = max(report[name]["p50_ms"] for name in ("episodic", "semantic", "procedural"))
@@ -312,14 +234,8 @@ def _print_fanout(r: dict[str, Any]) -> None:
 # -- CLI ----------------------------------------------------------------------------
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--url", help="a running Strata (default: the stack in --data-dir, else a scratch one)")
-    parser.add_argument("--api-key", help="its API key")
-    parser.add_argument("--data-dir", help="the data dir of a stack `strata up` started")
-    parser.add_argument("--json", help="write the results here")
-
-
 def run(args: argparse.Namespace, which: str) -> int:
+    """``strata bench contention`` or ``fanout`` (``which``); 1 when an update was lost."""
     with target(args) as (url, key, _, _):
         if which == "contention":
             result = asyncio.run(contention(url, key, clients=args.clients, updates=args.updates))

@@ -28,7 +28,7 @@ from typing import Any
 from strata.config import PII_TYPES, PIISettings
 from strata.privacy.pii import Detector, MergedDetector, Redactor, RuleDetector, make_detector
 
-__all__ = ["DEFAULT_CORPUS", "RULE_TYPES", "Scores", "Sentence", "add_arguments", "evaluate", "load_corpus", "run"]
+__all__ = ["DEFAULT_CORPUS", "RULE_TYPES", "Scores", "Sentence", "Tally", "add_arguments", "evaluate", "format_report", "load_corpus", "run", "throughput"]
 
 DEFAULT_CORPUS = Path(__file__).resolve().parent.parent / "tests" / "data" / "pii_corpus.jsonl"
 RULE_TYPES = ("email", "phone", "card", "cn_id", "iban", "ip", "secret")

@@ -1,4 +1,17 @@
-"""Retrieval evaluation: benchmark loaders, recall metrics, turn-level baselines, a chart.
+"""Quality evaluations: benchmark loaders, recall metrics, turn-level baselines, a chart,
+and the runs built on them.
+
+The runs, each a module of its own (not imported here):
+
+- :mod:`~strata_bench.evaluation.retrieval`: ``strata eval retrieval``, Strata against BM25,
+  dense and RRF baselines on a conversation benchmark;
+- :mod:`~strata_bench.evaluation.chunking`: ``strata eval chunking``, chunking strategies and
+  retrieval paths of the semantic layer on documents made from a benchmark
+  (:mod:`~strata_bench.evaluation.documents`);
+- :mod:`~strata_bench.evaluation.ablation`: ``python -m strata_bench.evaluation.ablation``,
+  the episodic retrieval ablation behind ``docs/retrieval-ablation.md``;
+- :mod:`~strata_bench.evaluation.bm25_compare`: ``python -m strata_bench.evaluation.bm25_compare``,
+  which BM25 the semantic layer uses.
 
 Plain Python, like the rest of :mod:`strata`: no Ray, no Milvus. ``bm25s`` and
 ``matplotlib`` are imported only by the baseline and the chart that need them.
@@ -7,6 +20,7 @@ Plain Python, like the rest of :mod:`strata`: no Ray, no Milvus. ``bm25s`` and
 from strata_bench.evaluation.baselines import (
     BM25Retriever,
     DenseRetriever,
+    MemoEmbedder,
     Retriever,
     RRFRetriever,
     turn_document,
@@ -37,6 +51,7 @@ __all__ = [
     "EvalQuestion",
     "EvalSession",
     "EvalTurn",
+    "MemoEmbedder",
     "RRFRetriever",
     "Retriever",
     "Scoreboard",

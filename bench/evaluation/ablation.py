@@ -1,6 +1,6 @@
 """The retrieval ablation behind docs/retrieval-ablation.md.
 
-``python -m strata_bench.ablation DATASET [--format locomo|strata]`` prints one
+``python -m strata_bench.evaluation.ablation DATASET [--format locomo|strata]`` prints one
 Markdown row per configuration. Each row removes one part of episodic
 retrieval from the defaults. It drives the same ``EpisodicMemory`` the
 episodic actors run, in-process over the in-memory record store, so the
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import replace
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import numpy as np
@@ -21,13 +21,14 @@ from strata_bench.evaluation.datasets import Benchmark, EvalTurn, load_benchmark
 from strata_bench.evaluation.metrics import Scoreboard
 
 from strata.config import EpisodicSettings, PIISettings
-from strata.episodic.memory import EpisodicMemory, TurnInput
+from strata.episodic.memory import EpisodicMemory
+from strata.episodic.turns import TurnInput
 from strata.privacy.redaction import Redaction
 from strata.providers.embedder import OnnxMiniLMEmbedder
 from strata.retrieval.timeparse import resolve_time_range, strip_time_expression
 from strata.store.records import InMemoryRecordStore
 
-__all__ = ["main"]
+__all__ = ["main", "redacted"]
 
 
 def _text(t: EvalTurn) -> str:
@@ -76,7 +77,7 @@ class _Ablation:
                               timestamp=(s.date + timedelta(seconds=k)) if s.date else None)
                     for k, t in enumerate(s.turns)
                 ]
-                turns = memory.prepare(s.id.replace(" ", "_"), inputs, now=s.date or inputs[0].timestamp)
+                turns = memory.prepare(s.id.replace(" ", "_"), inputs, now=s.date or datetime.now(UTC))
                 memory.record(turns, self.vectors[row : row + len(turns)])
                 row += len(turns)
             questions = [q for q in c.questions if q.category != "adversarial"]
@@ -114,7 +115,7 @@ ROWS: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m strata_bench.ablation", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m strata_bench.evaluation.ablation", description=__doc__)
     parser.add_argument("dataset")
     parser.add_argument("--format", choices=["locomo", "strata"])
     args = parser.parse_args(argv)

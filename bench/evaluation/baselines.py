@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 __all__ = [
     "BM25Retriever",
     "DenseRetriever",
+    "MemoEmbedder",
     "RRFRetriever",
     "Retriever",
     "turn_document",
@@ -201,6 +202,25 @@ class DenseRetriever:
         query_vector = np.asarray(self._embedder.embed([query]), dtype=np.float32)[0]
         scores = self._vectors @ query_vector
         return [self._ids[i] for i in _top_k(scores, k, positive_only=False)]
+
+
+class MemoEmbedder:
+    """The baselines' embedder, remembering indexed turns so dense and RRF embed each
+    turn once. A single text (a query) is always embedded anew, so query latency
+    stays honest; RRF's ingest rate then leaves out the embedding dense already did."""
+
+    def __init__(self, embedder: Any) -> None:
+        self._embedder = embedder
+        self._seen: dict[str, Any] = {}
+        self.dim = embedder.dim
+
+    def embed(self, texts: Sequence[str]) -> Any:
+        if len(texts) == 1:
+            return self._embedder.embed(texts)
+        missing = [t for t in dict.fromkeys(texts) if t not in self._seen]
+        if missing:
+            self._seen.update(zip(missing, self._embedder.embed(missing)))
+        return np.stack([self._seen[t] for t in texts]) if texts else self._embedder.embed([])
 
 
 # ----------------------------------------------------------------- fusion

@@ -1,6 +1,6 @@
 """Which BM25 the semantic layer should use, measured on the same children.
 
-``python -m strata_bench.bm25_compare --dataset PATH [--format locomo|strata]``
+``python -m strata_bench.evaluation.bm25_compare --dataset PATH [--format locomo|strata]``
 
 The documents of :mod:`strata_bench.evaluation.documents` are cut by the
 ``parent_child`` strategy; every child, as the semantic layer indexes it
@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -37,6 +36,7 @@ from typing import Any, Protocol
 
 import numpy as np
 from strata_bench.evaluation.documents import DocumentCorpus, DocumentSet, PassageBoard, Span, document_set
+from strata_bench.stats import latency_ms
 
 from strata.config import ChunkingSettings
 from strata.providers.tokens import TiktokenCounter
@@ -254,12 +254,10 @@ def compare(
         server.close()
     results = {}
     for name in candidates:
-        ordered = sorted(latency[name])
         results[name] = {
             **boards[name].report(),
             "build_s": round(build_s[name], 3),
-            "query_p50_ms": round(statistics.median(ordered), 3) if ordered else None,
-            "query_p95_ms": round(ordered[min(len(ordered) - 1, int(len(ordered) * 0.95))], 3) if ordered else None,
+            **latency_ms(latency[name], quantiles=(0.5, 0.95), digits=3, prefix="query_"),
             "incremental": INCREMENTAL[name],
         }
     return {
@@ -303,7 +301,7 @@ def format_table(result: dict[str, Any]) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     from strata_bench.evaluation.datasets import load_benchmark
 
-    parser = argparse.ArgumentParser(prog="python -m strata_bench.bm25_compare", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m strata_bench.evaluation.bm25_compare", description=__doc__.split("\n\n")[0])
     parser.add_argument("--dataset", required=True, action="append", help="repeat for several sets")
     parser.add_argument("--format", choices=["locomo", "strata"], help="default: detected")
     parser.add_argument("--candidates", default=",".join(CANDIDATES))

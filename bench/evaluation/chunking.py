@@ -12,14 +12,13 @@ Embeddings are memoised for the whole run: a child text two strategies cut
 alike, or the same strategy in the path ablation, is embedded once, and so
 is each question.
 
-``python -m strata_bench.eval_documents --dataset PATH [--ablation] ...``
+``python -m strata_bench.evaluation.chunking --dataset PATH [--ablation] ...``
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -28,22 +27,26 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from strata_bench.eval_retrieval import _MemoEmbedder
+from strata_bench.evaluation.baselines import MemoEmbedder
 from strata_bench.evaluation.datasets import Benchmark
 from strata_bench.evaluation.documents import DocumentCorpus, DocumentSet, PassageBoard, document_set
+from strata_bench.stats import latency_ms
 
 from strata.config import ChunkingSettings, SemanticSettings
 from strata.providers.tokens import TiktokenCounter, TokenCounter
 from strata.retrieval.entities import RuleExtractor
 from strata.semantic.chunking import STRATEGIES, make_chunker
-from strata.semantic.memory import CHILD, PARENT, DocumentInput, SemanticMemory
+from strata.semantic.documents import CHILD, PARENT, DocumentInput
+from strata.semantic.memory import SemanticMemory
 from strata.store.records import InMemoryRecordStore
 
 __all__ = [
     "ablation_paths",
+    "add_arguments",
     "format_ablation_table",
     "format_chunking_table",
     "main",
+    "run",
     "run_chunking_eval",
     "run_path_ablation",
 ]
@@ -93,7 +96,7 @@ class _Tokens:
 def _ingest(
     corpus: DocumentCorpus,
     settings: SemanticSettings,
-    embedder: _MemoEmbedder,
+    embedder: MemoEmbedder,
     counter: TokenCounter,
     *,
     titles: bool,
@@ -137,7 +140,7 @@ def _ingest(
 def _ask(
     corpus: DocumentCorpus,
     memory: SemanticMemory,
-    embedder: _MemoEmbedder,
+    embedder: MemoEmbedder,
     weights: Mapping[str, float] | None,
     board: PassageBoard,
     tokens: _Tokens,
@@ -167,17 +170,11 @@ def _ask(
 
 
 def _latency(latencies_ms: Sequence[float]) -> dict[str, float | None]:
-    ordered = sorted(latencies_ms)
-    if not ordered:
-        return {"query_p50_ms": None, "query_p95_ms": None}
-    return {
-        "query_p50_ms": round(statistics.median(ordered), 2),
-        "query_p95_ms": round(ordered[min(len(ordered) - 1, int(len(ordered) * 0.95))], 2),
-    }
+    return latency_ms(latencies_ms, quantiles=(0.5, 0.95), prefix="query_")
 
 
-def _as_memo(embedder: Any) -> _MemoEmbedder:
-    return embedder if isinstance(embedder, _MemoEmbedder) else _MemoEmbedder(embedder)
+def _as_memo(embedder: Any) -> MemoEmbedder:
+    return embedder if isinstance(embedder, MemoEmbedder) else MemoEmbedder(embedder)
 
 
 def _as_set(benchmark: Benchmark | DocumentSet) -> DocumentSet:
@@ -385,7 +382,7 @@ def _split(text: str) -> list[str]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The options of ``strata eval chunking`` (and of ``python -m strata_bench.eval_documents``)."""
+    """The options of ``strata eval chunking`` (and of ``python -m strata_bench.evaluation.chunking``)."""
     parser.add_argument("--dataset", required=True, help="LoCoMo JSON or Strata's neutral format")
     parser.add_argument("--format", choices=["locomo", "strata"], help="default: detected")
     parser.add_argument("--strategies", default=",".join(STRATEGIES), help="comma-separated chunking strategies")
@@ -421,7 +418,7 @@ def run(args: argparse.Namespace, base: SemanticSettings | None = None) -> int:
     settings = SemanticSettings(**{**base.model_dump(), **overrides})
     benchmark = load_benchmark(args.dataset, args.format)
     documents = document_set(benchmark, conversations=args.conversations)
-    embedder = _MemoEmbedder(OnnxMiniLMEmbedder(threads=args.threads))
+    embedder = MemoEmbedder(OnnxMiniLMEmbedder(threads=args.threads))
     output: dict[str, Any] = {}
     started = time.perf_counter()
     if strategies:
@@ -439,7 +436,7 @@ def run(args: argparse.Namespace, base: SemanticSettings | None = None) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m strata_bench.eval_documents", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m strata_bench.evaluation.chunking", description=__doc__.split("\n\n")[0])
     add_arguments(parser)
     return run(parser.parse_args(argv))
 

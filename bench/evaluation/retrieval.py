@@ -11,8 +11,9 @@ comparison is measured side by side in one run. Tenants are removed after.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import dataclasses
 import re
-import statistics
 import sys
 import time
 import uuid
@@ -21,11 +22,21 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from strata_bench.evaluation.baselines import BM25Retriever, DenseRetriever, Retriever, RRFRetriever, turn_document
+from strata_bench.evaluation.baselines import (
+    BM25Retriever,
+    DenseRetriever,
+    MemoEmbedder,
+    Retriever,
+    RRFRetriever,
+    turn_document,
+)
 from strata_bench.evaluation.datasets import Benchmark, EvalConversation, reference_time
 from strata_bench.evaluation.metrics import Scoreboard
+from strata_bench.stats import latency_ms
 
-__all__ = ["BASELINES", "RetrieverRun", "evaluate"]
+from strata.providers.llm import LLMUsage
+
+__all__ = ["BASELINES", "RetrieverRun", "evaluate", "format_table", "run_baseline", "run_strata"]
 
 BASELINES = ("bm25", "dense", "rrf")
 _ID_UNSAFE = re.compile(r"[^A-Za-z0-9_.:\-]")
@@ -42,12 +53,10 @@ class RetrieverRun:
     llm: dict[str, int] | None = None
 
     def report(self, ks: Sequence[int]) -> dict[str, Any]:
-        ordered = sorted(self.query_ms)
         out = {
             **self.board.report(ks),
             "ingest_turns_per_s": round(self.turns / self.ingest_s, 1) if self.ingest_s else None,
-            "query_p50_ms": round(statistics.median(ordered), 2) if ordered else None,
-            "query_p95_ms": round(ordered[min(len(ordered) - 1, int(len(ordered) * 0.95))], 2) if ordered else None,
+            **latency_ms(self.query_ms, quantiles=(0.5, 0.95), prefix="query_"),
         }
         if self.llm is not None:
             tokens = self.llm.get("prompt_tokens", 0) + self.llm.get("completion_tokens", 0)
@@ -108,7 +117,7 @@ async def run_strata(
     waited for, so their calls count)."""
     run = RetrieverRun("strata")
     depth = max(ks)
-    before: dict[str, int] | None = None
+    before: LLMUsage | None = None
     for conversation in benchmark.conversations:
         client = make_client(f"eval-{uuid.uuid4().hex[:10]}")
         if count_llm and before is None:
@@ -152,35 +161,12 @@ async def run_strata(
             bar.update()
         bar.close()
         for session_id in sessions:
-            try:
+            with contextlib.suppress(Exception):  # a session that had no turns has nothing to forget
                 await client.forget_session(session_id)
-            except Exception:  # a session that had no turns has nothing to forget
-                pass
         if count_llm and before is not None:
             after = await client.llm_usage()
-            run.llm = {key: after.get(key, 0) - before.get(key, 0) for key in after}
+            run.llm = {key: value - getattr(before, key) for key, value in dataclasses.asdict(after).items()}
     return run
-
-
-class _MemoEmbedder:
-    """The baselines' embedder, remembering indexed turns so dense and RRF embed each
-    turn once. A single text (a query) is always embedded anew, so query latency
-    stays honest; RRF's ingest rate then leaves out the embedding dense already did."""
-
-    def __init__(self, embedder: Any) -> None:
-        self._embedder = embedder
-        self._seen: dict[str, Any] = {}
-        self.dim = embedder.dim
-
-    def embed(self, texts: Sequence[str]) -> Any:
-        import numpy as np
-
-        if len(texts) == 1:
-            return self._embedder.embed(texts)
-        missing = [t for t in dict.fromkeys(texts) if t not in self._seen]
-        if missing:
-            self._seen.update(zip(missing, self._embedder.embed(missing)))
-        return np.stack([self._seen[t] for t in texts]) if texts else self._embedder.embed([])
 
 
 def evaluate(
@@ -195,7 +181,7 @@ def evaluate(
 ) -> dict[str, Any]:
     """Run each named retriever; returns the ``--json`` document. ``count_llm``: report
     Strata's LLM calls and tokens per turn (when an LLM is configured)."""
-    embedder = _MemoEmbedder(embedder)
+    embedder = MemoEmbedder(embedder)
     factories: dict[str, Callable[[], Retriever]] = {
         "bm25": BM25Retriever,
         "dense": lambda: DenseRetriever(embedder),

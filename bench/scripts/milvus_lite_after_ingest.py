@@ -6,16 +6,22 @@ request and a cold tenant pay: a point read in another small collection (the API
 one tenant's scan with vectors (an episodic actor loading it); then the TTL sweep's query. A read
 over 250 ms gets a py-spy dump of the server (py-spy must be on PATH; `pip install py-spy`).
 
-    python docs/milvus_lite_after_ingest.py [TENANTS] [WATCH] [MEMTABLE_MIB]   # default 300 120 2
+Run from the repository root (it imports the test suite's milvus-lite helpers from
+``tests/conftest.py``)::
+
+    python -m strata_bench.scripts.milvus_lite_after_ingest [TENANTS] [WATCH] [MEMTABLE_MIB]   # default 300 120 2
+    python bench/scripts/milvus_lite_after_ingest.py [TENANTS] [WATCH] [MEMTABLE_MIB]          # the same
 
 NO_PRUNE=1 scans without naming the tenant's partition (what MilvusRecordStore.scan did before);
 TENANT_INDEX=1 adds an INVERTED index on tenant; INDEX=AUTOINDEX gives the vectors milvus-lite's
 AUTOINDEX (HNSW) instead of Strata's FLAT; PROFILE=FILE writes py-spy's raw stacks of the
 server over the watch, with reads back to back.
 """
+
+from __future__ import annotations
+
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -25,17 +31,21 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root, for tests.conftest
 import numpy as np
+from strata_bench.stats import cpu_s, median, rss_mib
 
 from strata.store.milvus import MilvusRecordStore
 from strata.store.milvus_lite import COMMAND
 from strata.store.records import Record
 from tests.conftest import free_port, wait_for_milvus
 
+__all__ = ["main"]
+
 WRITERS = 4
 
 
 def main(tenants: int, watch: float, memtable_mib: float) -> None:
-    servers: list[subprocess.Popen] = []
+    """Ingest ``tenants`` x 100 rows, then time reads for ``watch`` seconds (see the module docstring)."""
+    servers: list[subprocess.Popen[bytes]] = []
     try:
         _run(tenants, watch, memtable_mib, servers)
     finally:
@@ -43,7 +53,7 @@ def main(tenants: int, watch: float, memtable_mib: float) -> None:
             server.kill()
 
 
-def _run(tenants: int, watch: float, memtable_mib: float, servers: list) -> None:
+def _run(tenants: int, watch: float, memtable_mib: float, servers: list[subprocess.Popen[bytes]]) -> None:
     port = free_port()
     data = Path(tempfile.mkdtemp()) / "data"
     env = {**os.environ, "MILVUS_LITE_MEMTABLE_MEMORY_LIMIT_BYTES": str(int(memtable_mib * 2**20))}
@@ -75,7 +85,7 @@ def _run(tenants: int, watch: float, memtable_mib: float, servers: list) -> None
         reader._buckets.clear()
     reader.upsert("keys", [Record("sys/k/1", "sys", "k", "key", 0, "", {"hash": "x"}, np.ones(2, np.float32))])
     rng = np.random.default_rng(0)
-    rows_per_writer = [[] for _ in range(WRITERS)]
+    rows_per_writer: list[list[Record]] = [[] for _ in range(WRITERS)]
     for t in range(tenants):
         for i in range(100):
             vector = rng.standard_normal(384).astype(np.float32)
@@ -97,7 +107,9 @@ def _run(tenants: int, watch: float, memtable_mib: float, servers: list) -> None
         thread.join()
     print(f"{memtable_mib:g} MiB memtable: ingested {tenants * 100:,} rows in {time.perf_counter() - started:.0f} s; "
           f"{_server_use(server.pid)}", flush=True)
-    gets, scans, dumps = [], [], 0
+    gets: list[float] = []
+    scans: list[float] = []
+    dumps = 0
     profile = os.environ.get("PROFILE")  # a file for py-spy's collapsed stacks of the server over the watch
     spy = subprocess.Popen(["py-spy", "record", "--format", "raw", "-r", "200", "-o", profile, "-d", str(int(watch)),
                             "--pid", str(server.pid)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) if profile else None
@@ -115,7 +127,8 @@ def _run(tenants: int, watch: float, memtable_mib: float, servers: list) -> None
         print(f"  +{watch - (end - time.monotonic()):5.0f} s  key get {get_ms:7.1f} ms   scan of {len(found)} rows {scan_ms:7.1f} ms", flush=True)
         if max(get_ms, scan_ms) > 250 and dumps < 3 and shutil.which("py-spy") and not profile:
             dumps += 1
-            print(subprocess.run(["py-spy", "dump", "--pid", str(server.pid)], capture_output=True, text=True).stdout, flush=True)
+            print(subprocess.run(["py-spy", "dump", "--pid", str(server.pid)], check=False, capture_output=True,
+                                 text=True).stdout, flush=True)
         time.sleep(0 if profile else 2)
     sweeps = []
     reader._deadlines.add("episodic")  # walk as a collection with deadlines is walked (and as every one was)
@@ -123,9 +136,9 @@ def _run(tenants: int, watch: float, memtable_mib: float, servers: list) -> None
         t0 = time.perf_counter()
         reader.expired("episodic", now_ms=int(time.time() * 1000), kinds=["turn", "summary"])
         sweeps.append((time.perf_counter() - t0) * 1000)
-    print(f"TTL sweep query over the collection: median {statistics.median(sweeps):.0f} ms", flush=True)
-    print(f"median key get {statistics.median(gets):.1f} ms (max {max(gets):.0f}), "
-          f"median scan {statistics.median(scans):.1f} ms (max {max(scans):.0f})", flush=True)
+    print(f"TTL sweep query over the collection: median {median(sweeps):.0f} ms", flush=True)
+    print(f"median key get {median(gets):.1f} ms (max {max(gets):.0f}), "
+          f"median scan {median(scans):.1f} ms (max {max(scans):.0f})", flush=True)
     if spy is not None:
         spy.wait()
     print(f"at the end: {_server_use(server.pid)}", flush=True)
@@ -134,10 +147,7 @@ def _run(tenants: int, watch: float, memtable_mib: float, servers: list) -> None
 
 def _server_use(pid: int) -> str:
     """The server's CPU time so far and its resident memory, from /proc."""
-    stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    cpu_s = (int(stat[11]) + int(stat[12])) / os.sysconf("SC_CLK_TCK")
-    rss_mib = int(stat[21]) * os.sysconf("SC_PAGE_SIZE") / 2**20
-    return f"server CPU {cpu_s:.0f} s, RSS {rss_mib:.0f} MiB"
+    return f"server CPU {cpu_s(pid):.0f} s, RSS {rss_mib(pid):.0f} MiB"
 
 
 if __name__ == "__main__":

@@ -2,35 +2,48 @@
 Strata's 2 MiB: a read by primary key through MilvusRecordStore.get, the same read with a tenant
 term in the filter (what get sent before), a tenant's scan, and an upsert of 20 rows (medians).
 
-    python docs/milvus_lite_memtable_growth.py
+Run from the repository root (it imports the test suite's milvus-lite helpers from
+``tests/conftest.py``)::
+
+    python -m strata_bench.scripts.milvus_lite_memtable_growth
+    python bench/scripts/milvus_lite_memtable_growth.py      # the same
 """
+
+from __future__ import annotations
+
 import os
-import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root, for tests.conftest
 import numpy as np
+from strata_bench.stats import median
 
 from strata.store.milvus import MilvusRecordStore
 from strata.store.records import Record
 from tests.conftest import MilvusServer, free_port
 
+__all__ = ["run"]
+
 TENANTS = 100
 
 
-def median_ms(fn, n=20):
+def median_ms(fn: Callable[[], Any], n: int = 20) -> float:
+    """The median of ``n`` calls of ``fn``, in ms."""
     times = []
     for _ in range(n):
         t = time.perf_counter()
         fn()
         times.append((time.perf_counter() - t) * 1000)
-    return statistics.median(times)
+    return median(times)
 
 
-def run(limit_bytes):
+def run(limit_bytes: int) -> None:
+    """Fill a collection to 1,000, 10,000 and 30,000 rows under a memtable of ``limit_bytes``; print each read."""
     os.environ["MILVUS_LITE_MEMTABLE_MEMORY_LIMIT_BYTES"] = str(limit_bytes)
     server = MilvusServer(Path(tempfile.mkdtemp()) / "data", free_port())
     server.start()

@@ -2,10 +2,17 @@
 threads upsert ROWS episodic-sized rows (384-d vectors, 1,000 tenants) into one collection,
 through Strata's launcher (2 MiB memtable, writes serialised per collection).
 
-    python docs/milvus_lite_read_stalls.py THREADS WRITERS ROWS    # e.g. 10 16 60000, then 64 16 60000
+Run from the repository root (it imports the test suite's milvus-lite helpers from
+``tests/conftest.py``)::
+
+    python -m strata_bench.scripts.milvus_lite_read_stalls THREADS WRITERS ROWS    # e.g. 10 16 60000, then 64 16 60000
+    python bench/scripts/milvus_lite_read_stalls.py THREADS WRITERS ROWS           # the same
 
 THREADS is the server's --max-workers (milvus-lite's default is 10; the launcher's, 64).
 """
+
+from __future__ import annotations
+
 import os
 import subprocess
 import sys
@@ -16,14 +23,18 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root, for tests.conftest
 import numpy as np
+from strata_bench.stats import percentile
 
 from strata.store.milvus import MilvusRecordStore
 from strata.store.milvus_lite import COMMAND
 from strata.store.records import Record
 from tests.conftest import free_port, wait_for_milvus
 
+__all__ = ["main"]
+
 
 def main(threads: str, writers: int, rows: int) -> None:
+    """Read every 50 ms while ``writers`` threads upsert ``rows`` rows; print the read latencies."""
     port = free_port()
     data = Path(tempfile.mkdtemp()) / "data"
     server = subprocess.Popen(
@@ -39,7 +50,7 @@ def main(threads: str, writers: int, rows: int) -> None:
         return s
 
     store()
-    done, latencies = threading.Event(), []
+    done, latencies = threading.Event(), list[float]()
 
     def reader() -> None:
         s = store()
@@ -69,7 +80,7 @@ def main(threads: str, writers: int, rows: int) -> None:
     os.killpg(server.pid, 9)
     ms = sorted(latencies)
     print(f"--max-workers {threads}, {writers} writers, {rows:,} rows in {time.time() - started:.0f} s: "
-          f"{len(ms)} reads, p50 {ms[len(ms) // 2]:.1f} ms, p99 {ms[int(len(ms) * 0.99)]:.0f} ms, max {ms[-1]:.0f} ms")
+          f"{len(ms)} reads, p50 {percentile(ms, 0.5):.1f} ms, p99 {percentile(ms, 0.99):.0f} ms, max {ms[-1]:.0f} ms")
 
 
 if __name__ == "__main__":

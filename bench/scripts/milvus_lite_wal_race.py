@@ -1,6 +1,10 @@
 """Acknowledged rows milvus-lite loses to a ``kill -9`` under concurrent writers.
 
-    python docs/milvus_lite_wal_race.py CLIENTS SECONDS [plain|locked]
+Run it from the repository root (it imports the test suite's milvus-lite helpers from
+``tests/conftest.py``)::
+
+    python -m strata_bench.scripts.milvus_lite_wal_race CLIENTS SECONDS [plain|locked]
+    python bench/scripts/milvus_lite_wal_race.py CLIENTS SECONDS [plain|locked]      # the same
 
 ``plain`` runs the ``milvus-lite`` command as installed; ``locked`` runs it through
 ``strata.store.milvus_lite`` (writes serialised per collection), as Strata does. Each
@@ -28,6 +32,8 @@ from strata.store.milvus_lite import COMMAND
 from strata.store.records import Record
 from tests.conftest import MilvusServer, free_port, wait_for_milvus
 
+__all__ = ["main"]
+
 
 class _Server(MilvusServer):
     plain = True
@@ -43,6 +49,7 @@ class _Server(MilvusServer):
 
 
 def main(clients: int, seconds: float, mode: str) -> None:
+    """Write from ``clients`` threads for ``seconds``, kill -9 the server, restart it, count the rows lost."""
     tmp = Path(tempfile.mkdtemp(prefix="wal-race-"))
     server = _Server(tmp / "data", free_port())
     server.plain = mode == "plain"

@@ -10,7 +10,7 @@ from strata_bench.semantic import SEARCH_PATHS, format_report, run
 
 from strata.config import ChunkingSettings, SemanticSettings
 from strata.providers.embedder import OnnxMiniLMEmbedder
-from strata.semantic.memory import DocumentInput
+from strata.semantic.documents import DocumentInput
 from strata.store.records import InMemoryRecordStore
 
 README = Path(__file__).resolve().parents[2] / "README.md"

@@ -1,5 +1,5 @@
 """The service benchmark's parts that need no stack: arguments, the JSON it writes,
-the in-process floor on a tiny data set, percentiles, and finding processes' memory."""
+the in-process floor on a tiny data set, and finding processes' memory."""
 
 from __future__ import annotations
 
@@ -15,18 +15,18 @@ from typing import Any
 import pytest
 from strata_bench import orchestrator as bench_orchestrator
 from strata_bench import service as bench_service
-from strata_bench.orchestrator import percentile
 from strata_bench.service import (
     QUICK,
     TextSource,
     embed_floor,
     floor_in_memory,
     format_report,
+    make_sessions,
     measure_floor,
     pids_naming,
-    rss_mib,
     summarize,
 )
+from strata_bench.stats import processes_memory
 from strata_cli import main as cli
 
 from strata.config import load_settings
@@ -72,15 +72,6 @@ def _fake_raw() -> dict[str, Any]:
                   "memory_after_answers": {**memory, "rss_mib": 3100.0},
                   "tenants_in_memory_after_answers": {"working": [40, 60], "episodic": [52, 48]}},
     }
-
-
-def test_percentile_is_nearest_rank() -> None:
-    values = [float(v) for v in range(1, 101)]  # 1..100
-    assert percentile(values, 0.5) == 51.0  # round(0.5 * 99) = 50 -> the 51st value
-    assert percentile(values, 0.95) == 95.0
-    assert percentile(values, 0.99) == 99.0
-    assert percentile([5.0, 1.0, 3.0], 0.5) == 3.0  # unordered input is sorted first
-    assert percentile([7.0], 0.99) == 7.0
 
 
 def _bench_parser() -> argparse.ArgumentParser:
@@ -162,7 +153,7 @@ def test_floor_on_a_tiny_in_memory_data_set() -> None:
     settings = load_settings(None)
     source = TextSource(None, seed=3)
     now = datetime.now(UTC)
-    sessions = bench_service._sessions(source, 30, "tiny", now=now)
+    sessions = make_sessions(source, 30, "tiny", now=now)
     documents = [(f"doc-{n}", *source.document(n, paragraphs=3)) for n in range(2)]
     embedder = make_embedder(settings.embedding)
     from strata_actors.episodic import turn_text
@@ -196,9 +187,9 @@ def test_memory_of_processes_named_by_a_marker(tmp_path: Path) -> None:
             __import__("time").sleep(0.05)
         assert parent.pid in found and len(found) == 2  # the named process and its child
         assert pids_naming(str(marker) + "-other") == []  # a longer path is another marker
-        memory = rss_mib(found)
+        memory = processes_memory(found)
         assert memory["processes"] == 2 and memory["rss_mib"] > 1 and memory["pss_mib"] > 0
-        assert rss_mib([os.getpid()])["rss_mib"] > 10
+        assert processes_memory([os.getpid()])["rss_mib"] > 10
     finally:
         for pid in pids_naming(str(marker)):
             os.kill(pid, 9)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import pytest
-from strata_bench.eval_documents import (
+from strata_bench.evaluation.chunking import (
     format_ablation_table,
     format_chunking_table,
     run_chunking_eval,

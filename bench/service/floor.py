@@ -1,0 +1,124 @@
+"""The in-process floor: the same questions with no Ray, Serve or HTTP (embed the query, then
+search the episodic and semantic layers one after the other), and the embedder's own throughput.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+from strata_bench.service.sizes import SESSION_TURNS
+from strata_bench.service.timing import Ticker, summary
+
+__all__ = ["EMBED_FLOOR_SAMPLE", "Floor", "embed_floor", "floor_from_store", "floor_in_memory", "measure_floor"]
+
+#: Turn texts the embedder floor embeds when the floor reads the stack's rows (all of them otherwise).
+EMBED_FLOOR_SAMPLE = 500
+
+
+@dataclass
+class Floor:
+    """What the in-process floor searches: one tenant's episodic and semantic memory."""
+
+    episodic: Any  # strata.episodic.memory.EpisodicMemory
+    semantic: Any  # strata.semantic.memory.SemanticMemory
+
+
+def embed_floor(embedder: Any, texts: Sequence[str], *, batch: int = SESSION_TURNS) -> tuple[float, np.ndarray]:
+    """The embedder's own throughput on ``texts`` (texts/s, ``batch`` per call) and the vectors."""
+    tick = Ticker("embedding floor", len(texts), "turns")
+    started = time.perf_counter()
+    parts = []
+    for i in range(0, len(texts), batch):
+        parts.append(embedder.embed(list(texts[i : i + batch])))
+        tick(min(i + batch, len(texts)))
+    seconds = time.perf_counter() - started
+    return len(texts) / seconds, np.vstack(parts)
+
+
+def _layers(tenant: str, settings: Any, store: Any, collections: Any) -> Floor:
+    from strata.episodic.memory import EpisodicMemory
+    from strata.providers.tokens import TiktokenCounter
+    from strata.retrieval.entities import make_extractor
+    from strata.semantic.chunking import make_chunker
+    from strata.semantic.memory import SemanticMemory
+
+    episodic = EpisodicMemory(tenant, store=store, collection=collections.episodic, settings=settings.episodic,
+                              ttl=settings.ttl)
+    chunker = make_chunker(settings.semantic.chunking_for(tenant), TiktokenCounter(settings.working.encoding))
+    semantic = SemanticMemory(tenant, store=store, collection=collections.semantic, settings=settings.semantic,
+                              chunker=chunker, extractor=make_extractor(None), ttl=settings.ttl)
+    return Floor(episodic, semantic)
+
+
+def floor_from_store(store: Any, collections: Any, tenant: str, settings: Any) -> Floor:
+    """The tenant's layers loaded from the stack's store, as a layer actor loads them."""
+    floor = _layers(tenant, settings, store, collections)
+    floor.episodic.load()
+    floor.semantic.load()
+    return floor
+
+
+def floor_in_memory(
+    tenant: str,
+    sessions: Sequence[tuple[str, Sequence[dict[str, Any]]]],
+    documents: Sequence[tuple[str, str, str]],
+    *,
+    embedder: Any,
+    settings: Any,
+    vectors: np.ndarray | None = None,
+) -> Floor:
+    """The same data recorded into layers over an :class:`InMemoryRecordStore`: ``sessions``
+    as (session id, turn dicts), ``documents`` as (doc id, title, text); ``vectors`` are
+    the turns' embeddings in order, when :func:`embed_floor` made them already."""
+    from strata_actors.episodic import turn_text
+
+    from strata.episodic.turns import TurnInput
+    from strata.semantic.documents import DocumentInput
+    from strata.store.layout import Collections
+    from strata.store.records import InMemoryRecordStore
+
+    store, collections = InMemoryRecordStore(), Collections.for_settings(settings)
+    for name in (collections.episodic, collections.semantic):
+        store.ensure_collection(name, dim=collections.dim)
+    floor = _layers(tenant, settings, store, collections)
+    now, done = datetime.now(UTC), 0
+    for session_id, turns in sessions:
+        vecs = vectors[done : done + len(turns)] if vectors is not None else embedder.embed([turn_text(t) for t in turns])
+        prepared = floor.episodic.prepare(session_id, [TurnInput(**t) for t in turns], now=now)
+        floor.episodic.record(prepared, np.asarray(vecs, dtype=np.float32))
+        done += len(turns)
+    for doc_id, title, text in documents:
+        doc = floor.semantic.prepare(DocumentInput(text=text, doc_id=doc_id, title=title), now=now)
+        vecs = embedder.embed(doc.embed_texts())
+        floor.semantic.write(doc, vecs)
+        floor.semantic.index(doc, vecs)
+    return floor
+
+
+def measure_floor(floor: Floor, embedder: Any, queries: Sequence[str], *, top_k: int, warmup: int = 5) -> dict[str, Any]:
+    """Embed + episodic search + semantic search per query, one after the other (ms)."""
+    from strata.retrieval.timeparse import resolve_time_range
+
+    parts: dict[str, list[float]] = {"total": [], "embed": [], "episodic": [], "semantic": []}
+    now = datetime.now(UTC)
+    for n, query in enumerate([*queries[:warmup], *queries]):
+        t0 = time.perf_counter()
+        vector = embedder.embed([query])[0]
+        dense = floor.episodic.dense_query(query)
+        dense_vector = vector if dense == query else embedder.embed([dense])[0]  # as the episodic actor does
+        t1 = time.perf_counter()
+        found = resolve_time_range(query, now)
+        prefer = (found.start, found.end) if found else None
+        floor.episodic.search(dense_vector, query_text=query, top_k=top_k, prefer=prefer)
+        t2 = time.perf_counter()
+        floor.semantic.search(vector, query, top_k=top_k)
+        t3 = time.perf_counter()
+        if n >= warmup:
+            for key, ms in (("total", t3 - t0), ("embed", t1 - t0), ("episodic", t2 - t1), ("semantic", t3 - t2)):
+                parts[key].append(ms * 1000)
+    return {key: summary(values) for key, values in parts.items()}

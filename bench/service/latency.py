@@ -1,0 +1,81 @@
+"""Phase 2 over HTTP: ``/v1/context`` and ``/v1/search`` latency, from concurrent clients and
+from one client alone (which separates queueing from the cost of a call).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from strata_bench.service.sizes import Sizes
+from strata_bench.service.timing import Ticker, pool, summary
+from strata_serve.client import AsyncStrataClient
+
+__all__ = ["measure_latency"]
+
+
+async def _timed(calls: list[Callable[[], Awaitable[Any]]], clients: int, label: str) -> tuple[list[float], int]:
+    """Run ``calls`` over ``clients`` concurrent loops; their latencies (ms) and how many
+    contexts came back with layers missing."""
+    ms: list[float] = []
+    missing = [0]
+    tick = Ticker(label, len(calls), "calls")
+
+    async def one(call: Callable[[], Awaitable[Any]], _: int) -> None:
+        t0 = time.perf_counter()
+        result = await call()
+        ms.append((time.perf_counter() - t0) * 1000)
+        missing[0] += bool(getattr(result, "missing", None)) and hasattr(result, "context")
+        tick(len(ms))
+
+    await pool(calls, clients, one)
+    return ms, missing[0]
+
+
+async def measure_latency(url: str, key: str, queries: list[str], session: str, sizes: Sizes) -> dict[str, Any]:
+    """Warm up, then the calls of one client alone, then of ``sizes.clients`` concurrent ones."""
+    clients = [AsyncStrataClient(url, key, timeout_s=120) for _ in range(sizes.clients)]
+    turn = [0]
+
+    def context(q: str) -> Callable[[], Awaitable[Any]]:
+        def call() -> Awaitable[Any]:
+            turn[0] += 1
+            return clients[turn[0] % len(clients)].build_context(q, session, task_type="planning")
+        return call
+
+    def search(q: str) -> Callable[[], Awaitable[Any]]:
+        def call() -> Awaitable[Any]:
+            turn[0] += 1
+            return clients[turn[0] % len(clients)].search(q, layers=["episodic", "semantic"], top_k=10)
+        return call
+
+    # Warm up until a context comes back whole: the tenant may have to load (or re-load).
+    deadline, warm = time.monotonic() + 180, None
+    while time.monotonic() < deadline:
+        warm = await clients[0].build_context(queries[0], session, task_type="planning")
+        if not warm.missing:
+            break
+        print(f"  warming up: context still misses {sorted(warm.missing)}", flush=True)
+    await _timed([context(q) for q in queries[:10]] + [search(q) for q in queries[:10]], sizes.clients, "warm-up")
+    n = sizes.clients * sizes.calls_per_client
+    cycle = [queries[i % len(queries)] for i in range(n)]
+    seq_context, seq_missing = await _timed([context(q) for q in cycle[: sizes.sequential_calls]], 1, "one client, context")
+    seq_search, _ = await _timed([search(q) for q in cycle[: sizes.sequential_calls]], 1, "one client, search")
+    started = time.perf_counter()
+    conc_context, missing = await _timed([context(q) for q in cycle], sizes.clients, f"{sizes.clients} clients, context")
+    context_s = time.perf_counter() - started
+    started = time.perf_counter()
+    conc_search, _ = await _timed([search(q) for q in cycle], sizes.clients, f"{sizes.clients} clients, search")
+    search_s = time.perf_counter() - started
+    await asyncio.gather(*(c.aclose() for c in clients))
+    return {
+        "clients": sizes.clients,
+        "context": {**summary(conc_context), "calls_with_missing_layers": missing,
+                    "calls_per_s": round(len(conc_context) / context_s, 1)},
+        "search": {**summary(conc_search), "calls_per_s": round(len(conc_search) / search_s, 1)},
+        "one_client": {"context": {**summary(seq_context), "calls_with_missing_layers": seq_missing},
+                       "search": summary(seq_search)},
+        "context_sections": [s.layer for s in warm.sections] if warm else [],
+    }

@@ -1,0 +1,196 @@
+"""The service benchmark's JSON document (headline figures with their targets first), its
+plain-text report and its chart.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["TARGETS", "format_report", "plot", "summarize"]
+
+TARGETS: dict[str, tuple[str, float]] = {
+    "context_p50_ms": ("<=", 40.0),
+    "context_p95_ms": ("<=", 80.0),
+    "context_p50_over_floor": ("<=", 3.0),
+    "ingest_turns_per_s": (">=", 100.0),
+    "embed_floor_over_ingest": ("<=", 2.0),
+    "stack_rss_mib": ("<", 8192.0),
+    "cold_tenant_p95_ms": ("<=", 1000.0),
+}
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return round(a / b, 2) if a is not None and b else None
+
+
+def _verdict(name: str, value: Any) -> dict[str, Any]:
+    op, limit = TARGETS[name]
+    met = None if value is None else (value <= limit if op == "<=" else value >= limit if op == ">=" else value < limit)
+    return {"value": value, "target": f"{op} {limit:g}", "met": met}
+
+
+def summarize(raw: dict[str, Any], *, machine: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The JSON document: the headline figures first, with targets, then everything measured."""
+    lat, floor, ingest, scale = raw["latency"], raw["floor"], raw["ingest"], raw["scale"]
+    memories = [m["rss_mib"] for m in (scale.get("memory_loaded"), scale.get("memory_after_answers"),
+                                        scale.get("memory_after_cold_pass"), raw.get("memory_one_tenant")) if m]
+    ingest_rate, floor_rate = ingest["turns_per_s"], raw["embed_floor"]["turns_per_s"]
+    waited = ingest.get("summaries_wait_s")
+    doc: dict[str, Any] = {
+        "context_p50_ms": lat["context"]["p50_ms"],
+        "context_p95_ms": lat["context"]["p95_ms"],
+        "context_p99_ms": lat["context"]["p99_ms"],
+        "search_p50_ms": lat["search"]["p50_ms"],
+        "search_p95_ms": lat["search"]["p95_ms"],
+        "search_p99_ms": lat["search"]["p99_ms"],
+        "floor_p50_ms": floor["context"]["total"]["p50_ms"],
+        "search_floor_p50_ms": floor["search"]["total"]["p50_ms"],
+        "ingest_turns_per_s": ingest_rate,
+        "ingest_with_summaries_turns_per_s": round(ingest["turns"] / (ingest["seconds"] + waited), 1) if waited is not None else None,
+        "embed_floor_turns_per_s": floor_rate,
+        "read_your_writes": bool(raw["read_your_writes"]["ok"]),
+        "tenants": int(scale.get("tenants", 0)),
+        "tenants_answered": scale.get("resident", {}).get("answered"),
+        "stack_rss_mib": max(memories) if memories else None,
+        "cold_tenant_p95_ms": scale.get("cold", {}).get("p95_ms"),
+        "warm_tenant_p95_ms": scale.get("warm", {}).get("p95_ms"),
+    }
+    doc["targets"] = {
+        "context_p50_ms": _verdict("context_p50_ms", doc["context_p50_ms"]),
+        "context_p95_ms": _verdict("context_p95_ms", doc["context_p95_ms"]),
+        "context_p50_over_floor": _verdict("context_p50_over_floor", _ratio(doc["context_p50_ms"], doc["floor_p50_ms"])),
+        "ingest_turns_per_s": _verdict("ingest_turns_per_s", ingest_rate),
+        "embed_floor_over_ingest": _verdict("embed_floor_over_ingest", _ratio(floor_rate, ingest_rate)),
+        "read_your_writes": {"value": doc["read_your_writes"], "target": "true", "met": doc["read_your_writes"]},
+        "stack_rss_mib": _verdict("stack_rss_mib", doc["stack_rss_mib"]),
+        "cold_tenant_p95_ms": _verdict("cold_tenant_p95_ms", doc["cold_tenant_p95_ms"]),
+    }
+    doc["search_p50_over_floor"] = _ratio(doc["search_p50_ms"], doc["search_floor_p50_ms"])
+    doc["machine"] = machine or {}
+    doc["detail"] = raw
+    return doc
+
+
+def _mark(verdict: dict[str, Any]) -> str:
+    met = verdict["met"]
+    state = "not measured" if met is None else "met" if met else "MISSED"
+    return f"target {verdict['target']}: {state}"
+
+
+def format_report(doc: dict[str, Any]) -> str:
+    raw, t = doc["detail"], doc["targets"]
+    sizes, lat, floor = raw["sizes"], raw["latency"], raw["floor"]
+    one = lat["one_client"]
+
+    def f(v: float | None) -> str:
+        return "-" if v is None else f"{v:g}"
+
+    ingest = raw["ingest"]
+    lines = [
+        (f"\n== latency: one tenant, {sizes['turns']} turns and {sizes['documents']} documents; "
+         f"{lat['clients']} concurrent HTTP clients =="),
+        f"{'':26}{'p50 ms':>8}{'p95 ms':>8}{'p99 ms':>8}{'calls':>7}",
+    ]
+    for label, row in ((f"/v1/context, {lat['clients']} clients", lat["context"]), ("/v1/context, one client", one["context"]),
+                       (f"/v1/search, {lat['clients']} clients", lat["search"]), ("/v1/search, one client", one["search"]),
+                       ("floor (context query)", floor["context"]["total"]), ("floor (search query)", floor["search"]["total"])):
+        lines.append(f"{label:26}{f(row['p50_ms']):>8}{f(row['p95_ms']):>8}{f(row['p99_ms']):>8}{row['calls']:>7}")
+    parts = floor["context"]
+    lines += [
+        (f"floor = embed {f(parts['embed']['p50_ms'])} + episodic {f(parts['episodic']['p50_ms'])} + semantic "
+         f"{f(parts['semantic']['p50_ms'])} ms (p50s), in this process over {raw['floor_source']}"),
+        (f"context p50 {f(doc['context_p50_ms'])} ms: {_mark(t['context_p50_ms'])}; "
+         f"p95 {f(doc['context_p95_ms'])} ms: {_mark(t['context_p95_ms'])}"),
+        (f"context p50 / floor p50 = {f(t['context_p50_over_floor']['value'])}x: {_mark(t['context_p50_over_floor'])}"
+         f" (search: {f(doc['search_p50_over_floor'])}x)"),
+        (f"contexts with a layer missing: {lat['context']['calls_with_missing_layers']} of {lat['context']['calls']}; "
+         f"throughput {lat['context']['calls_per_s']} contexts/s, {lat['search']['calls_per_s']} searches/s"),
+        "\n== ingest ==",
+        (f"batch endpoint: {f(doc['ingest_turns_per_s'])} turns/s sustained ({ingest['turns']} turns in "
+         f"{ingest['seconds']} s, batches of {ingest['batch_turns']}, {ingest['writers']} writers): "
+         f"{_mark(t['ingest_turns_per_s'])}"),
+        (f"embedder floor: {f(doc['embed_floor_turns_per_s'])} turns/s in this process; floor / ingest = "
+         f"{f(t['embed_floor_over_ingest']['value'])}x: {_mark(t['embed_floor_over_ingest'])}"),
+        (f"counting the background summaries (waited {f(ingest.get('summaries_wait_s'))} s after the last batch): "
+         f"{f(doc['ingest_with_summaries_turns_per_s'])} turns/s; {ingest['documents']} documents in "
+         f"{ingest['documents_seconds']} s"),
+        (f"read-your-writes (a turn with a unique marker ranked first by the very next search, "
+         f"{len(raw['read_your_writes']['trials'])} trials): {str(doc['read_your_writes']).lower()} (ranks "
+         f"{', '.join(str(o.get('rank')) for o in raw['read_your_writes']['trials'])})"),
+        "\n== scale ==",
+    ]
+    scale = raw["scale"]
+    if scale.get("skipped"):
+        lines.append(f"skipped: {scale['skipped']}")
+    else:
+        lines.append(f"{doc['tenants']} tenants ingested in {scale['ingest_seconds']} s "
+                     f"({len(scale.get('ingest_retries') or [])} writes retried); "
+                     f"stack memory {f(doc['stack_rss_mib'])} MiB RSS: {_mark(t['stack_rss_mib'])}")
+        for when, name in (("after ingest", "memory_loaded"), ("after every tenant's context", "memory_after_answers")):
+            loaded = scale.get(name)
+            if loaded:
+                lines.append(f"  {when}: RSS {loaded['rss_mib']} MiB, PSS {loaded['pss_mib']} MiB over "
+                             f"{loaded['processes']} processes; largest: "
+                             + ", ".join(f"{p['process']} {p['rss_mib']}" for p in loaded["largest"][:4]))
+        for when, name in (("after ingest", "tenants_in_memory_after_ingest"),
+                           ("after every tenant's context", "tenants_in_memory_after_answers")):
+            if scale.get(name):
+                lines.append(f"  tenants in memory per shard {when}: "
+                             + "; ".join(f"{layer} {'/'.join(map(str, n))}" for layer, n in scale[name].items()))
+        resident = scale.get("resident")
+        if resident:
+            gaps = ", ".join(f"{layer} {n}" for layer, n in sorted(resident["first_calls_missing_layer"].items()))
+            lines.append(f"  context answered for {resident['answered']} of {doc['tenants']} tenants, 4 at a time "
+                         f"({resident['complete']} with every layer{'; a layer missing: ' + gaps if gaps else ''}); "
+                         f"p50 {f(resident['calls'][0]['p50_ms'])} ms, p95 {f(resident['calls'][0]['p95_ms'])} ms")
+        if "cold_sample" in scale:
+            gaps = ", ".join(f"{layer} {n}" for layer, n in sorted(scale["cold_calls_missing_layer"].items()))
+            lines.append(f"  {scale['cold_sample']} tenants, one at a time, after restarting the layer actors "
+                         f"({scale['restart_s']} s): {scale['cold_complete']} cold contexts with every layer"
+                         f"{'; a layer missing: ' + gaps if gaps else ''}")
+            lines.append(f"  cold tenant p95 {f(doc['cold_tenant_p95_ms'])} ms (p50 {f(scale['cold']['p50_ms'])}): "
+                         f"{_mark(t['cold_tenant_p95_ms'])}; warm p95 {f(doc['warm_tenant_p95_ms'])} ms "
+                         f"(p50 {f(scale['warm']['p50_ms'])})")
+        else:
+            lines.append(f"  cold tenants: {scale['cold']['skipped']}")
+    lookups = raw.get("key_lookup_ms") or {}
+    if any(v is not None for v in lookups.values()):
+        lines.append(f"API-key lookup (one store read, made by every request): "
+                     f"{f(lookups.get('after_one_tenant'))} ms after the latency tenant, "
+                     f"{f(lookups.get('after_scale'))} ms after the scale tenants (median, from this process)")
+    lines.append("phases (s): " + ", ".join(f"{k} {v:g}" for k, v in raw["phase_seconds"].items()))
+    return "\n".join(lines)
+
+
+def plot(doc: dict[str, Any], path: str) -> None:
+    """Latency percentiles against the floor, and ingest against the embedder floor."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (lat, ing) = plt.subplots(1, 2, figsize=(10, 4), gridspec_kw={"width_ratios": [2, 1]})
+    endpoints = ("context", "search")
+    for n, (name, colour) in enumerate((("p50", "#4c72b0"), ("p95", "#55a868"), ("p99", "#c44e52"))):
+        values = [doc[f"{e}_{name}_ms"] or 0 for e in endpoints]
+        lat.bar([i + (n - 1.5) * 0.2 for i in range(2)], values, 0.2, label=f"HTTP {name}", color=colour)
+    floors = [doc["floor_p50_ms"] or 0, doc["search_floor_p50_ms"] or 0]
+    lat.bar([i + 1.5 * 0.2 for i in range(2)], floors, 0.2, label="in-process floor p50", color="#999999")
+    lat.axhline(40, color="#4c72b0", ls="--", lw=1, label="context p50 target")
+    lat.axhline(80, color="#55a868", ls="--", lw=1, label="context p95 target")
+    lat.set_xticks(range(2), [f"/v1/{e}" for e in endpoints])
+    lat.set_yscale("log")  # the floor is often two orders below the HTTP figures
+    highest = max([doc[f"{e}_{n}_ms"] or 0 for e in endpoints for n in ("p50", "p95", "p99")] + [100])
+    lat.set_ylim(top=highest * 8)  # room for the legend above the bars
+    lat.set_ylabel("ms (log scale)")
+    lat.set_title(f"latency, {doc['detail']['latency']['clients']} concurrent clients")
+    lat.legend(fontsize=7, loc="upper center", ncols=3)
+    ing.bar(["HTTP batch", "embedder floor"], [doc["ingest_turns_per_s"], doc["embed_floor_turns_per_s"]],
+            color=["#4c72b0", "#999999"])
+    ing.axhline(100, color="#c44e52", ls="--", lw=1, label="target")
+    ing.set_ylabel("turns / s")
+    ing.set_title("ingest")
+    ing.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

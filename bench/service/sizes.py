@@ -1,0 +1,30 @@
+"""How much the service benchmark writes and asks: the quick and the full run."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["FULL", "QUICK", "SESSION_TURNS", "Sizes"]
+
+SESSION_TURNS = 100  # turns per session, and per batch request
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """Turns and documents of the latency tenant, tenants of the scale phase, calls per phase."""
+
+    turns: int
+    documents: int
+    tenants: int
+    tenant_turns: int
+    calls_per_client: int
+    sequential_calls: int
+    #: Tenants, evenly spread over all, whose cold and warm context calls are timed.
+    cold_tenants: int
+    clients: int = 8
+
+
+QUICK = Sizes(turns=1000, documents=20, tenants=100, tenant_turns=20, calls_per_client=15, sequential_calls=10,
+              cold_tenants=30)
+FULL = Sizes(turns=10_000, documents=200, tenants=1000, tenant_turns=100, calls_per_client=100, sequential_calls=50,
+             cold_tenants=200)

@@ -1,0 +1,97 @@
+"""The stack a benchmark over HTTP measures, and the options that choose it.
+
+``--url`` / ``--api-key`` name a running Strata; else ``--data-dir`` names the stack
+``strata up`` runs there; else a scratch stack is started on free ports in a temporary
+directory and stopped afterwards. ``strata bench`` and its ``contention`` and
+``fanout`` sub-benchmarks all find their stack here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, NamedTuple
+
+if TYPE_CHECKING:
+    from strata_cli.stack import Stack
+
+__all__ = ["Target", "add_arguments", "scratch_stack", "target"]
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Target(NamedTuple):
+    """The stack a benchmark measures: its URL, a key for tenant ``demo`` (or the one given),
+    and the :class:`~strata_cli.stack.Stack` when its settings are known (None for ``--url``)."""
+
+    url: str
+    key: str
+    stack: Stack | None
+    #: True when the benchmark started it on free ports and stops it afterwards.
+    scratch: bool
+
+
+@contextmanager
+def scratch_stack(config: str | None) -> Iterator[Target]:
+    """A stack on free ports in a temporary directory, stopped (``down``) on exit."""
+    from strata_cli.stack import Stack
+
+    from strata.config import load_settings
+
+    with tempfile.TemporaryDirectory(prefix="strata-bench-") as tmp:
+        settings = load_settings(
+            config,
+            data_dir=Path(tmp) / "data",
+            serve={"port": _free_port()},
+            milvus={"port": _free_port()},
+            ray={"gcs_port": _free_port()},
+        )
+        stack = Stack(settings, say=lambda m: print(f"  {m}", flush=True))
+        print(f"starting a scratch stack in {tmp} (about a minute)", flush=True)
+        key = stack.up()
+        try:
+            yield Target(stack.url, key, stack, True)
+        finally:
+            stack.down()
+
+
+@contextmanager
+def target(args: argparse.Namespace) -> Iterator[Target]:
+    """``--url``/``--api-key``, else the stack ``strata up`` runs in ``--data-dir``, else a scratch stack."""
+    if args.url:
+        if not args.api_key:
+            raise SystemExit("strata bench: --url needs --api-key")
+        yield Target(args.url, args.api_key, None, False)
+        return
+    from strata_cli.stack import Stack
+
+    from strata.config import load_settings
+
+    if args.data_dir:
+        settings = load_settings(args.config, data_dir=Path(args.data_dir))
+        recorded = Stack.recorded(settings.data_dir, say=lambda m: None)
+        if recorded is not None and recorded.healthy():
+            print(f"measuring the stack at {recorded.url}", flush=True)
+            yield Target(recorded.url, recorded.up(), recorded, False)
+            return
+    with scratch_stack(args.config) as found:
+        yield found
+
+
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--url``, ``--api-key``, ``--data-dir`` (what :func:`target` reads) and ``--json``."""
+    parser.add_argument("--url", help="a running Strata (default: the stack in --data-dir, else a scratch one)")
+    parser.add_argument("--api-key", help="its API key")
+    parser.add_argument("--data-dir", help="the data dir of a stack `strata up` started")
+    parser.add_argument("--json", help="write the results here")
