@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import socket
@@ -100,7 +101,7 @@ def ray_local() -> Iterator[None]:
     for attempt in range(3):
         try:
             ray.init(address="local", num_cpus=2, include_dashboard=False, object_store_memory=256 * 1024 * 1024,
-                     logging_level="ERROR", log_to_driver=False)
+                     logging_level=logging.ERROR, log_to_driver=False)
             break
         except Exception as exc:
             # Seen on clean-clone runs right after another module stopped its Ray: the new
