@@ -15,7 +15,6 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 import numpy as np
-from strata_actors.orchestration import Orchestration
 
 from strata.config import StrataSettings
 from strata.ids import validate_id
@@ -53,6 +52,7 @@ from strata.schema import (
     WorkingItemsIn,
     WorkingState,
 )
+from strata_actors.orchestration import Orchestration
 
 __all__ = ["InClusterClient"]
 

@@ -14,7 +14,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
-from strata_actors.shard import LayerShard
 
 from strata.clock import from_ms_or_none
 from strata.episodic.memory import EpisodicMemory
@@ -23,6 +22,7 @@ from strata.episodic.turns import SUMMARY, TURN, EpisodicHit, Turn, TurnInput, s
 from strata.providers.llm import make_llm
 from strata.store.layout import Collections
 from strata.store.records import RecordStore
+from strata_actors.shard import LayerShard
 
 __all__ = ["EpisodicShard", "turn_text"]
 

@@ -28,7 +28,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
-from strata_actors.shard import LayerShard, WholeRecordExpiry
 
 from strata.errors import InvalidInput, LLMError, NotFound, StrataError
 from strata.ids import SYSTEM_TENANT, validate_id
@@ -43,6 +42,7 @@ from strata.procedural.memory import SKILL, ProceduralMemory, Skill, new_skill_i
 from strata.providers.llm import make_llm
 from strata.store.layout import Collections
 from strata.store.records import Record, RecordStore
+from strata_actors.shard import LayerShard, WholeRecordExpiry
 
 __all__ = ["ProceduralShard"]
 

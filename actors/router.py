@@ -15,14 +15,14 @@ from __future__ import annotations
 from typing import Any
 
 import ray
+
+from strata.config import StrataSettings
+from strata.ids import validate_id
 from strata_actors.episodic import EpisodicShard
 from strata_actors.procedural import ProceduralShard
 from strata_actors.semantic import SemanticShard
 from strata_actors.shard import owner_shard
 from strata_actors.working import WorkingShard
-
-from strata.config import StrataSettings
-from strata.ids import validate_id
 
 __all__ = ["LAYER_CLASSES", "LayerRouter", "actor_name"]
 

@@ -25,7 +25,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
-from strata_actors.shard import LayerShard, WholeRecordExpiry
 
 from strata.errors import NotFound, StrataError, VersionConflict
 from strata.ids import validate_id
@@ -38,6 +37,7 @@ from strata.semantic.documents import DOC, DocumentInput, SemanticHit
 from strata.semantic.memory import SemanticMemory
 from strata.store.layout import Collections
 from strata.store.records import RecordStore
+from strata_actors.shard import LayerShard, WholeRecordExpiry
 
 __all__ = ["SemanticShard"]
 

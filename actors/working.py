@@ -6,8 +6,6 @@ import asyncio
 from datetime import UTC, datetime
 from typing import Any
 
-from strata_actors.shard import LayerShard
-
 from strata.access.idempotency import IDEM_KIND, IDEM_SESSION
 from strata.clock import from_ms_or_none
 from strata.providers.tokens import TiktokenCounter
@@ -16,6 +14,7 @@ from strata.store.records import RecordStore
 from strata.working.memory import WorkingItem
 from strata.working.sessions import KIND as WORKING_KIND
 from strata.working.sessions import WorkingSessions
+from strata_actors.shard import LayerShard
 
 __all__ = ["WorkingShard"]
 

@@ -24,11 +24,10 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from strata.errors import VersionConflict
 from strata_bench.stats import latency_ms
 from strata_bench.target import add_arguments, target
 from strata_serve.client import AsyncStrataClient, StrataClient
-
-from strata.errors import VersionConflict
 
 __all__ = ["LAYER_SETS", "add_arguments", "contention", "fanout", "run"]
 

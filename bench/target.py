@@ -43,9 +43,8 @@ class Target(NamedTuple):
 @contextmanager
 def scratch_stack(config: str | None) -> Iterator[Target]:
     """A stack on free ports in a temporary directory, stopped (``down``) on exit."""
-    from strata_cli.stack import Stack
-
     from strata.config import load_settings
+    from strata_cli.stack import Stack
 
     with tempfile.TemporaryDirectory(prefix="strata-bench-") as tmp:
         settings = load_settings(
@@ -72,9 +71,8 @@ def target(args: argparse.Namespace) -> Iterator[Target]:
             raise SystemExit("strata bench: --url needs --api-key")
         yield Target(args.url, args.api_key, None, False)
         return
-    from strata_cli.stack import Stack
-
     from strata.config import load_settings
+    from strata_cli.stack import Stack
 
     if args.data_dir:
         settings = load_settings(args.config, data_dir=Path(args.data_dir))

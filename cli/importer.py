@@ -17,9 +17,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from strata_serve.client import StrataClient
-
 from strata.errors import NotFound, StrataError
+from strata_serve.client import StrataClient
 
 __all__ = ["TEXT_SUFFIXES", "ImportReport", "collect_files", "doc_id_for", "import_paths"]
 

@@ -20,9 +20,8 @@ __all__ = ["add_arguments"]
 
 
 def _settings(args: argparse.Namespace) -> Any:
-    from strata_cli.stack import Stack
-
     from strata.config import load_settings
+    from strata_cli.stack import Stack
 
     data_dir = Path(args.data_dir)
     running = Stack.recorded(data_dir, say=lambda _: None)

@@ -70,9 +70,10 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 def _cmd_import(args: argparse.Namespace) -> int:
     import os
 
+    from tqdm import tqdm
+
     from strata_cli.importer import collect_files, import_paths
     from strata_serve.client import StrataClient
-    from tqdm import tqdm
 
     collect_files(args.paths)  # a missing path fails before anything is sent
     url, key = args.url, args.api_key or os.environ.get("STRATA_API_KEY")
@@ -110,10 +111,9 @@ def _cmd_import(args: argparse.Namespace) -> int:
 def _cmd_eval_retrieval(args: argparse.Namespace) -> int:
     import json
 
+    from strata.providers.embedder import make_embedder
     from strata_bench.evaluation.datasets import load_benchmark
     from strata_bench.evaluation.retrieval import BASELINES, evaluate, format_table
-
-    from strata.providers.embedder import make_embedder
 
     ks = sorted({int(k) for k in args.k.split(",")})
     retrievers = [r.strip() for r in args.retriever.split(",") if r.strip()]
@@ -235,9 +235,8 @@ def main(argv: list[str] | None = None) -> int:
     keys = sub.add_parser("keys", help="create, list, rotate and revoke API keys")
     keys_cli.add_arguments(keys)
     args = parser.parse_args(argv)
-    from strata_cli.stack import StackError
-
     from strata.errors import StrataError
+    from strata_cli.stack import StackError
 
     try:
         return int(args.fn(args))

@@ -25,10 +25,10 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from strata_actors.ray_auth import use_ray_auth
 
 from strata.config import StrataSettings
 from strata.store.milvus_lite import COMMAND as MILVUS_LITE_COMMAND
+from strata_actors.ray_auth import use_ray_auth
 
 __all__ = ["PROXY_TIMEOUT_MARGIN_S", "Stack", "StackError", "processes_naming", "scratch_milvus"]
 
@@ -300,6 +300,7 @@ class Stack:
 
     def deploy(self) -> None:
         from ray import serve
+
         from strata_serve.app import APP_NAME, build_app
 
         s = self.settings.serve
@@ -395,6 +396,7 @@ class Stack:
             try:
                 import ray
                 from ray import serve
+
                 from strata_actors.router import LAYER_CLASSES, actor_name
 
                 self.ensure_ray_client()

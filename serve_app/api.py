@@ -22,11 +22,6 @@ from typing import Any
 
 from fastapi import FastAPI, Header, Path, Query, Response
 from ray import serve
-from strata_actors.errors import unwrap
-from strata_serve.auth import KeyGate
-from strata_serve.deployments import Refused
-from strata_serve.errors import BodyLimit, Deadline, install_handlers
-from strata_serve.idempotent import Idempotent, Replica, replica_parts
 
 from strata.access.idempotency import IdempotencyStore
 from strata.access.keys import KEY_ID_PATTERN, KeyCreated, KeyCreateIn, KeyInfo, KeyList, authorize
@@ -64,6 +59,11 @@ from strata.schema import (
     WorkingState,
 )
 from strata.store.layout import open_store
+from strata_actors.errors import unwrap
+from strata_serve.auth import KeyGate
+from strata_serve.deployments import Refused
+from strata_serve.errors import BodyLimit, Deadline, install_handlers
+from strata_serve.idempotent import Idempotent, Replica, replica_parts
 
 __all__ = ["Api", "app"]
 

@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import Any
 
 from ray.serve import Application
-from strata_serve.api import Api
-from strata_serve.deployments import Embedding, Orchestrator
 
 from strata.config import StrataSettings, load_settings
+from strata_serve.api import Api
+from strata_serve.deployments import Embedding, Orchestrator
 
 __all__ = ["APP_NAME", "build_app"]
 

@@ -17,7 +17,6 @@ from typing import Any, TypeVar
 
 import numpy as np
 from ray import serve
-from strata_actors.orchestration import Orchestration
 
 from strata.config import StrataSettings
 from strata.errors import StrataError
@@ -33,6 +32,7 @@ from strata.schema import (
     TurnIn,
     WorkingItemsIn,
 )
+from strata_actors.orchestration import Orchestration
 
 __all__ = ["Embedding", "Orchestrator", "Refused"]
 

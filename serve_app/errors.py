@@ -19,9 +19,9 @@ from fastapi.responses import JSONResponse
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
-from strata_actors.errors import unwrap
 
 from strata.errors import InvalidInput, RateLimited, StoreUnavailable, StrataError, Unauthorized, VersionConflict
+from strata_actors.errors import unwrap
 
 __all__ = [
     "WRITE_METHODS",

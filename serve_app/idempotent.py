@@ -29,11 +29,11 @@ from typing import Any
 from fastapi.responses import JSONResponse
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
-from strata_serve.auth import bearer_key
-from strata_serve.errors import WRITE_METHODS
 
 from strata.access.idempotency import Answer, IdempotencyStore, fingerprint
 from strata.errors import StrataError
+from strata_serve.auth import bearer_key
+from strata_serve.errors import WRITE_METHODS
 
 __all__ = ["Idempotent", "Replica", "replica_parts"]
 

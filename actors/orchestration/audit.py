@@ -7,13 +7,12 @@ import asyncio
 import logging
 from datetime import datetime
 
-from strata_actors.orchestration.base import FlowBase
-
 from strata.access.audit import AuditLog
 from strata.access.audit import entry as audit_entry
 from strata.errors import InvalidInput, StrataError
 from strata.schema import AuditEntryOut, AuditHistory
 from strata.store.layout import open_store
+from strata_actors.orchestration.base import FlowBase
 
 __all__ = ["AuditFlow"]
 

@@ -10,8 +10,6 @@ from typing import Any
 
 import numpy as np
 from pydantic import BaseModel
-from strata_actors.errors import unwrap
-from strata_actors.router import LayerRouter
 
 from strata.access.audit import AuditLog
 from strata.config import StrataSettings
@@ -20,6 +18,8 @@ from strata.providers.llm import LLM, make_llm
 from strata.providers.tokens import TiktokenCounter
 from strata.retrieval.timeparse import TimeRange
 from strata.schema import RetrievalPath, TimeRangeOut
+from strata_actors.errors import unwrap
+from strata_actors.router import LayerRouter
 
 __all__ = ["Embed", "FlowBase", "call", "plain_trace", "range_out", "skill_hit"]
 

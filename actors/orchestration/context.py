@@ -9,15 +9,14 @@ from collections.abc import Awaitable
 from datetime import UTC, datetime
 from typing import Any, TypeVar, cast
 
-from strata_actors.errors import unwrap
-from strata_actors.orchestration.base import FlowBase, call, range_out, skill_hit
-
 from strata.config import LayerPolicy
 from strata.context.assemble import LAYER_TITLES, AssembledContext, assemble_context, render_refined
 from strata.context.refine import refine_items
 from strata.errors import InvalidInput, LLMError, StrataError
 from strata.retrieval.timeparse import resolve_time_range
 from strata.schema import ContextItem, ContextRequest, ContextResult
+from strata_actors.errors import unwrap
+from strata_actors.orchestration.base import FlowBase, call, range_out, skill_hit
 
 __all__ = ["ContextFlow"]
 

@@ -7,13 +7,12 @@ import asyncio
 import dataclasses
 from typing import Any
 
-from strata_actors.errors import unwrap
-from strata_actors.orchestration.base import FlowBase, call
-
 from strata.errors import InvalidInput
 from strata.ids import validate_id
 from strata.providers.llm import LLMUsage
 from strata.schema import LAYERS, DocumentList, DocumentOut, WorkingState
+from strata_actors.errors import unwrap
+from strata_actors.orchestration.base import FlowBase, call
 
 __all__ = ["ReadFlow"]
 

@@ -11,12 +11,11 @@ import asyncio
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
-from strata_actors.orchestration.base import range_out, skill_hit
-from strata_actors.orchestration.reads import ReadFlow
-
 from strata.retrieval.terms import extract_terms
 from strata.retrieval.timeparse import resolve_time_range
 from strata.schema import LAYERS, Layer, SearchHit, SearchRequest, SearchResult, TimeRangeOut, WorkingItemOut
+from strata_actors.orchestration.base import range_out, skill_hit
+from strata_actors.orchestration.reads import ReadFlow
 
 __all__ = ["SearchFlow", "working_hits"]
 

@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import asyncio
 
-from strata_actors.orchestration.audit import AuditFlow
-from strata_actors.orchestration.base import call, plain_trace
-
 from strata.errors import InvalidInput, PreconditionRequired
 from strata.ids import validate_id
 from strata.schema import (
@@ -19,6 +16,8 @@ from strata.schema import (
     SkillOut,
     SkillPatch,
 )
+from strata_actors.orchestration.audit import AuditFlow
+from strata_actors.orchestration.base import call, plain_trace
 
 __all__ = ["SkillFlow"]
 

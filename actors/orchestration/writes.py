@@ -12,10 +12,6 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from strata_actors.episodic import turn_text
-from strata_actors.orchestration.audit import AuditFlow
-from strata_actors.orchestration.base import call, plain_trace
-
 from strata.errors import InvalidInput, NotFound, StrataError
 from strata.ids import SYSTEM_TENANT, validate_id
 from strata.schema import (
@@ -35,6 +31,9 @@ from strata.schema import (
     WorkingState,
 )
 from strata.working.sessions import TURN_ID
+from strata_actors.episodic import turn_text
+from strata_actors.orchestration.audit import AuditFlow
+from strata_actors.orchestration.base import call, plain_trace
 
 __all__ = ["SESSION_LAYERS", "WriteFlow"]
 

@@ -17,8 +17,6 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import numpy as np
-from strata_bench.evaluation.datasets import Benchmark, EvalTurn, load_benchmark, reference_time
-from strata_bench.evaluation.metrics import Scoreboard
 
 from strata.config import EpisodicSettings, PIISettings
 from strata.episodic.memory import EpisodicMemory
@@ -27,6 +25,8 @@ from strata.privacy.redaction import Redaction
 from strata.providers.embedder import OnnxMiniLMEmbedder
 from strata.retrieval.timeparse import resolve_time_range, strip_time_expression
 from strata.store.records import InMemoryRecordStore
+from strata_bench.evaluation.datasets import Benchmark, EvalTurn, load_benchmark, reference_time
+from strata_bench.evaluation.metrics import Scoreboard
 
 __all__ = ["main", "redacted"]
 

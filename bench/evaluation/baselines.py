@@ -17,9 +17,9 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
-from strata_bench.evaluation.datasets import EvalTurn
 
 from strata.providers.embedder import Embedder
+from strata_bench.evaluation.datasets import EvalTurn
 
 if TYPE_CHECKING:
     from numpy.typing import NDArray

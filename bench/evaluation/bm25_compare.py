@@ -35,13 +35,13 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
-from strata_bench.evaluation.documents import DocumentCorpus, DocumentSet, PassageBoard, Span, document_set
-from strata_bench.stats import latency_ms
 
 from strata.config import ChunkingSettings
 from strata.providers.tokens import TiktokenCounter
 from strata.retrieval.lexical import LexicalIndex, cjk_share, lexical_terms
 from strata.semantic.chunking import make_chunker
+from strata_bench.evaluation.documents import DocumentCorpus, DocumentSet, PassageBoard, Span, document_set
+from strata_bench.stats import latency_ms
 
 __all__ = ["CANDIDATES", "compare", "format_table", "main"]
 
@@ -212,6 +212,7 @@ def compare(
     try:
         if "milvus" in candidates:
             from pymilvus import MilvusClient
+
             from strata_cli.stack import scratch_milvus
 
             started = time.perf_counter()

@@ -27,10 +27,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from strata_bench.evaluation.baselines import MemoEmbedder
-from strata_bench.evaluation.datasets import Benchmark
-from strata_bench.evaluation.documents import DocumentCorpus, DocumentSet, PassageBoard, document_set
-from strata_bench.stats import latency_ms
 
 from strata.config import ChunkingSettings, SemanticSettings
 from strata.providers.tokens import TiktokenCounter, TokenCounter
@@ -39,6 +35,10 @@ from strata.semantic.chunking import STRATEGIES, make_chunker
 from strata.semantic.documents import CHILD, PARENT, DocumentInput
 from strata.semantic.memory import SemanticMemory
 from strata.store.records import InMemoryRecordStore
+from strata_bench.evaluation.baselines import MemoEmbedder
+from strata_bench.evaluation.datasets import Benchmark
+from strata_bench.evaluation.documents import DocumentCorpus, DocumentSet, PassageBoard, document_set
+from strata_bench.stats import latency_ms
 
 __all__ = [
     "ablation_paths",
@@ -400,9 +400,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace, base: SemanticSettings | None = None) -> int:
     """Run the evaluation ``args`` ask for, on ``base`` (default: the built-in semantic settings)."""
-    from strata_bench.evaluation.datasets import load_benchmark
-
     from strata.providers.embedder import OnnxMiniLMEmbedder
+    from strata_bench.evaluation.datasets import load_benchmark
 
     base = base or SemanticSettings()
     ks = sorted({int(k) for k in _split(args.k)})

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
+from strata.providers.llm import LLMUsage
 from strata_bench.evaluation.baselines import (
     BM25Retriever,
     DenseRetriever,
@@ -33,8 +34,6 @@ from strata_bench.evaluation.baselines import (
 from strata_bench.evaluation.datasets import Benchmark, EvalConversation, reference_time
 from strata_bench.evaluation.metrics import Scoreboard
 from strata_bench.stats import latency_ms
-
-from strata.providers.llm import LLMUsage
 
 __all__ = ["BASELINES", "RetrieverRun", "evaluate", "format_table", "run_baseline", "run_strata"]
 

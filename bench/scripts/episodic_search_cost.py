@@ -17,12 +17,12 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import numpy as np
-from strata_bench.stats import median
 
 from strata.config import EpisodicSettings
 from strata.episodic.memory import EpisodicMemory
 from strata.episodic.turns import TurnInput
 from strata.store.records import InMemoryRecordStore
+from strata_bench.stats import median
 
 __all__ = ["main"]
 

@@ -21,10 +21,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root, for tests.conftest
 import numpy as np
-from strata_bench.stats import median
 
 from strata.store.milvus import MilvusRecordStore
 from strata.store.records import Record
+from strata_bench.stats import median
 from tests.conftest import MilvusServer, free_port
 
 __all__ = ["run"]

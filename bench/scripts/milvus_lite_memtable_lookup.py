@@ -19,10 +19,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root, for tests.conftest
 import numpy as np
-from strata_bench.stats import median
 
 from strata.store.milvus import MilvusRecordStore
 from strata.store.records import Record
+from strata_bench.stats import median
 from tests.conftest import MilvusServer, free_port
 
 __all__ = ["main"]

@@ -23,11 +23,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root, for tests.conftest
 import numpy as np
-from strata_bench.stats import percentile
 
 from strata.store.milvus import MilvusRecordStore
 from strata.store.milvus_lite import COMMAND
 from strata.store.records import Record
+from strata_bench.stats import percentile
 from tests.conftest import free_port, wait_for_milvus
 
 __all__ = ["main"]

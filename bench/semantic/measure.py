@@ -14,14 +14,14 @@ from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
-from strata_bench.semantic.timed import COLLECTION, Tenant, TimedStore, counter, make_tenant
-from strata_bench.stats import cpu_s, latency_ms, median, reset_peak_rss, rss_mib
 
 from strata.config import SemanticSettings
 from strata.providers.embedder import Embedder
 from strata.semantic.documents import DocumentInput, PreparedDocument
 from strata.semantic.memory import SemanticMemory
 from strata.store.records import RecordStore
+from strata_bench.semantic.timed import COLLECTION, Tenant, TimedStore, counter, make_tenant
+from strata_bench.stats import cpu_s, latency_ms, median, reset_peak_rss, rss_mib
 
 __all__ = ["EMBED_BATCH", "SEARCH_PATHS", "run"]
 

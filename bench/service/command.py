@@ -36,10 +36,9 @@ DEFAULT_SENTENCES = Path("../shared/bench/locomo10.json")
 def measure(found: Target, sizes: Sizes, source: TextSource, *, admin_key: str | None,
             config: str | None = None) -> dict[str, Any]:
     """Every phase against ``found``; the raw result that :func:`summarize` reads."""
-    from strata_actors.episodic import turn_text
-
     from strata.config import load_settings
     from strata.providers.embedder import make_embedder
+    from strata_actors.episodic import turn_text
 
     stack = found.stack
     settings = stack.settings if stack is not None else load_settings(config)

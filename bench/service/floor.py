@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
+
 from strata_bench.service.sizes import SESSION_TURNS
 from strata_bench.service.timing import Ticker, summary
 
@@ -75,12 +76,11 @@ def floor_in_memory(
     """The same data recorded into layers over an :class:`InMemoryRecordStore`: ``sessions``
     as (session id, turn dicts), ``documents`` as (doc id, title, text); ``vectors`` are
     the turns' embeddings in order, when :func:`embed_floor` made them already."""
-    from strata_actors.episodic import turn_text
-
     from strata.episodic.turns import TurnInput
     from strata.semantic.documents import DocumentInput
     from strata.store.layout import Collections
     from strata.store.records import InMemoryRecordStore
+    from strata_actors.episodic import turn_text
 
     store, collections = InMemoryRecordStore(), Collections.for_settings(settings)
     for name in (collections.episodic, collections.semantic):

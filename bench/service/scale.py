@@ -17,6 +17,7 @@ from functools import partial
 from typing import Any
 
 import numpy as np
+
 from strata_bench.service.sizes import Sizes
 from strata_bench.service.text import TextSource, make_sessions
 from strata_bench.service.timing import Phases, Ticker, pool, summary
@@ -136,6 +137,7 @@ def _restart_layer_actors(stack: Any) -> float:
     """Kill every layer actor and let Ray restart it (no tenant loaded); wait until all answer."""
     import httpx
     import ray
+
     from strata_actors.router import LayerRouter
 
     started = time.perf_counter()
@@ -163,6 +165,7 @@ def _tenants_in_memory(stack: Any) -> dict[str, list[int]] | None:
     if stack is None:
         return None
     import ray
+
     from strata_actors.router import LAYER_CLASSES, LayerRouter
 
     stack.ensure_ray_client()

@@ -13,9 +13,9 @@ from typing import Any
 
 import httpx
 import pytest
-from strata_serve.client import AsyncStrataClient, StrataClient
 
 from strata.errors import InvalidInput, NotFound, StoreUnavailable, Unauthorized, VersionConflict
+from strata_serve.client import AsyncStrataClient, StrataClient
 from tests.e2e.running import Running, started
 
 DAY1 = datetime(2025, 6, 2, 9, 0, tzinfo=UTC)  # a Monday

@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 import ray
-from strata_actors.client import InClusterClient
-from strata_actors.router import LayerRouter
 
 from strata.errors import InvalidInput, NotFound, StoreUnavailable, VersionConflict
 from strata.store.layout import open_store
+from strata_actors.client import InClusterClient
+from strata_actors.router import LayerRouter
 from tests.conftest import MilvusServer, settings_for
 from tests.integration.layers import until_up
 from tests.llm_server import hang, llm_server
@@ -265,9 +265,8 @@ def _tiny_benchmark(tmp_path: Any) -> Any:
 def test_eval_harness_runs_strata_and_baselines_side_by_side(settings: Any, tmp_path: Any) -> None:
     """`strata eval retrieval`'s core on a tiny neutral-format benchmark, Strata included."""
 
-    from strata_bench.evaluation.retrieval import evaluate, format_table
-
     from strata.providers.embedder import make_embedder
+    from strata_bench.evaluation.retrieval import evaluate, format_table
 
     benchmark = _tiny_benchmark(tmp_path)
     assert benchmark.skipped_questions == 1
@@ -284,9 +283,8 @@ def test_eval_harness_runs_strata_and_baselines_side_by_side(settings: Any, tmp_
 
 
 def test_eval_harness_counts_llm_calls_and_tokens_per_turn(milvus: MilvusServer, tmp_path: Any) -> None:
-    from strata_bench.evaluation.retrieval import evaluate, format_table
-
     from strata.providers.embedder import make_embedder
+    from strata_bench.evaluation.retrieval import evaluate, format_table
 
     reply = '{"summary": "They talked.", "key_topics": ["talk"], "action_items": [], "user_preferences": []}'
     with llm_server(lambda n: reply) as (url, received):

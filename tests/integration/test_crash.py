@@ -19,13 +19,13 @@ from typing import Any
 
 import pytest
 import ray
-from strata_actors.client import InClusterClient
-from strata_actors.router import LayerRouter
 
 from strata.errors import InvalidInput, StoreUnavailable, StrataError
 from strata.schema import RecordTurnsResult
 from strata.store.layout import open_store
 from strata.store.versions import VersionStore
+from strata_actors.client import InClusterClient
+from strata_actors.router import LayerRouter
 from tests.conftest import MilvusServer, settings_for
 from tests.integration.layers import until_up
 

@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
-from strata_actors.client import InClusterClient
 
 from strata.errors import NotFound
 from strata.ids import SYSTEM_TENANT
 from strata.store.layout import open_store
+from strata_actors.client import InClusterClient
 from tests.conftest import MilvusServer, settings_for
 from tests.integration.layers import restart_layer_actors
 

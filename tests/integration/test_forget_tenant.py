@@ -6,11 +6,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from strata_actors.client import InClusterClient
 
 from strata.errors import InvalidInput, NotFound
 from strata.schema import LAYERS
 from strata.store.layout import open_store
+from strata_actors.client import InClusterClient
 from tests.conftest import MilvusServer, settings_for
 from tests.integration.layers import restart_layer_actors
 

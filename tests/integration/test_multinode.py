@@ -16,11 +16,11 @@ import pytest
 import ray
 import yaml
 from ray.cluster_utils import Cluster
-from strata_actors.client import InClusterClient
-from strata_actors.router import LayerRouter
 
 from strata.schema import LAYERS
 from strata.store.layout import open_store
+from strata_actors.client import InClusterClient
+from strata_actors.router import LayerRouter
 from tests.conftest import MilvusServer, free_port, settings_for
 
 ROOT = Path(__file__).resolve().parents[2]

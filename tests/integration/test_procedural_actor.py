@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 import ray
-from strata_actors.client import InClusterClient
-from strata_actors.router import LayerRouter
 
 from strata.errors import LLMError, NotFound, PreconditionRequired, VersionConflict
+from strata_actors.client import InClusterClient
+from strata_actors.router import LayerRouter
 from tests.conftest import MilvusServer, settings_for
 from tests.llm_server import Reply, chat_body, hang, llm_server
 

@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 import ray
-from strata_actors.client import InClusterClient
-from strata_actors.router import LayerRouter
 
 from strata.errors import InvalidInput, NotFound, VersionConflict
 from strata.store.layout import open_store
+from strata_actors.client import InClusterClient
+from strata_actors.router import LayerRouter
 from tests.conftest import MilvusServer, settings_for
 from tests.integration.layers import until_up
 

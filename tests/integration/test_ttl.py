@@ -9,12 +9,12 @@ import time
 from typing import Any
 
 import pytest
-from strata_actors.client import InClusterClient
-from strata_actors.router import LayerRouter
 
 from strata.errors import NotFound
 from strata.schema import LAYERS
 from strata.store.layout import open_store
+from strata_actors.client import InClusterClient
+from strata_actors.router import LayerRouter
 from tests.conftest import MilvusServer, settings_for
 from tests.integration.layers import restart_layer_actors
 

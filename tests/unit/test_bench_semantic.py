@@ -6,12 +6,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from strata_bench.semantic import SEARCH_PATHS, format_report, run
 
 from strata.config import ChunkingSettings, SemanticSettings
 from strata.providers.embedder import OnnxMiniLMEmbedder
 from strata.semantic.documents import DocumentInput
 from strata.store.records import InMemoryRecordStore
+from strata_bench.semantic import SEARCH_PATHS, format_report, run
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 # Small chunks, so the project's README alone gives a few dozen children.

@@ -13,6 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from strata.config import load_settings
+from strata.providers.embedder import make_embedder
 from strata_bench import orchestrator as bench_orchestrator
 from strata_bench import service as bench_service
 from strata_bench.service import (
@@ -28,9 +31,6 @@ from strata_bench.service import (
 )
 from strata_bench.stats import processes_memory
 from strata_cli import main as cli
-
-from strata.config import load_settings
-from strata.providers.embedder import make_embedder
 
 REQUIRED = {
     "context_p50_ms": float, "context_p95_ms": float, "context_p99_ms": float, "search_p50_ms": float,

@@ -7,6 +7,7 @@ import os
 
 import numpy as np
 import pytest
+
 from strata_bench.stats import cpu_s, latency_ms, median, percentile, processes_memory, rss_mib
 
 

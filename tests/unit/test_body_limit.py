@@ -8,6 +8,7 @@ import httpx
 import pytest
 from fastapi import FastAPI, Request
 from pydantic import BaseModel
+
 from strata_serve.errors import BodyLimit, install_handlers, too_large_response
 
 LIMIT = 1000

@@ -6,6 +6,7 @@ import asyncio
 
 import httpx
 from fastapi import FastAPI
+
 from strata_serve.errors import Deadline, install_handlers
 
 TIMEOUT_S = 0.2

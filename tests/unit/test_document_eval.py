@@ -6,6 +6,9 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import pytest
+
+from strata.config import SemanticSettings
+from strata.providers.embedder import OnnxMiniLMEmbedder
 from strata_bench.evaluation.chunking import (
     format_ablation_table,
     format_chunking_table,
@@ -14,9 +17,6 @@ from strata_bench.evaluation.chunking import (
 )
 from strata_bench.evaluation.datasets import Benchmark, EvalConversation, EvalQuestion, EvalSession, EvalTurn
 from strata_bench.evaluation.documents import PassageBoard, document_set, score_passages, session_document
-
-from strata.config import SemanticSettings
-from strata.providers.embedder import OnnxMiniLMEmbedder
 
 TURNS_1 = (
     EvalTurn("D1:1", "Ann", "I adopted a grey cat called Pixel last week."),

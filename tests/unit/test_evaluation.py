@@ -8,6 +8,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from strata.providers.embedder import OnnxMiniLMEmbedder
 from strata_bench.evaluation import (
     LOCOMO_CATEGORIES,
     BM25Retriever,
@@ -31,8 +33,6 @@ from strata_bench.evaluation import (
     turn_document,
     words_and_bigrams,
 )
-
-from strata.providers.embedder import OnnxMiniLMEmbedder
 
 BENCH = Path("/work/shared/bench")
 LOCOMO_PATH = BENCH / "locomo10.json"

@@ -9,12 +9,12 @@ import httpx
 import pytest
 from fastapi import FastAPI, Header, Response
 from pydantic import BaseModel
-from strata_serve.errors import BodyLimit, install_handlers
-from strata_serve.idempotent import Idempotent
 
 from strata.access.idempotency import IDEM_KIND, IdempotencyStore
 from strata.errors import Unauthorized
 from strata.store.records import InMemoryRecordStore
+from strata_serve.errors import BodyLimit, install_handlers
+from strata_serve.idempotent import Idempotent
 
 KEYS = {"sk-a": "tenant-a", "sk-b": "tenant-b"}
 

@@ -14,8 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from strata_bench import pii as bench_pii
-from strata_bench.pii import DEFAULT_CORPUS, MIN_PRECISION, MIN_RECALL, RULE_TYPES, evaluate, load_corpus
 
 from strata.config import PII_TYPES, PIISettings
 from strata.privacy.pii import (
@@ -31,6 +29,8 @@ from strata.privacy.pii import (
     make_detector,
     resolve,
 )
+from strata_bench import pii as bench_pii
+from strata_bench.pii import DEFAULT_CORPUS, MIN_PRECISION, MIN_RECALL, RULE_TYPES, evaluate, load_corpus
 
 DETECTOR = RuleDetector()
 KEY = b"test-key"

@@ -6,9 +6,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from strata_actors.shard import LayerShard
-
 from strata.config import StrataSettings
+from strata_actors.shard import LayerShard
 
 
 class _Shard(LayerShard[list[str]]):

@@ -6,9 +6,9 @@ import socket
 from pathlib import Path
 
 import pytest
-from strata_cli.stack import Stack, StackError
 
 from strata.config import load_settings
+from strata_cli.stack import Stack, StackError
 
 
 def test_up_refuses_a_milvus_port_held_by_another_program(tmp_path: Path) -> None:
