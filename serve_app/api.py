@@ -4,9 +4,10 @@ Every ``/v1`` call authenticates with ``Authorization: Bearer <key>``; the
 key decides the tenant, which never appears in a URL, and its scope (read-only,
 one session) decides which routes it may call (403 otherwise; the table is in
 ``strata/access/keys.py``, the checks in :mod:`strata_serve.auth`). ``/v1/admin/keys``
-manages keys and takes an admin key only. The ingress does no memory work itself:
-it authenticates, validates, and calls the orchestrator. A request body over
-``serve.max_body_bytes`` gets 413 before any of that (:class:`strata_serve.errors.BodyLimit`).
+manages keys and takes an admin key only. The ingress authenticates, validates, and does the
+request's work itself with :class:`strata_actors.orchestration.Orchestration` over the layer
+actors: no deployment in between only forwards. A request body over ``serve.max_body_bytes``
+gets 413 before any of that (:class:`strata_serve.errors.BodyLimit`).
 
 One module, near 500 lines, on purpose: it is the route table of one ingress class.
 ``@serve.ingress`` freezes ``app`` with every route of :class:`Api` when the class is
@@ -17,9 +18,11 @@ made, so the routes, the app they register on and its middleware read best toget
 # and FastAPI then cannot resolve string annotations such as `Response`.
 
 import asyncio
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
+import numpy as np
 from fastapi import FastAPI, Header, Path, Query, Response
 from ray import serve
 
@@ -28,6 +31,7 @@ from strata.access.keys import KEY_ID_PATTERN, KeyCreated, KeyCreateIn, KeyInfo,
 from strata.config import StrataSettings
 from strata.errors import InvalidInput, StrataError
 from strata.ids import ID_PATTERN, SYSTEM_TENANT
+from strata.providers.embedder import Embedder, make_embedder
 from strata.schema import (
     AuditHistory,
     ContextRequest,
@@ -59,9 +63,8 @@ from strata.schema import (
     WorkingState,
 )
 from strata.store.layout import open_store
-from strata_actors.errors import unwrap
+from strata_actors.orchestration import Orchestration
 from strata_serve.auth import KeyGate
-from strata_serve.deployments import Refused
 from strata_serve.errors import BodyLimit, Deadline, install_handlers
 from strata_serve.idempotent import Idempotent, Replica, replica_parts
 
@@ -129,21 +132,25 @@ def _if_match(value: str | None) -> int | None:
 @serve.deployment(name="api", ray_actor_options={"num_cpus": 0.25}, max_ongoing_requests=256)
 @serve.ingress(app)
 class Api:
-    def __init__(self, settings: dict[str, Any], orchestrator: Any) -> None:
+    def __init__(self, settings: dict[str, Any], embedding: Any) -> None:
         self._settings = StrataSettings.from_dict(settings)
-        self._orchestrator = orchestrator
+        self._embedding = embedding
+        # The request's work runs here, not one more Serve hop away: that hop only forwarded,
+        # and cost more CPU than the memory work of a context call.
+        self._flow = Orchestration(self._settings, embed=self._embed)
+        # A query embedded here skips a hop whose Serve overhead costs more than the embedding.
+        self._local: Embedder | None = None
+        if self._settings.serve.query_embedding == "ingress":
+            self._local = make_embedder(self._settings.embedding)
         self.max_body_bytes = self._settings.serve.max_body_bytes  # read by the BodyLimit middleware
         self.request_timeout_s = self._settings.serve.request_timeout_s  # read by Deadline
         self._gate = KeyGate(self._settings)
         self._answers: IdempotencyStore | None = None
 
-    async def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
-        try:
-            result = await getattr(self._orchestrator, method).remote(*args, **kwargs)
-        except Exception as exc:  # noqa: BLE001  (Ray wraps the actor's error; unwrap re-raises it typed)
-            raise unwrap(exc) from None
-        if isinstance(result, Refused):
-            raise result.error
+    async def _embed(self, texts: Sequence[str]) -> np.ndarray:
+        if self._local is not None and len(texts) == 1:
+            return await asyncio.to_thread(self._local.embed, list(texts))
+        result: np.ndarray = await self._embedding.embed.remote(list(texts))
         return result
 
     async def idempotency_store(self) -> IdempotencyStore:
@@ -161,7 +168,7 @@ class Api:
     async def healthz(self, response: Response) -> Health:
         """Ray, Milvus and the layers; no key needed. 503 when something is down."""
         try:
-            report = await asyncio.wait_for(self._call("health"), timeout=15)
+            report = await asyncio.wait_for(self._flow.health(), timeout=15)
         except (StrataError, TimeoutError) as exc:
             response.status_code = 503
             return Health(status="degraded", ray="ok", milvus=str(getattr(exc, "message", exc)), layers={})
@@ -179,7 +186,7 @@ class Api:
     ) -> RecordTurnsResult:
         """Record one turn in episodic and working memory. ``If-Match``: expected episodic version."""
         tenant, key_id = await self._gate.caller(authorization, writes=True, session=session_id)
-        recorded: RecordTurnsResult = await self._call("record_turns", tenant, session_id, [body], _if_match(if_match), key_id)
+        recorded: RecordTurnsResult = await self._flow.record_turns(tenant, session_id, [body], expected_version=_if_match(if_match), by=key_id)
         return recorded
 
     @app.post("/v1/sessions/{session_id}/turns/batch", status_code=201, response_model=RecordTurnsResult, tags=["turns"])
@@ -192,7 +199,7 @@ class Api:
     ) -> RecordTurnsResult:
         """Record up to 1,000 turns at once (importing history): one write, one embedding batch."""
         tenant, key_id = await self._gate.caller(authorization, writes=True, session=session_id)
-        recorded: RecordTurnsResult = await self._call("record_turns", tenant, session_id, body.turns, _if_match(if_match), key_id)
+        recorded: RecordTurnsResult = await self._flow.record_turns(tenant, session_id, body.turns, expected_version=_if_match(if_match), by=key_id)
         return recorded
 
     @app.post("/v1/context", response_model=ContextResult, tags=["context"])
@@ -201,14 +208,14 @@ class Api:
         With a session-bound key, episodic memory is read from that session only."""
         info = await self._gate.authenticate(authorization)
         authorize(info, writes=False, session=body.session_id)
-        context: ContextResult = await self._call("build_context", info.tenant, body, info.session_id is not None)
+        context: ContextResult = await self._flow.build_context(info.tenant, body, session_only=info.session_id is not None)
         return context
 
     @app.post("/v1/search", response_model=SearchResult, tags=["search"])
     async def search(self, body: SearchRequest, authorization: str | None = Header(default=None)) -> SearchResult:
         """Scored hits across layers; a time expression in the query narrows the time range."""
         tenant = await self._gate.tenant(authorization, writes=False, session=body.session_id)
-        found: SearchResult = await self._call("search", tenant, body)
+        found: SearchResult = await self._flow.search(tenant, body)
         return found
 
     @app.get("/v1/sessions/{session_id}/working", response_model=WorkingState, tags=["working"])
@@ -217,7 +224,7 @@ class Api:
     ) -> WorkingState:
         """The session's working memory; the ETag is its version."""
         tenant = await self._gate.tenant(authorization, writes=False, session=session_id)
-        state: WorkingState = await self._call("working", tenant, session_id)
+        state: WorkingState = await self._flow.working(tenant, session_id)
         response.headers["ETag"] = f'"{state.version}"'
         return state
 
@@ -232,9 +239,7 @@ class Api:
     ) -> WorkingState:
         """Add items; with ``If-Match`` the write applies only at that version (else 409)."""
         tenant, key_id = await self._gate.caller(authorization, writes=True, session=session_id)
-        state: WorkingState = await self._call(
-            "add_working_items", tenant, session_id, body, _if_match(if_match), key_id
-        )
+        state: WorkingState = await self._flow.add_working_items(tenant, session_id, body, expected_version=_if_match(if_match), by=key_id)
         response.headers["ETag"] = f'"{state.version}"'
         return state
 
@@ -242,7 +247,7 @@ class Api:
     async def forget_session(self, session_id: str = _SESSION, authorization: str | None = Header(default=None)) -> ForgetResult:
         """Forget the session in every layer: turns, vectors, summaries, working memory."""
         tenant, key_id = await self._gate.caller(authorization, writes=True, session=session_id)
-        forgotten: ForgetResult = await self._call("forget_session", tenant, session_id, key_id)
+        forgotten: ForgetResult = await self._flow.forget_session(tenant, session_id, by=key_id)
         return forgotten
 
     @app.post("/v1/documents", status_code=201, response_model=DocumentOut, tags=["documents"])
@@ -258,7 +263,7 @@ class Api:
         the old version or the new one). ``If-Match``: the document's expected version.
         A large document is better sent with ``wait=false``; poll ``GET /v1/documents/{id}``."""
         tenant, key_id = await self._gate.caller(authorization, writes=True, session=None)
-        doc: DocumentOut = await self._call("index_document", tenant, body, _if_match(if_match), wait, key_id)
+        doc: DocumentOut = await self._flow.index_document(tenant, body, expected_version=_if_match(if_match), wait=wait, by=key_id)
         response.status_code = 201 if doc.status == "ready" else 202
         response.headers["ETag"] = f'"{doc.version}"'
         return doc
@@ -272,7 +277,7 @@ class Api:
     ) -> DocumentList:
         """Documents by id, a page at a time."""
         tenant = await self._gate.tenant(authorization, writes=False, session=None)
-        page: DocumentList = await self._call("list_documents", tenant, after, limit)
+        page: DocumentList = await self._flow.list_documents(tenant, after=after, limit=limit)
         return page
 
     @app.get("/v1/documents/{doc_id}", response_model=DocumentOut, tags=["documents"])
@@ -285,7 +290,7 @@ class Api:
     ) -> DocumentOut:
         """The document's metadata, version (ETag) and status; its text with ``include_text=true``."""
         tenant = await self._gate.tenant(authorization, writes=False, session=None)
-        doc: DocumentOut = await self._call("get_document", tenant, doc_id, include_text)
+        doc: DocumentOut = await self._flow.get_document(tenant, doc_id, include_text=include_text)
         response.headers["ETag"] = f'"{doc.version}"'
         return doc
 
@@ -298,7 +303,7 @@ class Api:
     ) -> DocumentDeleted:
         """Remove the document: its passages, vectors, BM25 entries and graph edges."""
         tenant, key_id = await self._gate.caller(authorization, writes=True, session=None)
-        deleted: DocumentDeleted = await self._call("delete_document", tenant, doc_id, _if_match(if_match), key_id)
+        deleted: DocumentDeleted = await self._flow.delete_document(tenant, doc_id, expected_version=_if_match(if_match), by=key_id)
         return deleted
 
     @app.get("/v1/entities", response_model=EntityOut, tags=["documents"])
@@ -309,7 +314,7 @@ class Api:
     ) -> EntityOut:
         """What the knowledge graph of your documents knows of an entity."""
         tenant = await self._gate.tenant(authorization, writes=False, session=None)
-        return EntityOut(**await self._call("entity", tenant, name))
+        return EntityOut(**await self._flow.entity(tenant, name))
 
     # -- procedural memory ----------------------------------------------------------
 
@@ -321,7 +326,7 @@ class Api:
         belongs to (200, ``merged: true``). With an LLM the LLM drafts it; a 502 keeps the
         trace and learns it in the background (``job_id`` in the body)."""
         tenant, key_id = await self._gate.caller(authorization, writes=True, session=None)
-        skill: SkillOut = await self._call("extract_skill", tenant, body, key_id)
+        skill: SkillOut = await self._flow.extract_skill(tenant, body, by=key_id)
         response.status_code = 200 if skill.merged else 201
         response.headers["ETag"] = f'"{skill.version}"'
         return skill
@@ -341,9 +346,7 @@ class Api:
         """Skills for a task, best first (similarity x confidence in the success rate);
         without ``task``, every skill by id."""
         tenant = await self._gate.tenant(authorization, writes=False, session=None)
-        skills: SkillList = await self._call(
-            "find_skills", tenant, task=task, top_k=top_k, min_success_rate=min_success_rate, after=after, limit=limit
-        )
+        skills: SkillList = await self._flow.find_skills(tenant, task=task, top_k=top_k, min_success_rate=min_success_rate, after=after, limit=limit)
         return skills
 
     @app.get("/v1/skills/{skill_id}", response_model=SkillOut, tags=["skills"])
@@ -352,7 +355,7 @@ class Api:
     ) -> SkillOut:
         """The skill; the ETag is its version."""
         tenant = await self._gate.tenant(authorization, writes=False, session=None)
-        skill: SkillOut = await self._call("get_skill", tenant, skill_id)
+        skill: SkillOut = await self._flow.get_skill(tenant, skill_id)
         response.headers["ETag"] = f'"{skill.version}"'
         return skill
 
@@ -368,7 +371,7 @@ class Api:
         """Count one use. Without ``If-Match`` an atomic increment; with it, applied only at
         that version (else 409 with the current one)."""
         tenant, key_id = await self._gate.caller(authorization, writes=True, session=None)
-        skill: SkillOut = await self._call("record_outcome", tenant, skill_id, body, _if_match(if_match), key_id)
+        skill: SkillOut = await self._flow.record_outcome(tenant, skill_id, body, expected_version=_if_match(if_match), by=key_id)
         response.headers["ETag"] = f'"{skill.version}"'
         return skill
 
@@ -383,7 +386,7 @@ class Api:
     ) -> SkillOut:
         """Edit the skill's content; ``If-Match`` is required (428 without, 409 when stale)."""
         tenant, key_id = await self._gate.caller(authorization, writes=True, session=None)
-        skill: SkillOut = await self._call("update_skill", tenant, skill_id, body, _if_match(if_match), key_id)
+        skill: SkillOut = await self._flow.update_skill(tenant, skill_id, body, expected_version=_if_match(if_match), by=key_id)
         response.headers["ETag"] = f'"{skill.version}"'
         return skill
 
@@ -396,7 +399,7 @@ class Api:
     ) -> SkillDeleted:
         """Remove the skill, its vector and its history."""
         tenant, key_id = await self._gate.caller(authorization, writes=True, session=None)
-        deleted: SkillDeleted = await self._call("delete_skill", tenant, skill_id, _if_match(if_match), key_id)
+        deleted: SkillDeleted = await self._flow.delete_skill(tenant, skill_id, expected_version=_if_match(if_match), by=key_id)
         return deleted
 
     @app.get("/v1/skills/{skill_id}/history", response_model=SkillHistory, tags=["skills"])
@@ -405,14 +408,14 @@ class Api:
     ) -> SkillHistory:
         """Every version of the skill: when, by which key, what changed."""
         tenant = await self._gate.tenant(authorization, writes=False, session=None)
-        history: SkillHistory = await self._call("skill_history", tenant, skill_id)
+        history: SkillHistory = await self._flow.skill_history(tenant, skill_id)
         return history
 
     @app.get("/v1/skill-jobs/{job_id}", response_model=SkillJobOut, tags=["skills"])
     async def skill_job(self, job_id: str = _JOB_ID, authorization: str | None = Header(default=None)) -> SkillJobOut:
         """A background skill extraction: pending, running, done (with the skill) or failed."""
         tenant = await self._gate.tenant(authorization, writes=False, session=None)
-        job: SkillJobOut = await self._call("skill_job", tenant, job_id)
+        job: SkillJobOut = await self._flow.skill_job(tenant, job_id)
         return job
 
     @app.post("/v1/interactions", status_code=201, response_model=InteractionResult, tags=["turns"])
@@ -422,7 +425,7 @@ class Api:
         """Record an exchange in working and episodic memory; a successful coding /
         debugging / deployment task with a trace teaches a skill in the background."""
         tenant, key_id = await self._gate.caller(authorization, writes=True, session=body.session_id)
-        recorded: InteractionResult = await self._call("post_interaction", tenant, body, key_id)
+        recorded: InteractionResult = await self._flow.post_interaction(tenant, body, by=key_id)
         return recorded
 
 
@@ -477,7 +480,7 @@ class Api:
         revoked = [k.key_id for k in await asyncio.to_thread(keys.list, tenant) if k.revoked_at is None]
         for key_id in revoked:
             await asyncio.to_thread(keys.revoke, key_id)
-        removed: dict[str, int] = await self._call("forget_tenant", tenant, "admin")
+        removed: dict[str, int] = await self._flow.forget_tenant(tenant, by="admin")
         return TenantForgotten(tenant=tenant, removed=removed, keys_revoked=revoked)
 
     @app.get("/v1/audit", response_model=AuditHistory, tags=["audit"])
@@ -491,5 +494,5 @@ class Api:
         """Every write, update and delete of your tenant: when, which key, which layer and
         record, which version. Never the content."""
         tenant = await self._gate.tenant(authorization, writes=False, session=None)
-        history: AuditHistory = await self._call("audit", tenant, since, limit)
+        history: AuditHistory = await self._flow.audit(tenant, since=since, limit=limit)
         return history

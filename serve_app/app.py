@@ -1,4 +1,4 @@
-"""The Serve application graph: api → orchestrator → embedding (+ layer actors).
+"""The Serve application graph: api (the ingress, which fans out to the layer actors) → embedding.
 
 ``build_app`` is also the import path for ``serve run`` / ``serve deploy``
 (``configs/serve.yaml``): ``strata_serve.app:build_app``.
@@ -13,7 +13,7 @@ from ray.serve import Application
 
 from strata.config import StrataSettings, load_settings
 from strata_serve.api import Api
-from strata_serve.deployments import Embedding, Orchestrator
+from strata_serve.deployments import Embedding
 
 __all__ = ["APP_NAME", "build_app"]
 
@@ -40,6 +40,5 @@ def build_app(args: dict[str, Any] | None = None) -> Application:
     payload = settings.to_dict()
     # @serve.deployment makes these classes Deployments, which Ray's annotations do not say: hence the ignores.
     embedding = Embedding.bind(payload)  # type: ignore[attr-defined]
-    orchestrator = Orchestrator.bind(payload, embedding)  # type: ignore[attr-defined]
-    application: Application = Api.bind(payload, orchestrator)  # type: ignore[attr-defined]
+    application: Application = Api.bind(payload, embedding)  # type: ignore[attr-defined]
     return application

@@ -131,11 +131,17 @@ class ServeSettings(_Section):
     request_timeout_s: float = Field(default=30.0, gt=0)
     embedding_max_batch_size: int = Field(default=32, ge=1)
     embedding_batch_wait_timeout_s: float = Field(default=0.005, ge=0)
-    #: Where a query (one text) is embedded: in the orchestrator's own process, or by the
+    #: Where a query (one text) is embedded: in the ingress replica's own process, or by the
     #: embedding deployment (batched with other callers'). A batch of turns always goes to
     #: the deployment. Measured per /v1/context call: the deployment's process spent
-    #: 19 ms of CPU on a 6 ms embedding (README, "The service benchmark").
-    query_embedding: Literal["orchestrator", "deployment"] = "orchestrator"
+    #: 19 ms of CPU on a 6 ms embedding (docs/benchmarks.md). "orchestrator", the name from
+    #: when a separate orchestrator deployment did the embedding, still means "ingress".
+    query_embedding: Literal["ingress", "deployment"] = "ingress"
+
+    @field_validator("query_embedding", mode="before")
+    @classmethod
+    def _old_query_embedding_name(cls, value: Any) -> Any:
+        return "ingress" if value == "orchestrator" else value
     #: 413 above this. 128 MiB admits a 20 M-char document of 4-byte UTF-8 (80 MB), or of CJK as \uXXXX JSON (120 MB).
     max_body_bytes: int = Field(default=128 * 2**20, ge=1024)
     #: A write sent with an Idempotency-Key keeps its answer this long: its retries get it back.

@@ -47,7 +47,8 @@ class ContextFlow(FlowBase):
         # A time expression read off the message is a preference, not a filter,
         # and its words stay in the query: a date is often content.
         time_range = resolve_time_range(req.message, reference)
-        query = self._pii.for_tenant(tenant).text(req.message)
+        # Off the event loop: a query may be 16,000 characters of text built to make a pattern work hard.
+        query = await asyncio.to_thread(self._pii.for_tenant(tenant).text, req.message)
         missing: dict[str, str] = {}
         fetch = [layer for layer in policy if layer != "working"]
         working_budget = int(max_tokens * (ctx.working_share if fetch else 1.0))

@@ -32,7 +32,7 @@ class SearchFlow(ReadFlow):
         start = req.time_range.start if req.time_range else None
         end = req.time_range.end if req.time_range else None
         prefer = (parsed.start, parsed.end) if parsed else None
-        query = self._pii.for_tenant(tenant).text(req.query)
+        query = await asyncio.to_thread(self._pii.for_tenant(tenant).text, req.query)  # off the event loop
         hits: list[SearchHit] = []
         versions: dict[str, int] = {}
 

@@ -54,7 +54,7 @@ class SkillFlow(AuditFlow):
             return SkillList(**await call(actor.list_skills.remote(tenant, after=after, limit=limit)))
         if not task.strip():
             raise InvalidInput("task is blank", field="task")
-        task = self._pii.for_tenant(tenant).text(task)
+        task = await asyncio.to_thread(self._pii.for_tenant(tenant).text, task)
         vector = (await self._embed([task]))[0]
         found = await self._procedural_search(tenant, vector, task, top_k=top_k, min_success_rate=min_success_rate)
         return SkillList(skills=[SkillOut(**s) for s in found["skills"]], total=len(found["skills"]))
@@ -68,7 +68,7 @@ class SkillFlow(AuditFlow):
     ) -> SkillOut:
         """Count a use; without ``expected_version`` an atomic increment, with it a 409 when stale."""
         validate_id(skill_id, field="skill_id")
-        body = self._pii.for_tenant(tenant).model(body)
+        body = await asyncio.to_thread(self._pii.for_tenant(tenant).model, body)
         out = await call(
             self._actor("procedural", tenant).record_outcome.remote(
                 tenant, skill_id, body.success, body.notes, expected_version=expected_version, by=by
@@ -86,7 +86,8 @@ class SkillFlow(AuditFlow):
                 "editing a skill needs If-Match with the version you edited (GET the skill for its ETag)",
                 field="If-Match",
             )
-        changes = self._pii.for_tenant(tenant).model(body).model_dump(exclude_unset=True)
+        redacted = await asyncio.to_thread(self._pii.for_tenant(tenant).model, body)
+        changes = redacted.model_dump(exclude_unset=True)
         out = await call(
             self._actor("procedural", tenant).update_skill.remote(
                 tenant, skill_id, changes, expected_version=expected_version, by=by

@@ -56,7 +56,8 @@ class WriteFlow(AuditFlow):
         """Write turns to episodic memory (durable, embedded) and to the session's working memory."""
         validate_id(session_id, field="session_id")
         pii = self._pii.for_tenant(tenant)
-        dicts = [pii.model(t).model_dump() for t in turns]
+        # Off the event loop: a batch is up to 1,000 turns of 16,000 characters each.
+        dicts = await asyncio.to_thread(lambda: [pii.model(t).model_dump() for t in turns])
         vectors = await self._embed([turn_text(d) for d in dicts])
         episodic = await call(
             self._actor("episodic", tenant).record_turns.remote(
@@ -143,7 +144,7 @@ class WriteFlow(AuditFlow):
         by: str = "",
     ) -> WorkingState:
         validate_id(session_id, field="session_id")
-        body = self._pii.for_tenant(tenant).model(body)
+        body = await asyncio.to_thread(self._pii.for_tenant(tenant).model, body)
         state = await call(
             self._actor("working", tenant).add_items.remote(
                 tenant,

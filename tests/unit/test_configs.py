@@ -31,7 +31,7 @@ def test_serve_config_validates_against_serve_schema() -> None:
     module, _, attr = app.import_path.partition(":")
     assert callable(getattr(importlib.import_module(module), attr))
     names = {d.name for d in app.deployments}
-    assert names == {"api", "orchestrator", "embedding"}
+    assert names == {"api", "embedding"}
     for deployment in app.deployments:
         scaling = deployment.autoscaling_config
         assert scaling["min_replicas"] >= 1 and scaling["max_replicas"] >= scaling["min_replicas"]
