@@ -20,7 +20,7 @@ from strata_bench.service.floor import EMBED_FLOOR_SAMPLE, embed_floor, floor_fr
 from strata_bench.service.ingest import ingest, read_your_writes
 from strata_bench.service.latency import measure_latency
 from strata_bench.service.report import format_report, plot, summarize
-from strata_bench.service.scale import measure_scale, stack_memory, wait_for_summaries
+from strata_bench.service.scale import measure_scale, stack_memory, stack_pids, wait_for_summaries
 from strata_bench.service.sizes import FULL, QUICK, SESSION_TURNS, Sizes
 from strata_bench.service.text import TextSource, make_sessions
 from strata_bench.service.timing import Phases
@@ -89,7 +89,8 @@ def measure(found: Target, sizes: Sizes, source: TextSource, *, admin_key: str |
                         "episodic_summaries": len(floor.episodic.summaries()), "semantic": floor.semantic.stats()}
         del floor
     with phase("latency"):
-        out["latency"] = asyncio.run(measure_latency(found.url, found.key, queries, sessions[-1][0], sizes))
+        out["latency"] = asyncio.run(measure_latency(found.url, found.key, queries, sessions[-1][0], sizes,
+                                                     pids=stack_pids(stack)))
     out["key_lookup_ms"] = {"after_one_tenant": _key_lookup_ms(store, found.key)}
     out["memory_one_tenant"] = stack_memory(stack)
 

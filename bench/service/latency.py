@@ -5,12 +5,14 @@ from one client alone (which separates queueing from the cost of a call).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from strata_bench.service.sizes import Sizes
 from strata_bench.service.timing import Ticker, pool, summary
+from strata_bench.stats import cpu_s
 from strata_serve.client import AsyncStrataClient
 
 __all__ = ["measure_latency"]
@@ -34,8 +36,34 @@ async def _timed(calls: list[Callable[[], Awaitable[Any]]], clients: int, label:
     return ms, missing[0]
 
 
-async def measure_latency(url: str, key: str, queries: list[str], session: str, sizes: Sizes) -> dict[str, Any]:
-    """Warm up, then the calls of one client alone, then of ``sizes.clients`` concurrent ones."""
+def _stack_cpu_s(pids: Callable[[], Sequence[int]] | None) -> float | None:
+    """CPU seconds used so far by every process of the stack (None when they are not ours to see)."""
+    if pids is None:
+        return None
+    total = 0.0
+    for pid in pids():
+        with contextlib.suppress(OSError):  # a process that ended between the listing and the read
+            total += cpu_s(pid)
+    return total
+
+
+async def _cpu_per_call(run: Awaitable[tuple[list[float], int]],
+                        pids: Callable[[], Sequence[int]] | None) -> tuple[list[float], int, float | None]:
+    """``run``'s latencies and missing count, and the stack's CPU ms per call over it."""
+    before = _stack_cpu_s(pids)
+    ms, missing = await run
+    after = _stack_cpu_s(pids)
+    per_call = None if before is None or after is None or not ms else round((after - before) * 1000 / len(ms), 2)
+    return ms, missing, per_call
+
+
+async def measure_latency(url: str, key: str, queries: list[str], session: str, sizes: Sizes, *,
+                          pids: Callable[[], Sequence[int]] | None = None) -> dict[str, Any]:
+    """Warm up, then the calls of one client alone, then of ``sizes.clients`` concurrent ones.
+
+    ``pids`` lists the stack's processes: the CPU they spend over each context phase, summed
+    from ``/proc`` (this process, the clients', is not counted), is reported per call.
+    """
     clients = [AsyncStrataClient(url, key, timeout_s=120) for _ in range(sizes.clients)]
     turn = [0]
 
@@ -61,10 +89,12 @@ async def measure_latency(url: str, key: str, queries: list[str], session: str, 
     await _timed([context(q) for q in queries[:10]] + [search(q) for q in queries[:10]], sizes.clients, "warm-up")
     n = sizes.clients * sizes.calls_per_client
     cycle = [queries[i % len(queries)] for i in range(n)]
-    seq_context, seq_missing = await _timed([context(q) for q in cycle[: sizes.sequential_calls]], 1, "one client, context")
+    seq_context, seq_missing, seq_cpu = await _cpu_per_call(
+        _timed([context(q) for q in cycle[: sizes.sequential_calls]], 1, "one client, context"), pids)
     seq_search, _ = await _timed([search(q) for q in cycle[: sizes.sequential_calls]], 1, "one client, search")
     started = time.perf_counter()
-    conc_context, missing = await _timed([context(q) for q in cycle], sizes.clients, f"{sizes.clients} clients, context")
+    conc_context, missing, conc_cpu = await _cpu_per_call(
+        _timed([context(q) for q in cycle], sizes.clients, f"{sizes.clients} clients, context"), pids)
     context_s = time.perf_counter() - started
     started = time.perf_counter()
     conc_search, _ = await _timed([search(q) for q in cycle], sizes.clients, f"{sizes.clients} clients, search")
@@ -73,9 +103,10 @@ async def measure_latency(url: str, key: str, queries: list[str], session: str, 
     return {
         "clients": sizes.clients,
         "context": {**summary(conc_context), "calls_with_missing_layers": missing,
-                    "calls_per_s": round(len(conc_context) / context_s, 1)},
+                    "calls_per_s": round(len(conc_context) / context_s, 1), "stack_cpu_ms_per_call": conc_cpu},
         "search": {**summary(conc_search), "calls_per_s": round(len(conc_search) / search_s, 1)},
-        "one_client": {"context": {**summary(seq_context), "calls_with_missing_layers": seq_missing},
+        "one_client": {"context": {**summary(seq_context), "calls_with_missing_layers": seq_missing,
+                                   "stack_cpu_ms_per_call": seq_cpu},
                        "search": summary(seq_search)},
         "context_sections": [s.layer for s in warm.sections] if warm else [],
     }

@@ -12,6 +12,9 @@ TARGETS: dict[str, tuple[str, float]] = {
     "context_p50_ms": ("<=", 40.0),
     "context_p95_ms": ("<=", 80.0),
     "context_p50_over_floor": ("<=", 3.0),
+    "one_client_p50_over_floor": ("<=", 1.5),
+    "context_cpu_over_floor": ("<=", 2.0),
+    "throughput_over_floor": (">=", 0.5),
     "ingest_turns_per_s": (">=", 100.0),
     "embed_floor_over_ingest": ("<=", 2.0),
     "stack_rss_mib": ("<", 8192.0),
@@ -45,6 +48,13 @@ def summarize(raw: dict[str, Any], *, machine: dict[str, Any] | None = None) -> 
         "search_p99_ms": lat["search"]["p99_ms"],
         "floor_p50_ms": floor["context"]["total"]["p50_ms"],
         "search_floor_p50_ms": floor["search"]["total"]["p50_ms"],
+        "one_client_context_p50_ms": lat["one_client"]["context"]["p50_ms"],
+        # CPU per context call summed over every process of the stack (from /proc), against what
+        # the same call costs in one process with no Ray, Serve or HTTP.
+        "context_cpu_ms_per_call": lat["context"].get("stack_cpu_ms_per_call"),
+        "one_client_cpu_ms_per_call": lat["one_client"]["context"].get("stack_cpu_ms_per_call"),
+        "floor_cpu_ms_per_call": floor["context"].get("cpu_ms_per_call"),
+        "context_calls_per_s": lat["context"]["calls_per_s"],
         "ingest_turns_per_s": ingest_rate,
         "ingest_with_summaries_turns_per_s": round(ingest["turns"] / (ingest["seconds"] + waited), 1) if waited is not None else None,
         "embed_floor_turns_per_s": floor_rate,
@@ -55,10 +65,19 @@ def summarize(raw: dict[str, Any], *, machine: dict[str, Any] | None = None) -> 
         "cold_tenant_p95_ms": scale.get("cold", {}).get("p95_ms"),
         "warm_tenant_p95_ms": scale.get("warm", {}).get("p95_ms"),
     }
+    cores = (machine or {}).get("cpu_count") or 1
+    floor_cpu = doc["floor_cpu_ms_per_call"]
+    # What the machine's cores could answer at the floor's CPU cost per call: the throughput ceiling.
+    doc["floor_calls_per_s_on_cores"] = round(cores * 1000 / floor_cpu, 1) if floor_cpu else None
     doc["targets"] = {
         "context_p50_ms": _verdict("context_p50_ms", doc["context_p50_ms"]),
         "context_p95_ms": _verdict("context_p95_ms", doc["context_p95_ms"]),
         "context_p50_over_floor": _verdict("context_p50_over_floor", _ratio(doc["context_p50_ms"], doc["floor_p50_ms"])),
+        "one_client_p50_over_floor": _verdict(
+            "one_client_p50_over_floor", _ratio(doc["one_client_context_p50_ms"], doc["floor_p50_ms"])),
+        "context_cpu_over_floor": _verdict("context_cpu_over_floor", _ratio(doc["context_cpu_ms_per_call"], floor_cpu)),
+        "throughput_over_floor": _verdict(
+            "throughput_over_floor", _ratio(doc["context_calls_per_s"], doc["floor_calls_per_s_on_cores"])),
         "ingest_turns_per_s": _verdict("ingest_turns_per_s", ingest_rate),
         "embed_floor_over_ingest": _verdict("embed_floor_over_ingest", _ratio(floor_rate, ingest_rate)),
         "read_your_writes": {"value": doc["read_your_writes"], "target": "true", "met": doc["read_your_writes"]},
@@ -103,8 +122,17 @@ def format_report(doc: dict[str, Any]) -> str:
          f"p95 {f(doc['context_p95_ms'])} ms: {_mark(t['context_p95_ms'])}"),
         (f"context p50 / floor p50 = {f(t['context_p50_over_floor']['value'])}x: {_mark(t['context_p50_over_floor'])}"
          f" (search: {f(doc['search_p50_over_floor'])}x)"),
+        (f"one-client context p50 / floor p50 = {f(t['one_client_p50_over_floor']['value'])}x: "
+         f"{_mark(t['one_client_p50_over_floor'])}"),
         (f"contexts with a layer missing: {lat['context']['calls_with_missing_layers']} of {lat['context']['calls']}; "
          f"throughput {lat['context']['calls_per_s']} contexts/s, {lat['search']['calls_per_s']} searches/s"),
+        (f"CPU per context call, every stack process: {f(doc['context_cpu_ms_per_call'])} ms with "
+         f"{lat['clients']} clients, {f(doc['one_client_cpu_ms_per_call'])} ms with one; the floor "
+         f"{f(doc['floor_cpu_ms_per_call'])} ms; ratio {f(t['context_cpu_over_floor']['value'])}x: "
+         f"{_mark(t['context_cpu_over_floor'])}"),
+        (f"{lat['clients']}-client throughput {f(doc['context_calls_per_s'])} contexts/s against the floor's "
+         f"{f(doc['floor_calls_per_s_on_cores'])} on {(doc.get('machine') or {}).get('cpu_count', '?')} cores "
+         f"(cores / floor CPU per call): {f(t['throughput_over_floor']['value'])}x: {_mark(t['throughput_over_floor'])}"),
         "\n== ingest ==",
         (f"batch endpoint: {f(doc['ingest_turns_per_s'])} turns/s sustained ({ingest['turns']} turns in "
          f"{ingest['seconds']} s, batches of {ingest['batch_turns']}, {ingest['writers']} writers): "

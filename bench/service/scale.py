@@ -25,7 +25,7 @@ from strata_bench.stats import processes_memory
 from strata_bench.target import Target
 from strata_serve.client import AsyncStrataClient
 
-__all__ = ["SCALE_WRITE_ATTEMPTS", "measure_scale", "pids_naming", "stack_memory", "wait_for_summaries"]
+__all__ = ["SCALE_WRITE_ATTEMPTS", "measure_scale", "pids_naming", "stack_memory", "stack_pids", "wait_for_summaries"]
 
 
 def pids_naming(marker: str, *, also: Sequence[int] = ()) -> list[int]:
@@ -35,13 +35,24 @@ def pids_naming(marker: str, *, also: Sequence[int] = ()) -> list[int]:
     return sorted(processes_naming(marker, also=also))
 
 
+def stack_pids(stack: Any) -> Callable[[], list[int]] | None:
+    """What lists the stack's processes (the Ray head's, found by its temp dir in their command
+    lines, their children, and milvus-lite), or None for a stack that is not ours to count."""
+    if stack is None or stack.settings.ray.address:
+        return None
+
+    def pids() -> list[int]:
+        milvus = stack.milvus_pid()
+        return pids_naming(str(stack.ray_temp_dir), also=[milvus] if milvus else [])
+
+    return pids
+
+
 def stack_memory(stack: Any) -> dict[str, Any] | None:
     """RSS and PSS over the stack's processes (:func:`~strata_bench.stats.processes_memory`): the Ray
     head's, found by its temp dir in their command lines, their children, and milvus-lite."""
-    if stack is None or stack.settings.ray.address:  # an external cluster's processes are not ours to count
-        return None
-    milvus = stack.milvus_pid()
-    return processes_memory(pids_naming(str(stack.ray_temp_dir), also=[milvus] if milvus else []))
+    pids = stack_pids(stack)
+    return None if pids is None else processes_memory(pids())
 
 
 async def _admin(client: Any, method: str, path: str, admin_key: str, body: Any = None) -> Any:
