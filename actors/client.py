@@ -18,6 +18,7 @@ import numpy as np
 
 from strata.config import StrataSettings
 from strata.ids import validate_id
+from strata.providers.batching import EmbedBatcher
 from strata.providers.embedder import make_embedder
 from strata.providers.llm import LLMUsage
 from strata.schema import (
@@ -67,6 +68,7 @@ class InClusterClient:
     def __init__(self, tenant: str, settings: StrataSettings) -> None:
         self._tenant = validate_id(tenant, field="tenant")
         self._embedder = make_embedder(settings.embedding)
+        self._queries = EmbedBatcher(self._embedder.embed)
         self._flow = Orchestration(settings, embed=self._embed)
         self.sync = _Sync(self)
 
@@ -88,6 +90,8 @@ class InClusterClient:
         return cls(tenant, settings)
 
     async def _embed(self, texts: Sequence[str]) -> np.ndarray:
+        if len(texts) == 1:  # a query: concurrent ones share model calls
+            return (await self._queries.embed(texts[0]))[None, :]
         return await asyncio.to_thread(self._embedder.embed, list(texts))
 
     async def record_turn(self, session_id: str, user: str | None = None, agent: str | None = None, *,
