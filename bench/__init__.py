@@ -4,7 +4,7 @@ Speed, over HTTP against a running stack (``strata bench``):
 
 - :mod:`~strata_bench.service`: ``strata bench`` -- latency, ingest and scale, each against a floor
   measured in the same run;
-- :mod:`~strata_bench.orchestrator`: ``strata bench contention`` and ``strata bench fanout``;
+- :mod:`~strata_bench.fanout`: ``strata bench contention`` and ``strata bench fanout``;
 - :mod:`~strata_bench.target`: which stack they measure (``--url``, ``--data-dir`` or a scratch one).
 
 Speed, in-process: :mod:`~strata_bench.semantic` (``python -m strata_bench.semantic``).

@@ -203,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
     add_arguments(chunking)
     chunking.add_argument("--config", default=argparse.SUPPRESS, help="YAML settings (as `strata --config`)")
     chunking.set_defaults(fn=_cmd_eval_chunking)
-    from strata_bench import orchestrator as bench_orchestrator
+    from strata_bench import fanout as bench_fanout
     from strata_bench import service as bench_service
 
     bench = sub.add_parser(
@@ -217,14 +217,14 @@ def main(argv: list[str] | None = None) -> int:
     contention = benches.add_parser(
         "contention", help="concurrent outcome updates of one skill, atomic and with If-Match: no update lost"
     )
-    bench_orchestrator.add_arguments(contention)
+    bench_fanout.add_arguments(contention)
     contention.add_argument("--clients", type=int, default=16)
     contention.add_argument("--updates", type=int, default=50, help="updates per client")
-    contention.set_defaults(fn=lambda a: bench_orchestrator.run(a, "contention"))
+    contention.set_defaults(fn=lambda a: bench_fanout.run(a, "contention"))
     fanout = benches.add_parser("fanout", help="/v1/context over four layers against each single layer")
-    bench_orchestrator.add_arguments(fanout)
+    bench_fanout.add_arguments(fanout)
     fanout.add_argument("--calls", type=int, default=60, help="measured calls per layer set")
-    fanout.set_defaults(fn=lambda a: bench_orchestrator.run(a, "fanout"))
+    fanout.set_defaults(fn=lambda a: bench_fanout.run(a, "fanout"))
     from strata_bench import pii as bench_pii
 
     pii = benches.add_parser("pii", help="precision and recall of PII redaction per type, on the labelled corpus")

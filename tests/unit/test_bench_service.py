@@ -16,7 +16,7 @@ import pytest
 
 from strata.config import load_settings
 from strata.providers.embedder import make_embedder
-from strata_bench import orchestrator as bench_orchestrator
+from strata_bench import fanout as bench_fanout
 from strata_bench import service as bench_service
 from strata_bench.service import (
     QUICK,
@@ -91,7 +91,7 @@ def test_arguments() -> None:
 def test_strata_bench_without_a_name_runs_the_service_bench(monkeypatch: pytest.MonkeyPatch) -> None:
     seen: list[tuple[str, argparse.Namespace]] = []
     monkeypatch.setattr(bench_service, "run", lambda a: seen.append(("service", a)) or 0)
-    monkeypatch.setattr(bench_orchestrator, "run", lambda a, which: seen.append((which, a)) or 0)
+    monkeypatch.setattr(bench_fanout, "run", lambda a, which: seen.append((which, a)) or 0)
     assert cli.main(["bench", "--quick", "--json", "out.json"]) == 0
     assert cli.main(["bench", "contention", "--json", "c.json"]) == 0
     assert cli.main(["bench", "fanout", "--calls", "3"]) == 0

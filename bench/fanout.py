@@ -1,5 +1,5 @@
 """``strata bench contention`` and ``strata bench fanout``: two claims of the
-orchestrator and the procedural layer, measured over HTTP.
+fan-out (the ingress's Orchestration) and the procedural layer, measured over HTTP.
 
 - **contention**: many clients record outcomes of one skill at once, with
   the server-side atomic increment and with read-modify-write under
