@@ -5,8 +5,9 @@
    ``POST /v1/sessions/{id}/turns/batch`` (two writers at once), then ``documents``
    documents. Sustained turns/s = turns / wall time of the batches; the episodic
    summaries the batches start are made in the background, so the rate counting
-   the wait for them is printed too. Floor: the packaged embedder embedding the
-   same turn texts in this process, 100 at a time. Read-your-writes: a turn with a
+   the wait for them is printed too. Floor: the packaged embedder embedding 500 of
+   the same turn texts in this process, 100 at a time, on one onnxruntime thread and
+   on as many as the machine has cores (target: ingest at least 0.8 of the latter). Read-your-writes: a turn with a
    unique marker is written, and the very next ``/v1/search`` must rank it first.
 2. **Latency.** ``clients`` concurrent HTTP clients call ``/v1/context`` (task type
    ``planning``: working, episodic and semantic memory), then ``/v1/search``
@@ -18,6 +19,10 @@
    (the same turns, summaries and chunks), one after the other. Against ``--url``
    there is no store to read: the floor is built over
    :class:`~strata.store.records.InMemoryRecordStore` from the generated data (no summaries).
+   **Hostile neighbour** (unless ``--no-hostile``): the same concurrent context calls again
+   while one more client sends worst-case inputs (:mod:`strata_bench.service.hostile`:
+   16,000-character queries made for the PII rules to backtrack, floods of wrong keys, a
+   body of ``serve.max_body_bytes`` with a wrong key); target: p99 within 2x of the p99 without it.
 3. **Scale.** ``tenants`` tenants, each with its own key, ``tenant_turns`` turns and
    a document, then every tenant's context call (four at a time), which must answer.
    Memory: RSS summed over the stack's processes (the Ray head's, found by its temp

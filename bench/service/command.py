@@ -16,7 +16,15 @@ from pathlib import Path
 from typing import Any
 
 from strata_bench import target as bench_target
-from strata_bench.service.floor import EMBED_FLOOR_SAMPLE, embed_floor, floor_from_store, floor_in_memory, measure_floor
+from strata_bench.service.floor import (
+    EMBED_FLOOR_SAMPLE,
+    embed_floor,
+    embed_rates,
+    floor_from_store,
+    floor_in_memory,
+    measure_floor,
+)
+from strata_bench.service.hostile import BODY_MARGIN_BYTES, measure_hostile
 from strata_bench.service.ingest import ingest, read_your_writes
 from strata_bench.service.latency import measure_latency
 from strata_bench.service.report import format_report, plot, summarize
@@ -34,8 +42,9 @@ DEFAULT_SENTENCES = Path("../shared/bench/locomo10.json")
 
 
 def measure(found: Target, sizes: Sizes, source: TextSource, *, admin_key: str | None,
-            config: str | None = None) -> dict[str, Any]:
-    """Every phase against ``found``; the raw result that :func:`summarize` reads."""
+            config: str | None = None, hostile: bool = True) -> dict[str, Any]:
+    """Every phase against ``found``; the raw result that :func:`summarize` reads. ``hostile``:
+    run the latency phase's context calls again beside a hostile neighbour (:mod:`.hostile`)."""
     from strata.config import load_settings
     from strata.providers.embedder import make_embedder
     from strata_actors.episodic import turn_text
@@ -57,13 +66,19 @@ def measure(found: Target, sizes: Sizes, source: TextSource, *, admin_key: str |
     phase = Phases(out["phase_seconds"])
 
     texts = [turn_text(t) for _, turns in sessions for t in turns]
-    if store is not None:  # the floor reads the stack's rows: the vectors are not needed, a sample gives the rate
-        texts = texts[:: max(1, len(texts) // EMBED_FLOOR_SAMPLE)][:EMBED_FLOOR_SAMPLE]
-    print(f"\n[1/4] embedding floor: {len(texts)} of the turn texts in this process", flush=True)
+    sample = texts[:: max(1, len(texts) // EMBED_FLOOR_SAMPLE)][:EMBED_FLOOR_SAMPLE]
+    cores = min(os.cpu_count() or 1, 64)  # the most threads EmbeddingSettings allows
+    threads = settings.embedding.threads
+    print(f"\n[1/4] embedding floor: {len(sample)} of the turn texts in this process, on one thread and on {cores}",
+          flush=True)
     with phase("embed_floor"):
         embedder = make_embedder(settings.embedding)
-        floor_rate, vectors = embed_floor(embedder, texts)
-    out["embed_floor"] = {"turns_per_s": round(floor_rate, 1), "texts": len(texts), "threads": settings.embedding.threads}
+        rates = embed_rates(settings.embedding, sample, threads=(1, cores, threads))
+        # With no stack's rows to read, the in-process floor is built from every generated turn's vector.
+        vectors = embed_floor(embedder, texts)[1] if store is None else None
+    out["embed_floor"] = {"turns_per_s": round(rates[threads], 1), "texts": len(sample), "threads": threads,
+                          "one_thread_turns_per_s": round(rates[1], 1),
+                          "all_cores_turns_per_s": round(rates[cores], 1), "all_cores_threads": cores}
 
     print(f"\n[2/4] ingest over HTTP: {sizes.turns} turns in batches of {SESSION_TURNS}, "
           f"then {sizes.documents} documents", flush=True)
@@ -93,6 +108,15 @@ def measure(found: Target, sizes: Sizes, source: TextSource, *, admin_key: str |
                                                      pids=stack_pids(stack)))
     out["key_lookup_ms"] = {"after_one_tenant": _key_lookup_ms(store, found.key)}
     out["memory_one_tenant"] = stack_memory(stack)
+    if hostile:  # after the memory snapshot: reading the neighbour's maximal bodies may leave the ingress larger
+        print(f"  and again beside a hostile neighbour: {sizes.clients} clients' context calls while one more "
+              "client sends worst-case inputs", flush=True)
+        with phase("hostile"):
+            out["hostile"] = asyncio.run(measure_hostile(
+                found.url, found.key, queries, sessions[-1][0], sizes,
+                body_bytes=settings.serve.max_body_bytes - BODY_MARGIN_BYTES))
+    else:
+        out["hostile"] = {"skipped": "--no-hostile"}
 
     print(f"\n[4/4] scale: {sizes.tenants} tenants with {sizes.tenant_turns} turns and a document each", flush=True)
     out["scale"] = measure_scale(found, sizes, source, run_id, admin_key=admin_key, question=queries[1],
@@ -145,6 +169,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--admin-key", help="with --url: an admin key, to create the scale phase's tenants")
     parser.add_argument("--tenants", type=int, help="tenants of the scale phase (default 1000; --quick 100)")
     parser.add_argument("--clients", type=int, default=8, help="concurrent HTTP clients of the latency phase")
+    parser.add_argument("--no-hostile", action="store_true",
+                        help="skip the hostile-neighbour phase (the context calls again beside worst-case inputs)")
     parser.add_argument("--sentences", type=Path, default=DEFAULT_SENTENCES,
                         help="LoCoMo JSON to draw sentences from, if it exists (else templates only)")
 
@@ -160,7 +186,7 @@ def run(args: argparse.Namespace) -> int:
     with target(args) as found:
         stack_s = time.perf_counter() - started
         measured = time.perf_counter()
-        raw = measure(found, sizes, source, admin_key=args.admin_key, config=args.config)
+        raw = measure(found, sizes, source, admin_key=args.admin_key, config=args.config, hostile=not args.no_hostile)
         raw["seconds"] = {"stack_start": round(stack_s, 1), "measuring": round(time.perf_counter() - measured, 1)}
         raw["stack"] = {"url": found.url, "scratch": found.scratch}
     raw["seconds"]["total"] = round(time.perf_counter() - started, 1)

@@ -5,19 +5,21 @@ search the episodic and semantic layers one after the other), and the embedder's
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
 
+from strata.config import EmbeddingSettings
 from strata_bench.service.sizes import SESSION_TURNS
 from strata_bench.service.timing import Ticker, summary
 
-__all__ = ["EMBED_FLOOR_SAMPLE", "Floor", "embed_floor", "floor_from_store", "floor_in_memory", "measure_floor"]
+__all__ = ["EMBED_FLOOR_SAMPLE", "Floor", "embed_floor", "embed_rates", "floor_from_store", "floor_in_memory",
+           "measure_floor"]
 
-#: Turn texts the embedder floor embeds when the floor reads the stack's rows (all of them otherwise).
+#: Turn texts, evenly spread over all, whose embedding gives the embedder's throughput.
 EMBED_FLOOR_SAMPLE = 500
 
 
@@ -39,6 +41,20 @@ def embed_floor(embedder: Any, texts: Sequence[str], *, batch: int = SESSION_TUR
         tick(min(i + batch, len(texts)))
     seconds = time.perf_counter() - started
     return len(texts) / seconds, np.vstack(parts)
+
+
+def embed_rates(settings: EmbeddingSettings, texts: Sequence[str], *, threads: Iterable[int]) -> dict[int, float]:
+    """The embedder's throughput (texts/s, :func:`embed_floor`) on ``texts`` with each number of
+    onnxruntime threads in ``threads``: an embedder each, made from ``settings`` as the stack
+    makes its own, warmed up on a few texts first (its first call sets the session up)."""
+    from strata.providers.embedder import make_embedder
+
+    rates = {}
+    for n in dict.fromkeys(threads):
+        embedder = make_embedder(settings.model_copy(update={"threads": n}))
+        embedder.embed(list(texts[:16]))
+        rates[n] = embed_floor(embedder, texts)[0]
+    return rates
 
 
 def _layers(tenant: str, settings: Any, store: Any, collections: Any) -> Floor:

@@ -17,6 +17,8 @@ TARGETS: dict[str, tuple[str, float]] = {
     "throughput_over_floor": (">=", 0.5),
     "ingest_turns_per_s": (">=", 100.0),
     "embed_floor_over_ingest": ("<=", 2.0),
+    "ingest_over_all_cores_floor": (">=", 0.8),
+    "hostile_p99_ratio": ("<=", 2.0),
     "stack_rss_mib": ("<", 8192.0),
     "cold_tenant_p95_ms": ("<=", 1000.0),
 }
@@ -39,6 +41,7 @@ def summarize(raw: dict[str, Any], *, machine: dict[str, Any] | None = None) -> 
                                         scale.get("memory_after_cold_pass"), raw.get("memory_one_tenant")) if m]
     ingest_rate, floor_rate = ingest["turns_per_s"], raw["embed_floor"]["turns_per_s"]
     waited = ingest.get("summaries_wait_s")
+    hostile = (raw.get("hostile") or {}).get("context") or {}
     doc: dict[str, Any] = {
         "context_p50_ms": lat["context"]["p50_ms"],
         "context_p95_ms": lat["context"]["p95_ms"],
@@ -58,6 +61,13 @@ def summarize(raw: dict[str, Any], *, machine: dict[str, Any] | None = None) -> 
         "ingest_turns_per_s": ingest_rate,
         "ingest_with_summaries_turns_per_s": round(ingest["turns"] / (ingest["seconds"] + waited), 1) if waited is not None else None,
         "embed_floor_turns_per_s": floor_rate,
+        "embed_one_thread_turns_per_s": raw["embed_floor"].get("one_thread_turns_per_s"),
+        "embed_all_cores_turns_per_s": raw["embed_floor"].get("all_cores_turns_per_s"),
+        # The same context calls as context_p*_ms, while one more client sends worst-case inputs.
+        "hostile_context_p50_ms": hostile.get("p50_ms"),
+        "hostile_context_p95_ms": hostile.get("p95_ms"),
+        "hostile_context_p99_ms": hostile.get("p99_ms"),
+        "hostile_context_calls_per_s": hostile.get("calls_per_s"),
         "read_your_writes": bool(raw["read_your_writes"]["ok"]),
         "tenants": int(scale.get("tenants", 0)),
         "tenants_answered": scale.get("resident", {}).get("answered"),
@@ -80,6 +90,10 @@ def summarize(raw: dict[str, Any], *, machine: dict[str, Any] | None = None) -> 
             "throughput_over_floor", _ratio(doc["context_calls_per_s"], doc["floor_calls_per_s_on_cores"])),
         "ingest_turns_per_s": _verdict("ingest_turns_per_s", ingest_rate),
         "embed_floor_over_ingest": _verdict("embed_floor_over_ingest", _ratio(floor_rate, ingest_rate)),
+        "ingest_over_all_cores_floor": _verdict(
+            "ingest_over_all_cores_floor", _ratio(ingest_rate, doc["embed_all_cores_turns_per_s"])),
+        "hostile_p99_ratio": _verdict(
+            "hostile_p99_ratio", _ratio(doc["hostile_context_p99_ms"], doc["context_p99_ms"])),
         "read_your_writes": {"value": doc["read_your_writes"], "target": "true", "met": doc["read_your_writes"]},
         "stack_rss_mib": _verdict("stack_rss_mib", doc["stack_rss_mib"]),
         "cold_tenant_p95_ms": _verdict("cold_tenant_p95_ms", doc["cold_tenant_p95_ms"]),
@@ -88,6 +102,11 @@ def summarize(raw: dict[str, Any], *, machine: dict[str, Any] | None = None) -> 
     doc["machine"] = machine or {}
     doc["detail"] = raw
     return doc
+
+
+def _f(v: float | None) -> str:
+    """A figure as printed: "-" when it was not measured."""
+    return "-" if v is None else f"{v:g}"
 
 
 def _mark(verdict: dict[str, Any]) -> str:
@@ -101,9 +120,6 @@ def format_report(doc: dict[str, Any]) -> str:
     sizes, lat, floor = raw["sizes"], raw["latency"], raw["floor"]
     one = lat["one_client"]
 
-    def f(v: float | None) -> str:
-        return "-" if v is None else f"{v:g}"
-
     ingest = raw["ingest"]
     lines = [
         (f"\n== latency: one tenant, {sizes['turns']} turns and {sizes['documents']} documents; "
@@ -113,34 +129,40 @@ def format_report(doc: dict[str, Any]) -> str:
     for label, row in ((f"/v1/context, {lat['clients']} clients", lat["context"]), ("/v1/context, one client", one["context"]),
                        (f"/v1/search, {lat['clients']} clients", lat["search"]), ("/v1/search, one client", one["search"]),
                        ("floor (context query)", floor["context"]["total"]), ("floor (search query)", floor["search"]["total"])):
-        lines.append(f"{label:26}{f(row['p50_ms']):>8}{f(row['p95_ms']):>8}{f(row['p99_ms']):>8}{row['calls']:>7}")
+        lines.append(f"{label:26}{_f(row['p50_ms']):>8}{_f(row['p95_ms']):>8}{_f(row['p99_ms']):>8}{row['calls']:>7}")
     parts = floor["context"]
     lines += [
-        (f"floor = embed {f(parts['embed']['p50_ms'])} + episodic {f(parts['episodic']['p50_ms'])} + semantic "
-         f"{f(parts['semantic']['p50_ms'])} ms (p50s), in this process over {raw['floor_source']}"),
-        (f"context p50 {f(doc['context_p50_ms'])} ms: {_mark(t['context_p50_ms'])}; "
-         f"p95 {f(doc['context_p95_ms'])} ms: {_mark(t['context_p95_ms'])}"),
-        (f"context p50 / floor p50 = {f(t['context_p50_over_floor']['value'])}x: {_mark(t['context_p50_over_floor'])}"
-         f" (search: {f(doc['search_p50_over_floor'])}x)"),
-        (f"one-client context p50 / floor p50 = {f(t['one_client_p50_over_floor']['value'])}x: "
+        (f"floor = embed {_f(parts['embed']['p50_ms'])} + episodic {_f(parts['episodic']['p50_ms'])} + semantic "
+         f"{_f(parts['semantic']['p50_ms'])} ms (p50s), in this process over {raw['floor_source']}"),
+        (f"context p50 {_f(doc['context_p50_ms'])} ms: {_mark(t['context_p50_ms'])}; "
+         f"p95 {_f(doc['context_p95_ms'])} ms: {_mark(t['context_p95_ms'])}"),
+        (f"context p50 / floor p50 = {_f(t['context_p50_over_floor']['value'])}x: {_mark(t['context_p50_over_floor'])}"
+         f" (search: {_f(doc['search_p50_over_floor'])}x)"),
+        (f"one-client context p50 / floor p50 = {_f(t['one_client_p50_over_floor']['value'])}x: "
          f"{_mark(t['one_client_p50_over_floor'])}"),
         (f"contexts with a layer missing: {lat['context']['calls_with_missing_layers']} of {lat['context']['calls']}; "
          f"throughput {lat['context']['calls_per_s']} contexts/s, {lat['search']['calls_per_s']} searches/s"),
-        (f"CPU per context call, every stack process: {f(doc['context_cpu_ms_per_call'])} ms with "
-         f"{lat['clients']} clients, {f(doc['one_client_cpu_ms_per_call'])} ms with one; the floor "
-         f"{f(doc['floor_cpu_ms_per_call'])} ms; ratio {f(t['context_cpu_over_floor']['value'])}x: "
+        (f"CPU per context call, every stack process: {_f(doc['context_cpu_ms_per_call'])} ms with "
+         f"{lat['clients']} clients, {_f(doc['one_client_cpu_ms_per_call'])} ms with one; the floor "
+         f"{_f(doc['floor_cpu_ms_per_call'])} ms; ratio {_f(t['context_cpu_over_floor']['value'])}x: "
          f"{_mark(t['context_cpu_over_floor'])}"),
-        (f"{lat['clients']}-client throughput {f(doc['context_calls_per_s'])} contexts/s against the floor's "
-         f"{f(doc['floor_calls_per_s_on_cores'])} on {(doc.get('machine') or {}).get('cpu_count', '?')} cores "
-         f"(cores / floor CPU per call): {f(t['throughput_over_floor']['value'])}x: {_mark(t['throughput_over_floor'])}"),
+        (f"{lat['clients']}-client throughput {_f(doc['context_calls_per_s'])} contexts/s against the floor's "
+         f"{_f(doc['floor_calls_per_s_on_cores'])} on {(doc.get('machine') or {}).get('cpu_count', '?')} cores "
+         f"(cores / floor CPU per call): {_f(t['throughput_over_floor']['value'])}x: {_mark(t['throughput_over_floor'])}"),
+        *_hostile_lines(doc),
         "\n== ingest ==",
-        (f"batch endpoint: {f(doc['ingest_turns_per_s'])} turns/s sustained ({ingest['turns']} turns in "
+        (f"batch endpoint: {_f(doc['ingest_turns_per_s'])} turns/s sustained ({ingest['turns']} turns in "
          f"{ingest['seconds']} s, batches of {ingest['batch_turns']}, {ingest['writers']} writers): "
          f"{_mark(t['ingest_turns_per_s'])}"),
-        (f"embedder floor: {f(doc['embed_floor_turns_per_s'])} turns/s in this process; floor / ingest = "
-         f"{f(t['embed_floor_over_ingest']['value'])}x: {_mark(t['embed_floor_over_ingest'])}"),
-        (f"counting the background summaries (waited {f(ingest.get('summaries_wait_s'))} s after the last batch): "
-         f"{f(doc['ingest_with_summaries_turns_per_s'])} turns/s; {ingest['documents']} documents in "
+        (f"embedder floor: {_f(doc['embed_floor_turns_per_s'])} turns/s in this process "
+         f"({raw['embed_floor'].get('threads', '?')} thread(s), as configured); floor / ingest = "
+         f"{_f(t['embed_floor_over_ingest']['value'])}x: {_mark(t['embed_floor_over_ingest'])}"),
+        (f"embedder on one thread {_f(doc['embed_one_thread_turns_per_s'])} turns/s, on all "
+         f"{raw['embed_floor'].get('all_cores_threads', '?')} cores {_f(doc['embed_all_cores_turns_per_s'])} turns/s; "
+         f"ingest / all-cores embedder = {_f(t['ingest_over_all_cores_floor']['value'])}x: "
+         f"{_mark(t['ingest_over_all_cores_floor'])}"),
+        (f"counting the background summaries (waited {_f(ingest.get('summaries_wait_s'))} s after the last batch): "
+         f"{_f(doc['ingest_with_summaries_turns_per_s'])} turns/s; {ingest['documents']} documents in "
          f"{ingest['documents_seconds']} s"),
         (f"read-your-writes (a turn with a unique marker ranked first by the very next search, "
          f"{len(raw['read_your_writes']['trials'])} trials): {str(doc['read_your_writes']).lower()} (ranks "
@@ -153,7 +175,7 @@ def format_report(doc: dict[str, Any]) -> str:
     else:
         lines.append(f"{doc['tenants']} tenants ingested in {scale['ingest_seconds']} s "
                      f"({len(scale.get('ingest_retries') or [])} writes retried); "
-                     f"stack memory {f(doc['stack_rss_mib'])} MiB RSS: {_mark(t['stack_rss_mib'])}")
+                     f"stack memory {_f(doc['stack_rss_mib'])} MiB RSS: {_mark(t['stack_rss_mib'])}")
         for when, name in (("after ingest", "memory_loaded"), ("after every tenant's context", "memory_after_answers")):
             loaded = scale.get(name)
             if loaded:
@@ -170,24 +192,56 @@ def format_report(doc: dict[str, Any]) -> str:
             gaps = ", ".join(f"{layer} {n}" for layer, n in sorted(resident["first_calls_missing_layer"].items()))
             lines.append(f"  context answered for {resident['answered']} of {doc['tenants']} tenants, 4 at a time "
                          f"({resident['complete']} with every layer{'; a layer missing: ' + gaps if gaps else ''}); "
-                         f"p50 {f(resident['calls'][0]['p50_ms'])} ms, p95 {f(resident['calls'][0]['p95_ms'])} ms")
+                         f"p50 {_f(resident['calls'][0]['p50_ms'])} ms, p95 {_f(resident['calls'][0]['p95_ms'])} ms")
         if "cold_sample" in scale:
             gaps = ", ".join(f"{layer} {n}" for layer, n in sorted(scale["cold_calls_missing_layer"].items()))
             lines.append(f"  {scale['cold_sample']} tenants, one at a time, after restarting the layer actors "
                          f"({scale['restart_s']} s): {scale['cold_complete']} cold contexts with every layer"
                          f"{'; a layer missing: ' + gaps if gaps else ''}")
-            lines.append(f"  cold tenant p95 {f(doc['cold_tenant_p95_ms'])} ms (p50 {f(scale['cold']['p50_ms'])}): "
-                         f"{_mark(t['cold_tenant_p95_ms'])}; warm p95 {f(doc['warm_tenant_p95_ms'])} ms "
-                         f"(p50 {f(scale['warm']['p50_ms'])})")
+            lines.append(f"  cold tenant p95 {_f(doc['cold_tenant_p95_ms'])} ms (p50 {_f(scale['cold']['p50_ms'])}): "
+                         f"{_mark(t['cold_tenant_p95_ms'])}; warm p95 {_f(doc['warm_tenant_p95_ms'])} ms "
+                         f"(p50 {_f(scale['warm']['p50_ms'])})")
         else:
             lines.append(f"  cold tenants: {scale['cold']['skipped']}")
     lookups = raw.get("key_lookup_ms") or {}
     if any(v is not None for v in lookups.values()):
         lines.append(f"API-key lookup (one store read, made by every request): "
-                     f"{f(lookups.get('after_one_tenant'))} ms after the latency tenant, "
-                     f"{f(lookups.get('after_scale'))} ms after the scale tenants (median, from this process)")
+                     f"{_f(lookups.get('after_one_tenant'))} ms after the latency tenant, "
+                     f"{_f(lookups.get('after_scale'))} ms after the scale tenants (median, from this process)")
     lines.append("phases (s): " + ", ".join(f"{k} {v:g}" for k, v in raw["phase_seconds"].items()))
     return "\n".join(lines)
+
+
+def _hostile_lines(doc: dict[str, Any]) -> list[str]:
+    """The hostile-neighbour phase: the clients' context latency without it and with it, and what
+    the neighbour sent and got back."""
+    raw, lat = doc["detail"], doc["detail"]["latency"]
+    hostile = raw.get("hostile") or {"skipped": "not run"}
+    head = (f"\n== hostile neighbour: {lat['clients']} clients' /v1/context while one more client sends "
+            "worst-case inputs ==")
+    if "skipped" in hostile:
+        return [head, f"skipped: {hostile['skipped']}"]
+
+    lines = [head, f"{'':26}{'p50 ms':>8}{'p95 ms':>8}{'p99 ms':>8}{'calls':>7}{'calls/s':>9}"]
+    for label, row in (("without (latency phase)", lat["context"]), ("with the neighbour", hostile["context"])):
+        lines.append(f"{label:26}{_f(row['p50_ms']):>8}{_f(row['p95_ms']):>8}{_f(row['p99_ms']):>8}{row['calls']:>7}"
+                     f"{_f(row.get('calls_per_s')):>9}")
+    verdict = doc["targets"]["hostile_p99_ratio"]
+    errors = ", ".join(f"{name} {n}" for name, n in hostile["context"].get("errors", {}).items()) or "none"
+    lines.append(f"p99 with / without = {_f(verdict['value'])}x: {_mark(verdict)}; the clients' failed calls: "
+                 f"{errors}; contexts with a layer missing: {hostile['context'].get('calls_with_missing_layers', 0)}")
+    sent = hostile["neighbour"]
+    what = {"search": f"/v1/search, {sent['query_chars']}-character queries, the bench's key",
+            "bad_keys": f"/v1/context, random wrong keys, {sent['flood']} at once",
+            "maximal_body": f"/v1/documents, {sent['body_bytes']:,}-byte body, a wrong key"}
+    lines.append(f"the neighbour (source address {sent.get('source_address', '?')}; {sent['rounds_completed']} rounds "
+                 f"completed; queries: {', '.join(sent['queries'])}):")
+    for kind, label in what.items():
+        row = sent[kind]
+        statuses = ", ".join(f"{status} x{n}" for status, n in row["statuses"].items()) or "none answered"
+        lines.append(f"  {label}: {row['calls']} completed, p50 {_f(row['p50_ms'])} ms, "
+                     f"p99 {_f(row['p99_ms'])} ms; {statuses}")
+    return lines
 
 
 def plot(doc: dict[str, Any], path: str) -> None:
@@ -213,8 +267,9 @@ def plot(doc: dict[str, Any], path: str) -> None:
     lat.set_ylabel("ms (log scale)")
     lat.set_title(f"latency, {doc['detail']['latency']['clients']} concurrent clients")
     lat.legend(fontsize=7, loc="upper center", ncols=3)
-    ing.bar(["HTTP batch", "embedder floor"], [doc["ingest_turns_per_s"], doc["embed_floor_turns_per_s"]],
-            color=["#4c72b0", "#999999"])
+    ing.bar(["HTTP batch", "embedder,\nas set", "embedder,\nall cores"],
+            [doc["ingest_turns_per_s"], doc["embed_floor_turns_per_s"], doc.get("embed_all_cores_turns_per_s") or 0],
+            color=["#4c72b0", "#999999", "#666666"])
     ing.axhline(100, color="#c44e52", ls="--", lw=1, label="target")
     ing.set_ylabel("turns / s")
     ing.set_title("ingest")

@@ -4,6 +4,8 @@ the in-process floor on a tiny data set, and finding processes' memory."""
 from __future__ import annotations
 
 import argparse
+import asyncio
+import contextlib
 import json
 import os
 import subprocess
@@ -12,10 +14,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from strata.config import load_settings
+from strata.limits import DOCUMENT_CHARS_MAX, MESSAGE_CHARS_MAX
 from strata.providers.embedder import make_embedder
+from strata.schema import ContextRequest, DocumentIn, SearchRequest
 from strata_bench import fanout as bench_fanout
 from strata_bench import service as bench_service
 from strata_bench.service import (
@@ -29,6 +34,7 @@ from strata_bench.service import (
     pids_naming,
     summarize,
 )
+from strata_bench.service.hostile import BODY_MARGIN_BYTES, _Neighbour, hostile_queries, maximal_body
 from strata_bench.stats import processes_memory
 from strata_cli import main as cli
 
@@ -48,7 +54,8 @@ def _fake_raw() -> dict[str, Any]:
     return {
         "sizes": {**vars(QUICK)}, "text": "templates", "run_id": "abc123",
         "phase_seconds": {"embed_floor": 5.0, "ingest": 20.0},
-        "embed_floor": {"turns_per_s": 150.0, "texts": 500, "threads": 1},
+        "embed_floor": {"turns_per_s": 150.0, "texts": 500, "threads": 1, "one_thread_turns_per_s": 150.0,
+                        "all_cores_turns_per_s": 200.0, "all_cores_threads": 2},
         "ingest": {"turns": 1000, "seconds": 8.0, "turns_per_s": 125.0, "batch_turns": 100, "writers": 2,
                    "documents": 20, "documents_seconds": 3.0, "summaries_wait_s": 2.0},
         "read_your_writes": {"ok": True, "trials": [{"rank": 1, "found_first": True, "write_ms": 50.0, "search_ms": 30.0}]},
@@ -61,6 +68,14 @@ def _fake_raw() -> dict[str, Any]:
                     "search": {**_pcts(25.0, 50.0, 60.0), "calls_per_s": 70.0},
                     "one_client": {"context": {**_pcts(20.0, 30.0, 31.0, 10), "calls_with_missing_layers": 0},
                                    "search": _pcts(15.0, 20.0, 21.0, 10)}},
+        "hostile": {"clients": 8,
+                    "context": {**_pcts(40.0, 100.0, 150.0, 120), "calls_per_s": 40.0, "calls_with_missing_layers": 0,
+                                "errors": {"RateLimited": 3}},
+                    "neighbour": {"search": {**_pcts(900.0, 2000.0, 2100.0, 5), "statuses": {"200": 5}},
+                                  "bad_keys": {**_pcts(5.0, 9.0, 10.0, 50), "statuses": {"401": 20, "429": 30}},
+                                  "maximal_body": {**_pcts(3000.0, 3000.0, 3000.0, 1), "statuses": {"401": 1}},
+                                  "rounds_completed": 1, "query_chars": 16000, "queries": ["word_separators"],
+                                  "body_bytes": 134213632, "flood": 50, "source_address": "127.0.0.2"}},
         "key_lookup_ms": {"after_one_tenant": 3.0, "after_scale": 9.0},
         "memory_one_tenant": memory,
         "scale": {"tenants": 100, "ingest_seconds": 60.0, "summaries_wait_s": 1.0, "memory_loaded": memory,
@@ -84,6 +99,7 @@ def test_arguments() -> None:
     args = _bench_parser().parse_args(["--quick", "--json", "out.json", "--plot", "out.png"])
     assert args.quick and args.json == "out.json" and args.plot == "out.png"
     assert args.url is None and args.data_dir is None and args.clients == 8 and args.tenants is None
+    assert not args.no_hostile and _bench_parser().parse_args(["--no-hostile"]).no_hostile
     args = _bench_parser().parse_args(["--url", "http://h:1", "--api-key", "k", "--admin-key", "a", "--tenants", "5"])
     assert (args.url, args.api_key, args.admin_key, args.tenants, args.quick) == ("http://h:1", "k", "a", 5, False)
 
@@ -114,8 +130,17 @@ def test_json_has_the_figures_with_their_types() -> None:
     assert t["context_p50_over_floor"] == {"value": 3.5, "target": "<= 3", "met": False}
     assert t["embed_floor_over_ingest"]["value"] == 1.2 and t["embed_floor_over_ingest"]["met"]
     assert t["ingest_turns_per_s"]["met"] and t["stack_rss_mib"]["met"] and t["cold_tenant_p95_ms"]["met"]
+    assert doc["embed_one_thread_turns_per_s"] == 150.0 and doc["embed_all_cores_turns_per_s"] == 200.0
+    assert t["ingest_over_all_cores_floor"] == {"value": 0.62, "target": ">= 0.8", "met": False}  # 125 / 200
+    assert (doc["hostile_context_p50_ms"], doc["hostile_context_p99_ms"], doc["hostile_context_calls_per_s"]) == (
+        40.0, 150.0, 40.0)
+    assert t["hostile_p99_ratio"] == {"value": 1.67, "target": "<= 2", "met": True}  # 150 / 90
     assert doc["machine"] == {"cpu_count": 2}
     report = format_report(doc)
+    assert "on all 2 cores 200 turns/s" in report and "ingest / all-cores embedder = 0.62x: target >= 0.8: MISSED" in report
+    assert "p99 with / without = 1.67x: target <= 2: met; the clients' failed calls: RateLimited 3" in report
+    assert "random wrong keys, 50 at once: 50 completed" in report and "401 x20, 429 x30" in report
+    assert "134,213,632-byte body, a wrong key: 1 completed" in report and "source address 127.0.0.2; 1 rounds" in report
     assert "target <= 3: MISSED" in report and "a layer missing: semantic 2" in report
     assert "context answered for 100 of 100 tenants" in report and "true (ranks 1)" in report
     assert "tenants in memory per shard after every tenant's context: working 40/60; episodic 52/48" in report
@@ -127,10 +152,86 @@ def test_json_of_a_run_without_scale_or_store() -> None:
     raw["memory_one_tenant"] = None
     raw["ingest"]["summaries_wait_s"] = None
     raw["key_lookup_ms"] = {"after_one_tenant": None, "after_scale": None}
+    raw["hostile"] = {"skipped": "--no-hostile"}
     doc = summarize(raw)
     assert doc["tenants"] == 0 and doc["stack_rss_mib"] is None and doc["cold_tenant_p95_ms"] is None
     assert doc["targets"]["cold_tenant_p95_ms"]["met"] is None
-    assert "skipped: no admin key" in format_report(doc)
+    assert doc["hostile_context_p99_ms"] is None and doc["targets"]["hostile_p99_ratio"]["met"] is None
+    report = format_report(doc)
+    assert "skipped: no admin key" in report and "skipped: --no-hostile" in report
+
+
+def test_json_of_a_raw_result_from_before_the_hostile_phase() -> None:
+    raw = _fake_raw()
+    del raw["hostile"]
+    raw["embed_floor"] = {"turns_per_s": 150.0, "texts": 500, "threads": 1}
+    doc = summarize(raw)
+    assert doc["embed_all_cores_turns_per_s"] is None and doc["targets"]["ingest_over_all_cores_floor"]["met"] is None
+    assert doc["targets"]["hostile_p99_ratio"]["met"] is None
+    assert "hostile neighbour" in format_report(doc)
+
+
+def test_hostile_queries_are_as_long_as_a_query_may_be() -> None:
+    queries = hostile_queries()
+    assert {"word_separators", "unterminated_password", "digit_groups", "dotted_words", "at_signs"} <= set(queries)
+    for name, query in queries.items():
+        assert len(query) == MESSAGE_CHARS_MAX, name
+        SearchRequest(query=query)  # the API accepts each: it has to redact it
+    assert queries["unterminated_password"].startswith("password=__") and queries["unterminated_password"][-2:] == "_!"
+    assert {len(q) for q in hostile_queries(11).values()} == {11}
+
+
+def test_maximal_body_is_a_valid_document_of_the_size_asked() -> None:
+    small = b"".join(maximal_body(4096))
+    assert len(small) == 4096
+    doc = DocumentIn.model_validate_json(small)
+    assert doc.doc_id == "hostile-neighbour" and set(doc.text) == {"a"} and len(doc.text) == (4096 - 44) // 6
+    size = load_settings(None).serve.max_body_bytes - BODY_MARGIN_BYTES
+    sizes, escapes, last = 0, 0, b""
+    for chunk in maximal_body(size):  # streamed: no chunk over a MiB, the whole never in memory at once
+        assert len(chunk) <= 2**20
+        sizes += len(chunk)
+        escapes += chunk.count(b"\\u")
+        last = chunk
+    assert sizes == size and escapes == DOCUMENT_CHARS_MAX and last == b"}"  # the text is as long as a document may be
+    with pytest.raises(ValueError):
+        next(maximal_body(40))
+
+
+def test_the_neighbour_sends_what_the_api_reads() -> None:
+    """One round of the neighbour against a fake transport: each request is one the API would read."""
+    seen: dict[str, int] = {}
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        path, key = request.url.path, request.headers["authorization"].removeprefix("Bearer ")
+        seen[path] = seen.get(path, 0) + 1
+        if path == "/v1/search":
+            assert len(SearchRequest.model_validate_json(request.content).query) == MESSAGE_CHARS_MAX
+            return httpx.Response(200 if key == "sk-strata-right" else 401, json={})
+        assert key.startswith("sk-strata-") and key != "sk-strata-right"
+        if path == "/v1/context":
+            ContextRequest.model_validate_json(request.content)
+        else:
+            assert path == "/v1/documents" and int(request.headers["content-length"]) == len(request.content) == 8192
+            DocumentIn.model_validate_json(request.content)
+        return httpx.Response(401, json={})
+
+    async def one_round() -> dict[str, Any]:
+        neighbour = _Neighbour("http://stack", "sk-strata-right", "s1", body_bytes=8192, flood=7,
+                               transport=httpx.MockTransport(answer))
+        running = asyncio.create_task(neighbour.run())
+        while neighbour.report()["rounds_completed"] < 1:
+            await asyncio.sleep(0.001)
+        running.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await running
+        await neighbour.aclose()
+        return neighbour.report()
+
+    sent = asyncio.run(one_round())
+    assert seen["/v1/context"] >= 7 and seen["/v1/documents"] >= 1
+    assert sent["search"]["statuses"]["200"] >= len(hostile_queries()) and sent["bad_keys"]["statuses"]["401"] >= 7
+    assert sent["maximal_body"]["statuses"] == {"401": sent["maximal_body"]["calls"]} and sent["flood"] == 7
 
 
 def test_plot_writes_a_png(tmp_path: Path) -> None:
