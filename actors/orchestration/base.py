@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel
 
-from strata.access.audit import AuditLog
+from strata.access.audit import AuditWriter
 from strata.config import StrataSettings
 from strata.privacy.redaction import Redaction
 from strata.providers.llm import LLM, make_llm
@@ -49,7 +49,7 @@ class FlowBase:
         self._llm = llm if llm is not None else make_llm(settings.llm)
         #: PII goes before anything is written, and queries use the same policy.
         self._pii = Redaction(settings.pii)
-        self._audit: AuditLog | None = None
+        self._audit: AuditWriter | None = None
 
     def _actor(self, layer: str, tenant: str) -> Any:
         return self.router.handle(layer, tenant)
