@@ -7,7 +7,8 @@ one session) decides which routes it may call (403 otherwise; the table is in
 manages keys and takes an admin key only. The ingress authenticates, validates, and does the
 request's work itself with :class:`strata_actors.orchestration.Orchestration` over the layer
 actors: no deployment in between only forwards. A request body over ``serve.max_body_bytes``
-gets 413 before any of that (:class:`strata_serve.errors.BodyLimit`).
+gets 413 before any of that (:class:`strata_serve.errors.BodyLimit`), and a request without a
+good key 401 before its body is read (:class:`strata_serve.auth.Authenticate`).
 
 One module, near 500 lines, on purpose: it is the route table of one ingress class.
 ``@serve.ingress`` freezes ``app`` with every route of :class:`Api` when the class is
@@ -31,7 +32,8 @@ from strata.access.keys import KEY_ID_PATTERN, KeyCreated, KeyCreateIn, KeyInfo,
 from strata.config import StrataSettings
 from strata.errors import InvalidInput, StrataError
 from strata.ids import ID_PATTERN, SYSTEM_TENANT
-from strata.providers.embedder import Embedder, make_embedder
+from strata.providers.batching import EmbedBatcher
+from strata.providers.embedder import make_embedder
 from strata.schema import (
     AuditHistory,
     ContextRequest,
@@ -64,7 +66,7 @@ from strata.schema import (
 )
 from strata.store.layout import open_store
 from strata_actors.orchestration import Orchestration
-from strata_serve.auth import KeyGate
+from strata_serve.auth import Authenticate, KeyGate, health_for_caller
 from strata_serve.errors import BodyLimit, Deadline, install_handlers
 from strata_serve.idempotent import Idempotent, Replica, replica_parts
 
@@ -107,16 +109,27 @@ def _replica_parts() -> Replica:
     return replica_parts(serve.get_replica_context().servable_object)
 
 
+def _replica_gate() -> KeyGate:
+    """The key checks of the Api replica serving the request (as above)."""
+    replica: Any = serve.get_replica_context().servable_object
+    gate: KeyGate = replica._gate
+    return gate
+
+
 def _replica_timeout_s() -> float:
     """``serve.request_timeout_s`` of the Api replica serving the request (as above)."""
     replica: Any = serve.get_replica_context().servable_object
     return float(replica.request_timeout_s)
 
 
-# Added first, so it runs inside BodyLimit: the body it reads is bounded already. Deadline is
-# outermost: a write it answers 504 to runs on through Idempotent, which keeps its answer.
+# The last added runs first: Deadline, Authenticate, BodyLimit, Idempotent, the route.
+# Idempotent runs inside BodyLimit, so the body it reads is bounded already, and inside
+# Authenticate, so a replay is authorised as a first attempt is; Authenticate answers a
+# wrong key before anything reads the body. Deadline is outermost: a write it answers 504
+# to runs on through Idempotent, which keeps its answer.
 app.add_middleware(Idempotent, replica=_replica_parts)
 app.add_middleware(BodyLimit, max_bytes=_replica_max_body_bytes)
+app.add_middleware(Authenticate, gate=_replica_gate)
 app.add_middleware(Deadline, timeout_s=_replica_timeout_s)
 
 
@@ -138,18 +151,23 @@ class Api:
         # The request's work runs here, not one more Serve hop away: that hop only forwarded,
         # and cost more CPU than the memory work of a context call.
         self._flow = Orchestration(self._settings, embed=self._embed)
-        # A query embedded here skips a hop whose Serve overhead costs more than the embedding.
-        self._local: Embedder | None = None
+        # A query embedded here skips a hop whose Serve overhead costs more than the embedding;
+        # concurrent queries share model calls.
+        self._local: EmbedBatcher | None = None
         if self._settings.serve.query_embedding == "ingress":
-            self._local = make_embedder(self._settings.embedding)
+            self._local = EmbedBatcher(make_embedder(self._settings.embedding).embed)
         self.max_body_bytes = self._settings.serve.max_body_bytes  # read by the BodyLimit middleware
         self.request_timeout_s = self._settings.serve.request_timeout_s  # read by Deadline
-        self._gate = KeyGate(self._settings)
+        self._gate = KeyGate(self._settings)  # also the Authenticate middleware's
         self._answers: IdempotencyStore | None = None
+
+    async def __del__(self) -> None:
+        """Serve calls this when the replica stops gracefully: the queued audit entries are written."""
+        await self._flow.aclose()
 
     async def _embed(self, texts: Sequence[str]) -> np.ndarray:
         if self._local is not None and len(texts) == 1:
-            return await asyncio.to_thread(self._local.embed, list(texts))
+            return (await self._local.embed(texts[0]))[None, :]
         result: np.ndarray = await self._embedding.embed.remote(list(texts))
         return result
 
@@ -161,20 +179,22 @@ class Api:
         return self._answers
 
     async def tenant_of_key(self, key: str | None) -> str | None:
-        """The tenant of an active tenant key (no rate limit taken: the route takes it)."""
+        """The tenant of the request's tenant key (Authenticate resolved it; no rate limit taken)."""
         return await self._gate.tenant_of_key(key)
 
-    @app.get("/healthz", response_model=Health, tags=["ops"])
+    @app.get("/healthz", response_model=Health, response_model_exclude_none=True, tags=["ops"])
     async def healthz(self, response: Response) -> Health:
-        """Ray, Milvus and the layers; no key needed. 503 when something is down."""
+        """``{"status": "ok"}`` (200) or ``"down"`` (503); no key needed. With an admin key, also
+        Ray, Milvus and each layer, whose errors may name internal addresses."""
         try:
             report = await asyncio.wait_for(self._flow.health(), timeout=15)
         except (StrataError, TimeoutError) as exc:
             response.status_code = 503
-            return Health(status="degraded", ray="ok", milvus=str(getattr(exc, "message", exc)), layers={})
+            return health_for_caller(Health(status="down", ray="ok", milvus=str(getattr(exc, "message", exc)), layers={}))
         ok = report["milvus"] == "ok" and all(v == "ok" for v in report["layers"].values())
         response.status_code = 200 if ok else 503
-        return Health(status="ok" if ok else "degraded", ray="ok", milvus=report["milvus"], layers=report["layers"])
+        full = Health(status="ok" if ok else "down", ray="ok", milvus=report["milvus"], layers=report["layers"])
+        return health_for_caller(full)
 
     @app.post("/v1/sessions/{session_id}/turns", status_code=201, response_model=RecordTurnsResult, tags=["turns"])
     async def record_turn(
@@ -454,17 +474,17 @@ class Api:
 
     @app.post("/v1/admin/keys/{key_id}:rotate", status_code=201, response_model=KeyCreated, tags=["admin"])
     async def admin_rotate_key(self, key_id: str = _KEY_ID, authorization: str | None = Header(default=None)) -> KeyCreated:
-        """A new key with the same tenant, scopes and name; the old one stops working at once."""
+        """A new key with the same tenant, scopes and name; the old one stops working at once on
+        this replica, within ``auth.key_cache_ttl_s`` (1 s) on the others."""
         await self._gate.admin(authorization)
-        keys = await self._gate.key_store()
-        return await asyncio.to_thread(keys.rotate, key_id)
+        return await self._gate.rotate(key_id)
 
     @app.delete("/v1/admin/keys/{key_id}", response_model=KeyInfo, tags=["admin"])
     async def admin_revoke_key(self, key_id: str = _KEY_ID, authorization: str | None = Header(default=None)) -> KeyInfo:
-        """Revoke the key: its next request, on any replica, is a 401."""
+        """Revoke the key: its next request to this replica is a 401, on any replica within
+        ``auth.key_cache_ttl_s`` (1 s)."""
         await self._gate.admin(authorization)
-        keys = await self._gate.key_store()
-        return await asyncio.to_thread(keys.revoke, key_id)
+        return await self._gate.revoke(key_id)
 
     @app.delete("/v1/admin/tenants/{tenant}", response_model=TenantForgotten, tags=["admin"])
     async def admin_forget_tenant(
@@ -479,7 +499,7 @@ class Api:
         # Keys first: nothing may write to the tenant while it is being forgotten.
         revoked = [k.key_id for k in await asyncio.to_thread(keys.list, tenant) if k.revoked_at is None]
         for key_id in revoked:
-            await asyncio.to_thread(keys.revoke, key_id)
+            await self._gate.revoke(key_id)
         removed: dict[str, int] = await self._flow.forget_tenant(tenant, by="admin")
         return TenantForgotten(tenant=tenant, removed=removed, keys_revoked=revoked)
 

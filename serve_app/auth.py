@@ -1,23 +1,60 @@
-"""Who is calling: the bearer key of a request, its tenant and scope, the admin check, and
-the per-key rate limit.
+"""Who is calling: the bearer key of a request, checked before anything reads its body; its
+tenant and scope, the admin check, and the rate limits.
 
-Every ``/v1`` call authenticates with ``Authorization: Bearer <key>``; the key decides the
-tenant, and its scope (read-only, one session) decides which routes it may call
+Every ``/v1`` call authenticates with ``Authorization: Bearer <key>``. :class:`Authenticate`,
+a middleware outside the body limit and the Idempotency-Key replay, resolves the key through
+the replica's :class:`~strata.access.keycache.KeyCache` and answers 401 (or 429) without
+reading the body. The route then finds the key it resolved in :func:`current_key`: the key
+decides the tenant, and its scope (read-only, one session) decides which routes it may call
 (:func:`strata.access.keys.authorize`, 403 otherwise). ``/v1/admin`` routes take an admin key.
+
+What a key lookup costs, and what it guarantees:
+
+- a known key is read from the store at most once per ``auth.key_cache_ttl_s`` (1 s) per
+  replica, so a revoked key is refused on every replica within that time (at once on the
+  replica that revoked it);
+- a wrong key is remembered as wrong for ``auth.unknown_key_ttl_s``, and each client address
+  may fail ``auth.failed_auth_per_s`` times a second (after a burst): beyond that it gets
+  429 without a store read, unless it sends a key the replica has found good before (one
+  client behind the same address as a flood keeps working).
 """
 
 from __future__ import annotations
 
 import asyncio
 import hmac
+import time
+from collections.abc import Callable
+from contextlib import suppress
+from contextvars import ContextVar
+from datetime import UTC, datetime
 
-from strata.access.keys import Forbidden, KeyInfo, KeyStore, authorize, hash_key, open_keys
+from starlette.datastructures import Headers
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from strata.access.keycache import KeyCache
+from strata.access.keys import Forbidden, KeyCreated, KeyInfo, KeyStore, authorize, hash_key, open_keys, well_formed
 from strata.access.ratelimit import RateLimiter
 from strata.config import StrataSettings
-from strata.errors import Unauthorized
+from strata.errors import RateLimited, StrataError, Unauthorized
+from strata.ids import SYSTEM_TENANT
+from strata.schema import Health
 from strata.store.layout import open_store
+from strata_serve.errors import error_response
 
-__all__ = ["KeyGate", "bearer_key"]
+__all__ = ["OPEN_PATHS", "Authenticate", "KeyGate", "bearer_key", "current_key", "health_for_caller"]
+
+#: Paths served without a key (a key sent along is still resolved: /healthz shows more to an admin).
+OPEN_PATHS = frozenset(("/healthz", "/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json"))
+
+#: The key :class:`Authenticate` resolved for the request being served (a ContextVar: the
+#: routes take the Authorization header, not the request, and run in the middleware's task).
+_CURRENT: ContextVar[KeyInfo | None] = ContextVar("strata_current_key", default=None)
+
+#: ``auth.admin_key`` as a key: admin, never stored, "admin" in audit records.
+_CONFIGURED_ADMIN = KeyInfo(
+    key_id="admin", tenant=SYSTEM_TENANT, admin=True, name="auth.admin_key", created_at=datetime(1970, 1, 1, tzinfo=UTC)
+)
 
 
 def bearer_key(authorization: str | None) -> str | None:
@@ -25,6 +62,20 @@ def bearer_key(authorization: str | None) -> str | None:
     if not authorization or not authorization.lower().startswith("bearer "):
         return None
     return authorization[7:].strip()
+
+
+def current_key() -> KeyInfo | None:
+    """The key of the request being served, as :class:`Authenticate` resolved it; None on an
+    open route called without a valid key, or outside a request."""
+    return _CURRENT.get()
+
+
+def health_for_caller(health: Health) -> Health:
+    """All of ``/healthz`` for an admin key; up or down for anyone else. The details name what
+    is down in the store's own words, internal addresses included: an operator's business, and
+    a tenant's key is held by an agent, not by whoever runs the stack."""
+    key = _CURRENT.get()
+    return health if key is not None and key.admin else Health(status=health.status)
 
 
 def _bearer(authorization: str | None) -> str:
@@ -35,13 +86,30 @@ def _bearer(authorization: str | None) -> str:
 
 
 class KeyGate:
-    """One Api replica's key checks: its key store (opened on first use) and rate limiter."""
+    """One Api replica's key checks: its key store (opened on first use), key cache and rate limiters.
 
-    def __init__(self, settings: StrataSettings) -> None:
+    Args:
+        settings: ``auth`` gives the admin key, the TTLs and the limits.
+        keys: the key store; by default opened from ``settings`` on first use.
+        clock: a monotonic clock for the cache and the limiters (tests move their own).
+    """
+
+    def __init__(
+        self, settings: StrataSettings, *, keys: KeyStore | None = None, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self._settings = settings
-        self._keys: KeyStore | None = None
+        self._keys = keys
         auth = settings.auth
-        self._limits = RateLimiter(per_s=auth.rate_limit_per_s, burst=auth.rate_burst)
+        self._limits = RateLimiter(per_s=auth.rate_limit_per_s, burst=auth.rate_burst, clock=clock)
+        self._failures = RateLimiter(
+            per_s=auth.failed_auth_per_s, burst=auth.failed_auth_burst, clock=clock, what="this address"
+        )
+        self._cache = KeyCache(
+            known_ttl_s=auth.key_cache_ttl_s, unknown_ttl_s=auth.unknown_key_ttl_s,
+            max_entries=auth.key_cache_entries, clock=clock,
+        )
+        self._admin_digest = hash_key(auth.admin_key) if auth.admin_key else None
+        self._reading: dict[str, asyncio.Future[KeyInfo | None]] = {}  # one store read per key at a time
 
     async def key_store(self) -> KeyStore:
         if self._keys is None:
@@ -49,12 +117,75 @@ class KeyGate:
             self._keys = open_keys(store, names)
         return self._keys
 
-    async def tenant_of_key(self, key: str | None) -> str | None:
-        """The tenant of an active tenant key (no rate limit taken: the route takes it)."""
-        if not key:
-            return None
+    # -- resolving a key (the middleware's) --------------------------------------------
+
+    async def check(self, authorization: str | None, *, address: str | None) -> KeyInfo:
+        """The active key of an ``Authorization`` header, after taking one request from its rate limit.
+
+        Args:
+            address: the client's address, whose failed attempts are limited; None: not limited.
+
+        Raises:
+            strata.errors.Unauthorized: no key, or an unknown or revoked one (the same words for both).
+            strata.errors.RateLimited: the key, or the address's failed attempts, over their limit.
+            strata.errors.StoreUnavailable: the key store does not answer.
+        """
+        info = await self.resolve(_bearer(authorization), address=address)
+        if info is None:
+            raise Unauthorized("unknown API key")
+        self._limits.take(info.key_id)
+        return info
+
+    async def resolve(self, key: str, *, address: str | None) -> KeyInfo | None:
+        """The active key's info, None for a wrong one: from the cache, else one store read.
+
+        Raises:
+            strata.errors.RateLimited: ``address`` failed too often; nothing was read.
+            strata.errors.StoreUnavailable: the key store does not answer.
+        """
+        digest = hash_key(key)
+        if self._admin_digest is not None and hmac.compare_digest(digest, self._admin_digest):
+            return _CONFIGURED_ADMIN
+        cached = self._cache.get(digest)
+        if cached is not None and cached.info is not None:
+            return cached.info
+        if address is not None and not self._cache.known(digest):  # a good key is re-read from anywhere
+            self._failures.check(address)
+        info = None if cached is not None or not well_formed(key) else await self._read(key, digest)
+        if info is None and address is not None:
+            with suppress(RateLimited):  # this one is answered 401; the next ones 429
+                self._failures.take(address)
+        return info
+
+    async def _read(self, key: str, digest: str) -> KeyInfo | None:
+        reading = self._reading.get(digest)
+        if reading is None:
+            reading = asyncio.ensure_future(self._read_store(key, digest))
+            self._reading[digest] = reading
+            reading.add_done_callback(lambda _: self._reading.pop(digest, None))
+        return await asyncio.shield(reading)  # a caller that goes away does not cancel the others' read
+
+    async def _read_store(self, key: str, digest: str) -> KeyInfo | None:
         keys = await self.key_store()
-        return await asyncio.to_thread(keys.tenant_of, key)
+        read_at = self._cache.now()
+        info = await asyncio.to_thread(keys.lookup, key)
+        self._cache.put(digest, info, read_at=read_at)
+        return info
+
+    # -- what the routes ask -------------------------------------------------------------
+
+    async def authenticate(self, authorization: str | None) -> KeyInfo:
+        """The request's key: as :class:`Authenticate` resolved it, else checked now."""
+        info = _CURRENT.get()
+        return info if info is not None else await self.check(authorization, address=None)
+
+    async def tenant_of_key(self, key: str | None) -> str | None:
+        """The tenant of an active tenant key; None for none, a wrong or an admin key (no rate limit taken)."""
+        info = _CURRENT.get()
+        if info is None and key:
+            with suppress(RateLimited):
+                info = await self.resolve(key, address=None)
+        return info.tenant if info is not None and not info.admin else None
 
     async def tenant(self, authorization: str | None, *, writes: bool, session: str | None) -> str:
         return (await self.caller(authorization, writes=writes, session=session))[0]
@@ -71,23 +202,78 @@ class KeyGate:
         authorize(info, writes=writes, session=session)
         return info.tenant, info.key_id
 
-    async def authenticate(self, authorization: str | None) -> KeyInfo:
-        """The bearer key's record, after taking one request from its rate limit."""
-        # One primary-key get per request and no cache, so a revoked key fails at
-        # once on every replica: ~2.4 ms median on milvus-lite (tests/integration/test_keys_store.py).
-        key = _bearer(authorization)
-        keys = await self.key_store()
-        info = await asyncio.to_thread(keys.lookup, key)
-        if info is None:
-            raise Unauthorized("unknown API key")  # the same words for a revoked key
-        self._limits.take(info.key_id)
-        return info
-
     async def admin(self, authorization: str | None) -> None:
         """Pass an admin key (stored by ``strata keys create-admin``, or ``auth.admin_key``)."""
-        key = _bearer(authorization)
-        configured = self._settings.auth.admin_key
-        if configured and hmac.compare_digest(hash_key(key), hash_key(configured)):
-            return
         if not (await self.authenticate(authorization)).admin:
             raise Forbidden("this route needs an admin key (`strata keys create-admin`); a tenant key cannot manage keys")
+
+    # -- managing keys: this replica forgets what it cached at once -------------------------
+
+    async def revoke(self, key_id: str) -> KeyInfo:
+        """:meth:`KeyStore.revoke`; this replica refuses the key from now on, the others within the TTL."""
+        revoked = await asyncio.to_thread((await self.key_store()).revoke, key_id)
+        self._cache.drop(key_id)
+        return revoked
+
+    async def rotate(self, key_id: str) -> KeyCreated:
+        """:meth:`KeyStore.rotate`, the old key forgotten as by :meth:`revoke`."""
+        rotated = await asyncio.to_thread((await self.key_store()).rotate, key_id)
+        self._cache.drop(key_id)
+        return rotated
+
+    async def optional(self, authorization: str | None, *, address: str | None) -> KeyInfo | None:
+        """An open route's key, if one is sent and good; nothing is refused."""
+        key = bearer_key(authorization)
+        if not key:
+            return None
+        try:
+            return await self.resolve(key, address=address)
+        except StrataError:  # over the limit, or the store is down: the open route answers without it
+            return None
+
+
+class Authenticate:
+    """Answer 401 (or 429, or 503) to a request without a good key before anything reads its body.
+
+    Pure ASGI, like :class:`~strata_serve.errors.BodyLimit`: a refused request's body is
+    never received, so a wrong key with 128 MiB behind it costs a header and at most one store
+    read. Paths in ``open_paths`` pass without a key; a key sent to one is resolved all the
+    same (and never refused). The resolved key is the route's :func:`current_key`.
+
+    Args:
+        app: the ASGI app to guard.
+        gate: the :class:`KeyGate` of the replica serving the request (read per request, as
+            the Api replica is made after the app).
+        open_paths: the paths that need no key.
+    """
+
+    def __init__(self, app: ASGIApp, *, gate: Callable[[], KeyGate], open_paths: frozenset[str] = OPEN_PATHS) -> None:
+        self.app = app
+        self.gate = gate
+        self.open_paths = open_paths
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        gate = self.gate()
+        headers = Headers(scope=scope)
+        client = scope.get("client")
+        address = str(client[0]) if client else "unknown"
+        path = scope["path"].removeprefix(scope.get("root_path", "")) or "/"  # as routed under a route prefix
+        try:
+            if path in self.open_paths:
+                info = await gate.optional(headers.get("authorization"), address=address)
+            else:
+                info = await gate.check(headers.get("authorization"), address=address)
+        except StrataError as exc:
+            response = error_response(exc)
+            if headers.get("content-length", "0") != "0" or "transfer-encoding" in headers:
+                response.headers["Connection"] = "close"  # the body is not read
+            await response(scope, receive, send)
+            return
+        token = _CURRENT.set(info)
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            _CURRENT.reset(token)

@@ -1,14 +1,20 @@
 """``Idempotency-Key`` on any write: a retried write is applied once.
 
 A pure ASGI middleware in front of the routes. For a POST, PATCH, PUT or
-DELETE with the header, and a valid key in ``Authorization``, it reads the
-body (bounded by :class:`~strata_serve.errors.BodyLimit`, outside it), and:
+DELETE with the header, and a valid tenant key in ``Authorization`` (checked,
+with its rate limit, by :class:`~strata_serve.auth.Authenticate`, outside it:
+a replay is authorised as a first attempt is), it reads the body (bounded by
+:class:`~strata_serve.errors.BodyLimit`, outside it too), and:
 
 - replays the kept answer when the tenant sent the same key with the same
   request before (``Idempotent-Replayed: true``);
 - answers 422 when the key came with a different request;
 - otherwise runs the route and keeps a 2xx answer for ``serve.idempotency_ttl_s``.
   Errors are not kept: a retry after a 409, 429 or 503 is tried again.
+
+A tenant's full keys share its kept answers (a retry after a key rotation is
+answered). A narrower key (read-only, or one session's) is answered only what
+it sent itself: another key's answer could be one its scope may not read.
 
 One key is handled at a time per Api replica. Two replicas that receive the
 same key at the same moment may both apply it (there is no insert-if-absent in
@@ -32,7 +38,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from strata.access.idempotency import Answer, IdempotencyStore, fingerprint
 from strata.errors import StrataError
-from strata_serve.auth import bearer_key
+from strata_serve.auth import bearer_key, current_key
 from strata_serve.errors import WRITE_METHODS
 
 __all__ = ["Idempotent", "Replica", "replica_parts"]
@@ -82,6 +88,9 @@ class Idempotent:
         if tenant is None:  # no valid tenant key: the route answers 401/403 as without the header
             await self.app(scope, replay, send)
             return
+        scoped = current_key()
+        if scoped is not None and (scoped.read_only or scoped.session_id is not None):
+            key = f"{scoped.key_id}/{key}"
         print_ = fingerprint(scope["method"], scope["path"], scope.get("query_string", b""), body)
         slot = self._locks.setdefault((tenant, key), [asyncio.Lock(), 0])
         slot[1] += 1

@@ -5,16 +5,19 @@ the record store; the HTTP app applies it at its edge.
 
 from __future__ import annotations
 
-from strata.access.audit import AuditEntry, AuditLog
+from strata.access.audit import AuditEntry, AuditLog, AuditWriter
 from strata.access.idempotency import IdempotencyStore
+from strata.access.keycache import KeyCache
 from strata.access.keys import Forbidden, KeyStore, authorize, hash_key, open_keys
 from strata.access.ratelimit import RateLimiter
 
 __all__ = [
     "AuditEntry",
     "AuditLog",
+    "AuditWriter",
     "Forbidden",
     "IdempotencyStore",
+    "KeyCache",
     "KeyStore",
     "RateLimiter",
     "authorize",

@@ -6,8 +6,9 @@ state collection under :data:`~strata.ids.SYSTEM_TENANT` with primary key
 ``get`` and the raw key is in no row. ``key_id`` (the first 12 hex characters of
 that hash) names a key everywhere else: in listings, in ``revoke`` / ``rotate``
 and as "who" in skill histories. Revoking keeps the row, marked revoked, so a
-listing still shows it; the next lookup of the key refuses it, on every replica,
-because nothing caches a key.
+listing still shows it. Each API replica keeps a lookup for at most
+``auth.key_cache_ttl_s`` (1 s; :mod:`strata.access.keycache`), so a revoked key is
+refused on every replica within that time.
 
 Scopes, checked by :func:`authorize` for every tenant route:
 
@@ -61,6 +62,7 @@ __all__ = [
     "authorize",
     "hash_key",
     "open_keys",
+    "well_formed",
 ]
 
 #: Keys live in a tenant of their own, out of reach of any tenant's calls.
@@ -77,6 +79,11 @@ class Forbidden(StrataError):
     """403: the key is valid but its scope does not cover the call; the message says what it may do."""
 
     status_code = 403
+
+
+def well_formed(key: str) -> bool:
+    """Whether ``key`` could be a stored key at all (its prefix and length): others need no lookup."""
+    return key.startswith(KEY_PREFIX) and len(key) <= _MAX_KEY_CHARS
 
 
 def hash_key(key: str) -> str:
@@ -235,7 +242,7 @@ class KeyStore:
 
     def lookup(self, key: str) -> KeyInfo | None:
         """The active key's info; None for an unknown or revoked key (one primary-key get)."""
-        if not key.startswith(KEY_PREFIX) or len(key) > _MAX_KEY_CHARS:
+        if not well_formed(key):
             return None
         rows = self._store.get(self._collection, tenant=KEY_TENANT, pks=[_pk(hash_key(key))])
         if not rows:

@@ -220,10 +220,13 @@ class EntityOut(_Out):
 
 
 class Health(_Out):
-    status: Literal["ok", "degraded"]
-    ray: str
-    milvus: str
-    layers: dict[str, str]
+    """``/healthz``: up or down for anyone; what is down, in the store's own words, for an admin key
+    only (they may name internal addresses)."""
+
+    status: Literal["ok", "down"]
+    ray: str | None = None
+    milvus: str | None = None
+    layers: dict[str, str] | None = None
 
 
 # -- procedural memory -------------------------------------------------------------

@@ -69,12 +69,15 @@ def test_list_shows_ids_never_secrets(stack: Running) -> None:
     assert "t3" in row and "read-only, session s1" in row
 
 
-def test_revoked_key_fails_on_the_very_next_request(stack: Running) -> None:
+def test_a_key_revoked_elsewhere_fails_within_a_second(stack: Running) -> None:
     key = stack.new_key("create", "t4")
     assert stack.call("GET", "/v1/documents", key).status_code == 200
-    revoke = stack.cli("keys", "revoke", hash_key(key)[:12])
+    revoke = stack.cli("keys", "revoke", hash_key(key)[:12])  # the store, not the API: replicas learn it by TTL
     assert revoke.returncode == 0, revoke.stderr
-    refused = stack.call("GET", "/v1/documents", key)
+    revoked_at = time.monotonic()
+    while (refused := stack.call("GET", "/v1/documents", key)).status_code == 200:
+        assert time.monotonic() - revoked_at < 1.5, "auth.key_cache_ttl_s is 1 s"
+        time.sleep(0.05)
     assert refused.status_code == 401
     unknown = stack.call("GET", "/v1/documents", "sk-strata-never-issued")
     assert refused.json()["message"] == unknown.json()["message"]  # never says "revoked"

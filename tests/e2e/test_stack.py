@@ -33,7 +33,9 @@ def test_up_prints_a_private_dev_key_and_status_reports(stack: Running) -> None:
     assert stat.S_IMODE(key_file.stat().st_mode) == 0o600
     status = stack.cli("status")
     assert status.returncode == 0 and "healthy" in status.stdout
-    health = httpx.get(stack.url + "/healthz", timeout=10).json()
+    assert httpx.get(stack.url + "/healthz", timeout=10).json() == {"status": "ok"}  # no key: up or down only
+    admin = {"Authorization": f"Bearer {stack.new_key('create-admin')}"}
+    health = httpx.get(stack.url + "/healthz", headers=admin, timeout=10).json()
     assert health["status"] == "ok" and health["milvus"] == "ok"
 
 

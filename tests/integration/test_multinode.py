@@ -208,6 +208,9 @@ async def test_a_dead_nodes_tenants_come_back_elsewhere_with_their_state(setting
           f" acknowledged meanwhile, {len(failures)} failed ({', '.join(sorted(set(failures))) or '-'})")
 
 
+ADMIN = "sk-strata-multinode-admin"
+
+
 def test_serve_config_deploys_on_the_cluster(settings: Any, milvus: MilvusServer) -> None:
     """configs/serve.yaml as `serve run configs/serve.yaml` deploys it (serve_start +
     deploy_apps), with three changes a test on one machine needs: loopback and a free
@@ -226,6 +229,7 @@ def test_serve_config_deploys_on_the_cluster(settings: Any, milvus: MilvusServer
         "STRATA_MILVUS__PORT": str(milvus.port),
         "STRATA_MILVUS__COLLECTION_PREFIX": settings.milvus.collection_prefix,
         "STRATA_RAY__NAMESPACE": settings.ray.namespace,
+        "STRATA_AUTH__ADMIN_KEY": ADMIN,  # /healthz names the layers to an admin key only
     }}
     config = ServeDeploySchema.model_validate(raw)
 
@@ -248,7 +252,7 @@ def test_serve_config_deploys_on_the_cluster(settings: Any, milvus: MilvusServer
             assert got["max_ongoing_requests"] == wanted["max_ongoing_requests"]
             assert got["ray_actor_options"]["num_cpus"] == wanted["ray_actor_options"]["num_cpus"]
             assert {k: got["autoscaling_config"][k] for k in wanted["autoscaling_config"]} == wanted["autoscaling_config"]
-        answer = httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=30)
+        answer = httpx.get(f"http://127.0.0.1:{port}/healthz", headers={"Authorization": f"Bearer {ADMIN}"}, timeout=30)
         assert answer.status_code == 200, answer.text
         assert set(answer.json()["layers"]) == set(LAYERS)
     finally:

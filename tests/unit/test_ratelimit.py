@@ -47,3 +47,18 @@ def test_http_answer_is_429_with_retry_after() -> None:
 
     response = error_response(RateLimited("slow down", retry_after_s=0.25))
     assert response.status_code == 429 and response.headers["Retry-After"] == "1"
+
+
+def test_check_refuses_as_take_would_and_spends_nothing() -> None:
+    clock = Clock()
+    limiter = RateLimiter(per_s=1, burst=2, clock=clock, what="this address")
+    for _ in range(5):
+        limiter.check("10.0.0.1")  # asking is free
+    limiter.take("10.0.0.1")
+    limiter.take("10.0.0.1")
+    with pytest.raises(RateLimited) as info:
+        limiter.check("10.0.0.1")
+    assert "this address" in info.value.message and info.value.details["retry_after_s"] == pytest.approx(1.0)
+    clock.now += 1
+    limiter.check("10.0.0.1")
+    limiter.take("10.0.0.1")
