@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from strata_bench.service.sizes import Sizes
@@ -36,25 +37,49 @@ async def _timed(calls: list[Callable[[], Awaitable[Any]]], clients: int, label:
     return ms, missing[0]
 
 
-def _stack_cpu_s(pids: Callable[[], Sequence[int]] | None) -> float | None:
-    """CPU seconds used so far by every process of the stack (None when they are not ours to see)."""
+def _process_name(pid: int) -> str:
+    """What a stack process is: Ray names its workers (``ray::ServeReplica:strata:api``,
+    ``ray::EpisodicShard``); the others by their program (raylet, gcs_server, milvus-lite)."""
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return "?"
+    first = argv[0].decode(errors="replace")
+    if first.startswith("ray::"):
+        return first.split(" ")[0]
+    words = [a.decode(errors="replace") for a in argv if a]
+    for word in words:  # `python -m strata.store.milvus_lite`, `python .../dashboard.py`
+        if word.endswith(".py") or word.startswith("strata."):
+            return Path(word).name
+    return Path(first).name
+
+
+def _stack_cpu_s(pids: Callable[[], Sequence[int]] | None) -> dict[int, float] | None:
+    """CPU seconds used so far by each process of the stack (None when they are not ours to see)."""
     if pids is None:
         return None
-    total = 0.0
+    used: dict[int, float] = {}
     for pid in pids():
         with contextlib.suppress(OSError):  # a process that ended between the listing and the read
-            total += cpu_s(pid)
-    return total
+            used[pid] = cpu_s(pid)
+    return used
 
 
-async def _cpu_per_call(run: Awaitable[tuple[list[float], int]],
-                        pids: Callable[[], Sequence[int]] | None) -> tuple[list[float], int, float | None]:
-    """``run``'s latencies and missing count, and the stack's CPU ms per call over it."""
+async def _cpu_per_call(run: Awaitable[tuple[list[float], int]], pids: Callable[[], Sequence[int]] | None,
+                        ) -> tuple[list[float], int, float | None, dict[str, float]]:
+    """``run``'s latencies and missing count, the stack's CPU ms per call over it, and that
+    CPU by kind of process (the ``where a context call's time goes`` table)."""
     before = _stack_cpu_s(pids)
     ms, missing = await run
     after = _stack_cpu_s(pids)
-    per_call = None if before is None or after is None or not ms else round((after - before) * 1000 / len(ms), 2)
-    return ms, missing, per_call
+    if before is None or after is None or not ms:
+        return ms, missing, None, {}
+    by_name: dict[str, float] = {}
+    for pid, used in after.items():
+        name = _process_name(pid)
+        by_name[name] = by_name.get(name, 0.0) + (used - before.get(pid, 0.0)) * 1000 / len(ms)
+    per_process = {n: round(v, 2) for n, v in sorted(by_name.items(), key=lambda kv: -kv[1]) if v >= 0.05}
+    return ms, missing, round(sum(by_name.values()), 2), per_process
 
 
 async def measure_latency(url: str, key: str, queries: list[str], session: str, sizes: Sizes, *,
@@ -89,11 +114,11 @@ async def measure_latency(url: str, key: str, queries: list[str], session: str, 
     await _timed([context(q) for q in queries[:10]] + [search(q) for q in queries[:10]], sizes.clients, "warm-up")
     n = sizes.clients * sizes.calls_per_client
     cycle = [queries[i % len(queries)] for i in range(n)]
-    seq_context, seq_missing, seq_cpu = await _cpu_per_call(
+    seq_context, seq_missing, seq_cpu, seq_by_process = await _cpu_per_call(
         _timed([context(q) for q in cycle[: sizes.sequential_calls]], 1, "one client, context"), pids)
     seq_search, _ = await _timed([search(q) for q in cycle[: sizes.sequential_calls]], 1, "one client, search")
     started = time.perf_counter()
-    conc_context, missing, conc_cpu = await _cpu_per_call(
+    conc_context, missing, conc_cpu, conc_by_process = await _cpu_per_call(
         _timed([context(q) for q in cycle], sizes.clients, f"{sizes.clients} clients, context"), pids)
     context_s = time.perf_counter() - started
     started = time.perf_counter()
@@ -103,10 +128,11 @@ async def measure_latency(url: str, key: str, queries: list[str], session: str, 
     return {
         "clients": sizes.clients,
         "context": {**summary(conc_context), "calls_with_missing_layers": missing,
-                    "calls_per_s": round(len(conc_context) / context_s, 1), "stack_cpu_ms_per_call": conc_cpu},
+                    "calls_per_s": round(len(conc_context) / context_s, 1), "stack_cpu_ms_per_call": conc_cpu,
+                    "cpu_ms_per_call_by_process": conc_by_process},
         "search": {**summary(conc_search), "calls_per_s": round(len(conc_search) / search_s, 1)},
         "one_client": {"context": {**summary(seq_context), "calls_with_missing_layers": seq_missing,
-                                   "stack_cpu_ms_per_call": seq_cpu},
+                                   "stack_cpu_ms_per_call": seq_cpu, "cpu_ms_per_call_by_process": seq_by_process},
                        "search": summary(seq_search)},
         "context_sections": [s.layer for s in warm.sections] if warm else [],
     }

@@ -115,6 +115,18 @@ def _mark(verdict: dict[str, Any]) -> str:
     return f"target {verdict['target']}: {state}"
 
 
+def _cpu_by_process_lines(lat: dict[str, Any]) -> list[str]:
+    """Where a context call's CPU goes: ms per call by kind of stack process, one client and many."""
+    one = lat["one_client"]["context"].get("cpu_ms_per_call_by_process") or {}
+    many = lat["context"].get("cpu_ms_per_call_by_process") or {}
+    if not one and not many:
+        return []
+    lines = [f"CPU ms per context call by process{'':22}{'one client':>11}{str(lat['clients']) + ' clients':>11}"]
+    for name in sorted({*one, *many}, key=lambda n: -(one.get(n) or many.get(n) or 0.0)):
+        lines.append(f"  {name:54}{_f(one.get(name)):>11}{_f(many.get(name)):>11}")
+    return lines
+
+
 def format_report(doc: dict[str, Any]) -> str:
     raw, t = doc["detail"], doc["targets"]
     sizes, lat, floor = raw["sizes"], raw["latency"], raw["floor"]
@@ -149,6 +161,7 @@ def format_report(doc: dict[str, Any]) -> str:
         (f"{lat['clients']}-client throughput {_f(doc['context_calls_per_s'])} contexts/s against the floor's "
          f"{_f(doc['floor_calls_per_s_on_cores'])} on {(doc.get('machine') or {}).get('cpu_count', '?')} cores "
          f"(cores / floor CPU per call): {_f(t['throughput_over_floor']['value'])}x: {_mark(t['throughput_over_floor'])}"),
+        *_cpu_by_process_lines(lat),
         *_hostile_lines(doc),
         "\n== ingest ==",
         (f"batch endpoint: {_f(doc['ingest_turns_per_s'])} turns/s sustained ({ingest['turns']} turns in "
