@@ -1,5 +1,5 @@
 """No lost writes over HTTP (issue 7): every process of the Serve application (controller,
-HTTP proxy, API, orchestrator and embedding replicas) is killed with SIGKILL in the middle of
+HTTP proxy, the API (ingress) and embedding replicas) is killed with SIGKILL in the middle of
 a stream of 1,000 turns from 4 clients. Ray restarts the controller, which brings the proxy
 and the replicas back with no manual step; the clients retry with the same turn ids. After
 the stream, every acknowledged turn is stored once and read back by the layer actor that owns
