@@ -3,6 +3,7 @@
 - ``shard``: ownership, versioning, eviction and expiry every layer actor shares
 - ``working``, ``episodic``, ``semantic``, ``procedural``: one shard actor per layer
 - ``router``: which actor owns which tenant; the one place ``ray.remote`` is applied
+- ``handles``: one typed handle per layer, the only code that calls ``.remote()`` on the actors
 - ``orchestration``: one request's work across the layers (the Serve orchestrator's and
   the in-cluster client's)
 - ``client``: the in-cluster client, bound to one tenant

@@ -8,6 +8,10 @@ per tenant does not reach 1,000 tenants on a node); inside a shard, a
 tenant's state is loaded on first use and evicted when idle (see
 :mod:`strata_actors.shard`). Any process that knows the settings finds the same
 actor for a tenant, and creates it if it does not exist yet.
+
+Callers get typed handles (``router.episodic(tenant)``, see :mod:`strata_actors.handles`);
+the raw actor handles (:meth:`LayerRouter.handle`, :meth:`LayerRouter.all_handles`) are for
+operating the actors (killing, placing) and for tests.
 """
 
 from __future__ import annotations
@@ -18,7 +22,16 @@ import ray
 
 from strata.config import StrataSettings
 from strata.ids import validate_id
+from strata.layers import LAYERS, Layer
 from strata_actors.episodic import EpisodicShard
+from strata_actors.handles import (
+    EpisodicHandle,
+    LayerHandle,
+    ProceduralHandle,
+    SemanticHandle,
+    SessionLayerHandle,
+    WorkingHandle,
+)
 from strata_actors.procedural import ProceduralShard
 from strata_actors.semantic import SemanticShard
 from strata_actors.shard import owner_shard
@@ -26,15 +39,20 @@ from strata_actors.working import WorkingShard
 
 __all__ = ["LAYER_CLASSES", "LayerRouter", "actor_name"]
 
-LAYER_CLASSES: dict[str, type] = {
+#: Each layer's shard actor class.
+LAYER_CLASSES: dict[Layer, type] = {
     "working": WorkingShard,
     "episodic": EpisodicShard,
     "semantic": SemanticShard,
     "procedural": ProceduralShard,
 }
+#: Each layer's typed handle.
+_HANDLES: dict[Layer, type[LayerHandle]] = {
+    h.layer: h for h in (WorkingHandle, EpisodicHandle, SemanticHandle, ProceduralHandle)
+}
 
 
-def actor_name(layer: str, shard: int) -> str:
+def actor_name(layer: Layer, shard: int) -> str:
     return f"strata-{layer}-{shard}"
 
 
@@ -44,19 +62,51 @@ class LayerRouter:
     def __init__(self, settings: StrataSettings) -> None:
         self._settings = settings
         self._settings_dict = settings.to_dict()
-        self._handles: dict[tuple[str, int], Any] = {}
+        self._handles: dict[tuple[Layer, int], Any] = {}
 
-    def shards(self, layer: str) -> int:
+    # -- typed handles: how the orchestration calls the layers ------------------------------
+
+    def working(self, tenant: str) -> WorkingHandle:
+        return WorkingHandle(self.handle("working", tenant))
+
+    def episodic(self, tenant: str) -> EpisodicHandle:
+        return EpisodicHandle(self.handle("episodic", tenant))
+
+    def semantic(self, tenant: str) -> SemanticHandle:
+        return SemanticHandle(self.handle("semantic", tenant))
+
+    def procedural(self, tenant: str) -> ProceduralHandle:
+        return ProceduralHandle(self.handle("procedural", tenant))
+
+    def layer(self, layer: Layer, tenant: str) -> LayerHandle:
+        """The shard of ``layer`` that owns ``tenant``, for the calls every layer answers."""
+        return _HANDLES[layer](self.handle(layer, tenant))
+
+    def session_layer(self, layer: Layer, tenant: str) -> SessionLayerHandle:
+        """:meth:`layer` for a layer that keeps memory per session (working, episodic)."""
+        handle = self.layer(layer, tenant)
+        if not isinstance(handle, SessionLayerHandle):
+            raise TypeError(f"the {layer} layer keeps no memory per session")
+        return handle
+
+    def layer_shards(self, layer: Layer | None = None) -> list[LayerHandle]:
+        """Every shard of ``layer`` (of every layer if None), for the calls every layer answers."""
+        names = LAYERS if layer is None else (layer,)
+        return [_HANDLES[name](actor) for name in names for actor in self.all_handles(name)]
+
+    # -- raw actor handles ----------------------------------------------------------------
+
+    def shards(self, layer: Layer) -> int:
         return int(getattr(self._settings.actors, f"{layer}_shards"))
 
-    def shard_of(self, layer: str, tenant: str) -> int:
+    def shard_of(self, layer: Layer, tenant: str) -> int:
         validate_id(tenant, field="tenant")
         return owner_shard(tenant, self.shards(layer))
 
-    def handle(self, layer: str, tenant: str) -> Any:
+    def handle(self, layer: Layer, tenant: str) -> Any:
         return self.shard_handle(layer, self.shard_of(layer, tenant))
 
-    def shard_handle(self, layer: str, shard: int) -> Any:
+    def shard_handle(self, layer: Layer, shard: int) -> Any:
         key = (layer, shard)
         handle = self._handles.get(key)
         if handle is None:
@@ -83,7 +133,7 @@ class LayerRouter:
             self._handles[key] = handle
         return handle
 
-    def all_handles(self, layer: str) -> list[Any]:
+    def all_handles(self, layer: Layer) -> list[Any]:
         return [self.shard_handle(layer, n) for n in range(self.shards(layer))]
 
     def every_handle(self) -> list[Any]:

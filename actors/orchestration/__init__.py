@@ -3,11 +3,12 @@ in-cluster client: embed once, fan out to the layer actors concurrently,
 fit the result to the budget.
 
 The caller supplies ``embed`` (the Serve embedding deployment, or a local
-embedder), the router supplies actor handles; nothing here waits on one
+embedder), the router supplies the layers' typed handles
+(:mod:`strata_actors.handles`); nothing here waits on one
 layer before asking another. :class:`Orchestration` is the one entry point,
 composed of one part per job:
 
-- :mod:`.base`: the shared state and the layers' search calls
+- :mod:`.base`: the shared state, and the helpers several parts use
 - :mod:`.audit`: the tenant's audit history, appended to by every write
 - :mod:`.writes`: turns, interactions, working items, documents, forgetting
 - :mod:`.skills`: procedural memory

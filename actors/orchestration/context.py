@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable
 from datetime import UTC, datetime
-from typing import Any, TypeVar, cast
+from typing import TypeVar, cast
 
 from strata.config import LayerPolicy
 from strata.context.assemble import LAYER_TITLES, AssembledContext, assemble_context, render_refined
@@ -16,7 +16,8 @@ from strata.errors import InvalidInput, LLMError, StrataError
 from strata.retrieval.timeparse import resolve_time_range
 from strata.schema import ContextItem, ContextRequest, ContextResult
 from strata_actors.errors import unwrap
-from strata_actors.orchestration.base import FlowBase, call, range_out, skill_hit
+from strata_actors.handles import WorkingView
+from strata_actors.orchestration.base import FlowBase, range_out, skill_hit
 
 __all__ = ["ContextFlow"]
 
@@ -62,22 +63,19 @@ class ContextFlow(FlowBase):
             vector = (await asyncio.shield(vector_task))[0]
             top_k = req.top_k or policy[layer].top_k or ctx.default_top_k
             if layer == "semantic":
-                found = await self._semantic_search(tenant, vector, query, top_k=top_k)
-                return [ContextItem(**h) for h in found["hits"]], None
+                passages = await self.router.semantic(tenant).search(tenant, query=query, vector=vector, top_k=top_k)
+                return [ContextItem.model_validate(h) for h in passages], None
             if layer == "procedural":
-                found = await self._procedural_search(tenant, vector, query, top_k=top_k)
-                return [ContextItem(**skill_hit(s)) for s in found["skills"]], None
-            found = await self._episodic_search(
-                tenant, vector, query, top_k=top_k, session_id=req.session_id if session_only else None,
+                skills = await self.router.procedural(tenant).search(tenant, query=query, vector=vector, top_k=top_k)
+                return [ContextItem.model_validate(skill_hit(s)) for s in skills], None
+            found = await self.router.episodic(tenant).search(
+                tenant, query=query, vector=vector, top_k=top_k, session_id=req.session_id if session_only else None,
                 prefer=(time_range.start, time_range.end) if time_range else None,
             )
-            return [ContextItem(**h) for h in found["hits"]], found["version"]
+            return [ContextItem.model_validate(h) for h in found["hits"]], found["version"]
 
-        async def working() -> dict[str, Any]:
-            got: dict[str, Any] = await call(
-                self._actor("working", tenant).get.remote(tenant, req.session_id, budget_tokens=working_budget)
-            )
-            return got
+        async def working() -> WorkingView:
+            return await self.router.working(tenant).get(tenant, req.session_id, budget_tokens=working_budget)
 
         names = ["working", *fetch]
         tasks = [working(), *(layer_hits(layer) for layer in fetch)]
@@ -93,7 +91,7 @@ class ContextFlow(FlowBase):
                     raise result  # cancellation, interpreter exit
                 missing[layer] = _failure(result)
             elif layer == "working":
-                state = cast(dict[str, Any], result)
+                state = cast(WorkingView, result)
                 messages, versions["working"] = state["messages"], state["version"]
             else:
                 layer_items[layer], version = cast(tuple[list[ContextItem], int | None], result)

@@ -12,7 +12,7 @@ from strata.ids import validate_id
 from strata.providers.llm import LLMUsage
 from strata.schema import LAYERS, DocumentList, DocumentOut, WorkingState
 from strata_actors.errors import unwrap
-from strata_actors.orchestration.base import FlowBase, call
+from strata_actors.orchestration.base import FlowBase
 
 __all__ = ["ReadFlow"]
 
@@ -22,51 +22,46 @@ class ReadFlow(FlowBase):
 
     async def get_document(self, tenant: str, doc_id: str, *, include_text: bool = False) -> DocumentOut:
         validate_id(doc_id, field="doc_id")
-        out = await call(self._actor("semantic", tenant).get_document.remote(tenant, doc_id, with_text=include_text))
-        return DocumentOut(**out)
+        return await self.router.semantic(tenant).get_document(tenant, doc_id, with_text=include_text)
 
     async def list_documents(self, tenant: str, *, after: str | None = None, limit: int = 50) -> DocumentList:
         if after is not None:
             validate_id(after, field="after")
         if not 1 <= limit <= 1000:
             raise InvalidInput(f"limit must be between 1 and 1000, got {limit}", field="limit")
-        out = await call(self._actor("semantic", tenant).list_documents.remote(tenant, after=after, limit=limit))
-        return DocumentList(**out)
+        return await self.router.semantic(tenant).list_documents(tenant, after=after, limit=limit)
 
     async def entity(self, tenant: str, name: str) -> dict[str, Any]:
         """What the semantic layer's knowledge graph knows of an entity."""
         if not name.strip() or len(name) > 200:
             raise InvalidInput("give an entity name of 1 to 200 characters", field="name")
-        found: dict[str, Any] = await call(self._actor("semantic", tenant).entity.remote(tenant, name))
-        return found
+        return await self.router.semantic(tenant).entity(tenant, name)
 
     async def working(self, tenant: str, session_id: str) -> WorkingState:
         validate_id(session_id, field="session_id")
-        return WorkingState(**await call(self._actor("working", tenant).get.remote(tenant, session_id)))
+        return WorkingState.model_validate(await self.router.working(tenant).get(tenant, session_id))
 
     # -- operating the stack ------------------------------------------------------
 
     async def llm_usage(self) -> LLMUsage:
         """LLM calls and tokens of every layer shard since it started, summed (all tenants)."""
-        handles = self.router.every_handle()
-        usages: list[LLMUsage] = await asyncio.gather(*(call(h.llm_usage.remote()) for h in handles))
+        usages = await asyncio.gather(*(shard.llm_usage() for shard in self.router.layer_shards()))
         return LLMUsage(**{
             field.name: sum(getattr(usage, field.name) for usage in usages) for field in dataclasses.fields(LLMUsage)
         })
 
     async def wait_for_summaries(self, tenant: str) -> int:
         """Wait until the tenant's background summaries are made; returns chunks still pending."""
-        pending: int = await call(self._actor("episodic", tenant).wait_for_summaries.remote(tenant))
-        return pending
+        return await self.router.episodic(tenant).wait_for_summaries(tenant)
 
     async def health(self) -> dict[str, Any]:
         """Ping every shard of every layer; the store's answer comes through them."""
         layers: dict[str, str] = {}
         milvus = "ok"
         for layer in LAYERS:
-            refs = [h.ping.remote() for h in self.router.all_handles(layer)]
+            shards = self.router.layer_shards(layer)
             try:
-                await asyncio.wait_for(asyncio.gather(*(call(r) for r in refs)), timeout=10)
+                await asyncio.wait_for(asyncio.gather(*(shard.ping() for shard in shards)), timeout=10)
                 layers[layer] = "ok"
             except BaseException as exc:  # noqa: BLE001  (a layer that fails in any way is reported, not raised)
                 err = unwrap(exc)

@@ -45,10 +45,11 @@ class SearchFlow(ReadFlow):
         async def episodic() -> None:
             assert vector_task is not None
             vector = (await vector_task)[0]
-            found = await self._episodic_search(
-                tenant, vector, query, top_k=req.top_k, session_id=req.session_id, start=start, end=end, prefer=prefer
+            found = await self.router.episodic(tenant).search(
+                tenant, query=query, vector=vector, top_k=req.top_k, session_id=req.session_id, start=start, end=end,
+                prefer=prefer,
             )
-            hits.extend(SearchHit(**h) for h in found["hits"])
+            hits.extend(SearchHit.model_validate(h) for h in found["hits"])
             versions["episodic"] = found["version"]
 
         async def working() -> None:
@@ -62,16 +63,17 @@ class SearchFlow(ReadFlow):
         async def semantic() -> None:
             assert vector_task is not None
             vector = (await vector_task)[0]
-            found = await self._semantic_search(
-                tenant, vector, query, top_k=req.top_k, weights=req.weights, min_cosine=req.min_cosine, doc_ids=req.doc_ids
+            passages = await self.router.semantic(tenant).search(
+                tenant, query=query, vector=vector, top_k=req.top_k, weights=req.weights, min_cosine=req.min_cosine,
+                doc_ids=req.doc_ids,
             )
-            hits.extend(SearchHit(**h) for h in found["hits"])
+            hits.extend(SearchHit.model_validate(h) for h in passages)
 
         async def procedural() -> None:
             assert vector_task is not None
             vector = (await vector_task)[0]
-            found = await self._procedural_search(tenant, vector, query, top_k=req.top_k)
-            hits.extend(SearchHit(**skill_hit(s)) for s in found["skills"])
+            skills = await self.router.procedural(tenant).search(tenant, query=query, vector=vector, top_k=req.top_k)
+            hits.extend(SearchHit.model_validate(skill_hit(s)) for s in skills)
 
         jobs = {"episodic": episodic, "working": working, "semantic": semantic, "procedural": procedural}
         await asyncio.gather(*(jobs[layer]() for layer in layers))

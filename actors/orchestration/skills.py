@@ -17,7 +17,7 @@ from strata.schema import (
     SkillPatch,
 )
 from strata_actors.orchestration.audit import AuditFlow
-from strata_actors.orchestration.base import call, plain_trace
+from strata_actors.orchestration.base import plain_trace
 
 __all__ = ["SkillFlow"]
 
@@ -28,13 +28,11 @@ class SkillFlow(AuditFlow):
     async def extract_skill(self, tenant: str, body: SkillExtractIn, *, by: str = "") -> SkillOut:
         """Learn a skill from a trace now (merging into a near-duplicate)."""
         body = await asyncio.to_thread(self._pii.for_tenant(tenant).model, body)
-        out = await call(
-            self._actor("procedural", tenant).extract_skill.remote(
-                tenant, body.task, plain_trace(body.trace), body.outcome, by=by, ttl_s=body.ttl_s
-            )
+        skill = await self.router.procedural(tenant).extract_skill(
+            tenant, body.task, plain_trace(body.trace), body.outcome, by=by, ttl_s=body.ttl_s
         )
-        await self._record(tenant, by, "extract_skill", "procedural", out["skill_id"], out["version"])
-        return SkillOut(**out)
+        await self._record(tenant, by, "extract_skill", "procedural", skill.skill_id, skill.version)
+        return skill
 
     async def find_skills(
         self,
@@ -47,21 +45,21 @@ class SkillFlow(AuditFlow):
         limit: int = 50,
     ) -> SkillList:
         """Skills for a task, best first; without a task, all skills by id, a page at a time."""
-        actor = self._actor("procedural", tenant)
+        procedural = self.router.procedural(tenant)
         if task is None:
             if after is not None:
                 validate_id(after, field="after")
-            return SkillList(**await call(actor.list_skills.remote(tenant, after=after, limit=limit)))
+            return await procedural.list_skills(tenant, after=after, limit=limit)
         if not task.strip():
             raise InvalidInput("task is blank", field="task")
         task = await asyncio.to_thread(self._pii.for_tenant(tenant).text, task)
         vector = (await self._embed([task]))[0]
-        found = await self._procedural_search(tenant, vector, task, top_k=top_k, min_success_rate=min_success_rate)
-        return SkillList(skills=[SkillOut(**s) for s in found["skills"]], total=len(found["skills"]))
+        found = await procedural.search(tenant, query=task, vector=vector, top_k=top_k, min_success_rate=min_success_rate)
+        return SkillList(skills=[SkillOut.model_validate(s) for s in found], total=len(found))
 
     async def get_skill(self, tenant: str, skill_id: str) -> SkillOut:
         validate_id(skill_id, field="skill_id")
-        return SkillOut(**await call(self._actor("procedural", tenant).get_skill.remote(tenant, skill_id)))
+        return await self.router.procedural(tenant).get_skill(tenant, skill_id)
 
     async def record_outcome(
         self, tenant: str, skill_id: str, body: OutcomeIn, *, expected_version: int | None = None, by: str = ""
@@ -69,13 +67,11 @@ class SkillFlow(AuditFlow):
         """Count a use; without ``expected_version`` an atomic increment, with it a 409 when stale."""
         validate_id(skill_id, field="skill_id")
         body = await asyncio.to_thread(self._pii.for_tenant(tenant).model, body)
-        out = await call(
-            self._actor("procedural", tenant).record_outcome.remote(
-                tenant, skill_id, body.success, body.notes, expected_version=expected_version, by=by
-            )
+        skill = await self.router.procedural(tenant).record_outcome(
+            tenant, skill_id, body.success, body.notes, expected_version=expected_version, by=by
         )
-        await self._record(tenant, by, "record_outcome", "procedural", skill_id, out["version"])
-        return SkillOut(**out)
+        await self._record(tenant, by, "record_outcome", "procedural", skill_id, skill.version)
+        return skill
 
     async def update_skill(
         self, tenant: str, skill_id: str, body: SkillPatch, *, expected_version: int | None, by: str = ""
@@ -88,28 +84,24 @@ class SkillFlow(AuditFlow):
             )
         redacted = await asyncio.to_thread(self._pii.for_tenant(tenant).model, body)
         changes = redacted.model_dump(exclude_unset=True)
-        out = await call(
-            self._actor("procedural", tenant).update_skill.remote(
-                tenant, skill_id, changes, expected_version=expected_version, by=by
-            )
+        skill = await self.router.procedural(tenant).update_skill(
+            tenant, skill_id, changes, expected_version=expected_version, by=by
         )
-        await self._record(tenant, by, "update_skill", "procedural", skill_id, out["version"])
-        return SkillOut(**out)
+        await self._record(tenant, by, "update_skill", "procedural", skill_id, skill.version)
+        return skill
 
     async def delete_skill(
         self, tenant: str, skill_id: str, *, expected_version: int | None = None, by: str = ""
     ) -> SkillDeleted:
         validate_id(skill_id, field="skill_id")
-        out = await call(
-            self._actor("procedural", tenant).delete_skill.remote(tenant, skill_id, expected_version=expected_version)
-        )
-        await self._record(tenant, by, "delete_skill", "procedural", skill_id, out["version"])
-        return SkillDeleted(**out)
+        deleted = await self.router.procedural(tenant).delete_skill(tenant, skill_id, expected_version=expected_version)
+        await self._record(tenant, by, "delete_skill", "procedural", skill_id, deleted.version)
+        return deleted
 
     async def skill_history(self, tenant: str, skill_id: str) -> SkillHistory:
         validate_id(skill_id, field="skill_id")
-        return SkillHistory(**await call(self._actor("procedural", tenant).history.remote(tenant, skill_id)))
+        return await self.router.procedural(tenant).history(tenant, skill_id)
 
     async def skill_job(self, tenant: str, job_id: str) -> SkillJobOut:
         validate_id(job_id, field="job_id")
-        return SkillJobOut(**await call(self._actor("procedural", tenant).skill_job.remote(tenant, job_id)))
+        return await self.router.procedural(tenant).skill_job(tenant, job_id)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Any
 
 from strata.errors import InvalidInput, NotFound, StrataError
 from strata.ids import SYSTEM_TENANT, validate_id
@@ -33,7 +32,7 @@ from strata.schema import (
 from strata.working.sessions import TURN_ID
 from strata_actors.episodic import turn_text
 from strata_actors.orchestration.audit import AuditFlow
-from strata_actors.orchestration.base import call, plain_trace
+from strata_actors.orchestration.base import plain_trace
 
 __all__ = ["SESSION_LAYERS", "WriteFlow"]
 
@@ -59,10 +58,8 @@ class WriteFlow(AuditFlow):
         # Off the event loop: a batch is up to 1,000 turns of 16,000 characters each.
         dicts = await asyncio.to_thread(lambda: [pii.model(t).model_dump() for t in turns])
         vectors = await self._embed([turn_text(d) for d in dicts])
-        episodic = await call(
-            self._actor("episodic", tenant).record_turns.remote(
-                tenant, session_id, dicts, vectors=vectors, expected_version=expected_version
-            )
+        episodic = await self.router.episodic(tenant).record_turns(
+            tenant, session_id, dicts, vectors=vectors, expected_version=expected_version
         )
         # Working memory follows the episodic write: the turn is durable first.
         # If working memory fails now, the turn stays recorded (a retry would
@@ -79,11 +76,11 @@ class WriteFlow(AuditFlow):
         versions = {"episodic": episodic["version"]}
         # A retry of recorded turns changed nothing in episodic memory; it still
         # completes working memory, which the first attempt may not have reached.
-        if not episodic.get("replayed"):
+        if not episodic["replayed"]:
             await self._record(tenant, by, "record_turns", "episodic", session_id, episodic["version"])
         missing: dict[str, str] = {}
         try:
-            working = await call(self._actor("working", tenant).add_items.remote(tenant, session_id, items))
+            working = await self.router.working(tenant).add_items(tenant, session_id, items)
             versions["working"] = working["version"]
         except StrataError as exc:
             missing["working"] = exc.message
@@ -93,7 +90,7 @@ class WriteFlow(AuditFlow):
             versions=versions,
             missing=missing,
             redacted=pii.report(),
-            replayed=bool(episodic.get("replayed")),
+            replayed=episodic["replayed"],
         )
 
     async def post_interaction(self, tenant: str, body: InteractionIn, *, by: str = "") -> InteractionResult:
@@ -119,13 +116,10 @@ class WriteFlow(AuditFlow):
             ]
             task = body.task or body.user or body.agent or ""
             try:
-                out = await call(
-                    self._actor("procedural", tenant).learn_later.remote(
-                        tenant, task, trace, body.outcome, by=by,
-                        extra={"session_id": body.session_id, "turn_id": recorded.turns[0].turn_id},
-                    )
+                job = await self.router.procedural(tenant).learn_later(
+                    tenant, task, trace, body.outcome, by=by,
+                    extra={"session_id": body.session_id, "turn_id": recorded.turns[0].turn_id},
                 )
-                job = SkillJobOut(**out)
                 learning = "learning a skill in the background: see skill_job"
             except StrataError as exc:
                 missing["procedural"] = exc.message
@@ -145,17 +139,11 @@ class WriteFlow(AuditFlow):
     ) -> WorkingState:
         validate_id(session_id, field="session_id")
         body = await asyncio.to_thread(self._pii.for_tenant(tenant).model, body)
-        state = await call(
-            self._actor("working", tenant).add_items.remote(
-                tenant,
-                session_id,
-                [i.model_dump() for i in body.items],
-                task=body.task,
-                expected_version=expected_version,
-            )
+        state = await self.router.working(tenant).add_items(
+            tenant, session_id, [i.model_dump() for i in body.items], task=body.task, expected_version=expected_version
         )
         await self._record(tenant, by, "add_working_items", "working", session_id, state["version"])
-        return WorkingState(**state)
+        return WorkingState.model_validate(state)
 
     async def index_document(
         self, tenant: str, body: DocumentIn, *, expected_version: int | None = None, wait: bool = True, by: str = ""
@@ -163,12 +151,9 @@ class WriteFlow(AuditFlow):
         """Index or re-index a document (atomically: searches see one version)."""
         # A document may be megabytes: its redaction runs off the event loop.
         body = await asyncio.to_thread(self._pii.for_tenant(tenant).model, body)
-        out = await call(
-            self._actor("semantic", tenant).index_document.remote(
-                tenant, body.model_dump(), expected_version=expected_version, wait=wait
-            )
+        doc = await self.router.semantic(tenant).index_document(
+            tenant, body.model_dump(), expected_version=expected_version, wait=wait
         )
-        doc = DocumentOut(**out)
         # A background job's version is the one it will make; the audit records the request.
         await self._record(tenant, by, "index_document", "semantic", doc.doc_id, doc.version)
         return doc
@@ -177,21 +162,17 @@ class WriteFlow(AuditFlow):
         self, tenant: str, doc_id: str, *, expected_version: int | None = None, by: str = ""
     ) -> DocumentDeleted:
         validate_id(doc_id, field="doc_id")
-        out = await call(
-            self._actor("semantic", tenant).delete_document.remote(tenant, doc_id, expected_version=expected_version)
-        )
-        await self._record(tenant, by, "delete_document", "semantic", doc_id, out["version"])
-        return DocumentDeleted(**out)
+        deleted = await self.router.semantic(tenant).delete_document(tenant, doc_id, expected_version=expected_version)
+        await self._record(tenant, by, "delete_document", "semantic", doc_id, deleted.version)
+        return deleted
 
     # -- forgetting -------------------------------------------------------------
 
     async def forget_session(self, tenant: str, session_id: str, *, by: str = "") -> ForgetResult:
         """Forget a session in every layer; 404 only if no layer knew it."""
         validate_id(session_id, field="session_id")
-        results = await asyncio.gather(
-            *(call(self._actor(layer, tenant).forget_session.remote(tenant, session_id)) for layer in SESSION_LAYERS),
-            return_exceptions=True,
-        )
+        owners = [self.router.session_layer(layer, tenant) for layer in SESSION_LAYERS]
+        results = await asyncio.gather(*(h.forget_session(tenant, session_id) for h in owners), return_exceptions=True)
         removed: dict[str, int] = {}
         versions: dict[str, int] = {}
         for layer, result in zip(SESSION_LAYERS, results):
@@ -212,8 +193,6 @@ class WriteFlow(AuditFlow):
         validate_id(tenant, field="tenant")
         if tenant == SYSTEM_TENANT:
             raise InvalidInput("the system tenant cannot be forgotten", field="tenant")
-        results: list[dict[str, Any]] = await asyncio.gather(
-            *(call(self._actor(layer, tenant).forget_tenant.remote(tenant)) for layer in LAYERS)
-        )
+        removed = await asyncio.gather(*(self.router.layer(layer, tenant).forget_tenant(tenant) for layer in LAYERS))
         await self._record(tenant, by, "forget_tenant", "all", tenant, None)
-        return {layer: int(r["removed"]) for layer, r in zip(LAYERS, results)}
+        return dict(zip(LAYERS, removed))

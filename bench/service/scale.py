@@ -175,15 +175,17 @@ def _tenants_in_memory(stack: Any) -> dict[str, list[int]] | None:
     """Tenants each layer shard holds in memory (its ping), by layer; None without a stack."""
     if stack is None:
         return None
-    import ray
-
     from strata_actors.router import LAYER_CLASSES, LayerRouter
 
     stack.ensure_ray_client()
     router = LayerRouter(stack.settings)
-    return {layer: [ping["tenants_loaded"] for ping in ray.get([h.ping.remote() for h in router.all_handles(layer)],
-                                                                 timeout=120)]
-            for layer in LAYER_CLASSES}
+
+    async def pings() -> dict[str, list[int]]:
+        return {layer: [ping["tenants_loaded"] for ping in await asyncio.wait_for(
+                    asyncio.gather(*(h.ping() for h in router.layer_shards(layer))), timeout=120)]
+                for layer in LAYER_CLASSES}
+
+    return asyncio.run(pings())
 
 
 def wait_for_summaries(stack: Any, tenants: Sequence[str], *, timeout_s: float = 900.0) -> float | None:

@@ -1,0 +1,356 @@
+"""Typed handles on the layer actors: the only code that calls ``.remote()`` on them.
+
+One handle per layer wraps one shard actor (the router hands them out:
+``router.episodic(tenant)``). Each operation the orchestration asks of a shard is one async
+method with typed parameters and a typed result; the call is awaited and a failure mapped to
+Strata's errors (:func:`~strata_actors.errors.unwrap`) in one place, :meth:`LayerHandle._call`.
+
+Results keep the shape the shard sends. Where the API model is all a caller makes of it
+(a document, a skill, a page of them), the handle returns that model; where callers read
+parts of it or make different models of it (hits become ``SearchHit`` or ``ContextItem``),
+it returns the dict, typed here as a ``TypedDict``.
+
+Example::
+
+    found = await router.episodic(tenant).search(tenant, query="when is the gate open?", vector=v, top_k=8)
+    hits = [SearchHit(**h) for h in found["hits"]]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any, ClassVar, NotRequired, TypedDict
+
+import numpy as np
+
+from strata.layers import Layer, RetrievalPath
+from strata.providers.llm import LLMUsage
+from strata.schema import (
+    DocumentDeleted,
+    DocumentList,
+    DocumentOut,
+    SkillDeleted,
+    SkillHistory,
+    SkillJobOut,
+    SkillList,
+    SkillOut,
+)
+from strata_actors.errors import unwrap
+
+__all__ = [
+    "EpisodicHandle",
+    "EpisodicHits",
+    "FoundSkill",
+    "Hit",
+    "LayerHandle",
+    "Ping",
+    "ProceduralHandle",
+    "RecordedTurn",
+    "RecordedTurns",
+    "Removed",
+    "SemanticHandle",
+    "SessionLayerHandle",
+    "WorkingHandle",
+    "WorkingView",
+]
+
+
+# -- what the shards answer, where callers read it as a dict ------------------------------
+
+
+class Hit(TypedDict):
+    """An episodic or semantic hit: the fields of ``SearchHit`` (and ``ContextItem``)."""
+
+    layer: Layer
+    kind: str
+    id: str
+    text: str
+    score: float
+    timestamp: NotRequired[datetime | None]
+    session_id: NotRequired[str | None]
+    turn_ids: NotRequired[list[str]]
+    ranks: NotRequired[dict[str, int]]
+    #: Semantic passages: ``doc_id``, ``title``, ``start``, ``end`` (a ``SourceRef``).
+    source: NotRequired[dict[str, Any] | None]
+    #: Semantic passages: the children that matched (``MatchedSpan`` fields).
+    matched: NotRequired[list[dict[str, Any]]]
+
+
+class EpisodicHits(TypedDict):
+    hits: list[Hit]
+    #: The episodic version the hits were read at.
+    version: int
+
+
+class FoundSkill(TypedDict):
+    """A skill found for a task: every field of ``SkillOut`` (those named here are the ones
+    read besides), and its ``brief``."""
+
+    skill_id: str
+    version: int
+    brief: str
+    similarity: float
+    score: float
+    updated_at: datetime
+
+
+class RecordedTurn(TypedDict):
+    session_id: str
+    turn_id: str
+    timestamp: datetime
+    expires_at: datetime | None
+
+
+class RecordedTurns(TypedDict):
+    turns: list[RecordedTurn]
+    version: int
+    #: The turns were recorded already: nothing was written.
+    replayed: bool
+
+
+class WorkingView(TypedDict):
+    """A session's working memory: the fields of ``WorkingState``."""
+
+    session_id: str
+    version: int
+    items: list[dict[str, Any]]
+    messages: list[dict[str, str]]
+    total_tokens: int
+    max_tokens: int
+    #: After a write: the item ids summarized and dropped to fit, or None.
+    compression: NotRequired[dict[str, list[str]] | None]
+
+
+class Removed(TypedDict):
+    """A session forgotten in one layer: rows removed, and the new version."""
+
+    removed: int
+    version: int
+
+
+class Ping(TypedDict):
+    layer: Layer
+    shard: int
+    tenants_loaded: int
+    #: Items purged because they expired, since the actor started.
+    expired_items: int
+
+
+# -- the handles ----------------------------------------------------------------------------
+
+
+class LayerHandle:
+    """One shard actor of a layer; the calls every layer's shard answers.
+
+    Args:
+        actor: the shard's Ray actor handle (from :class:`~strata_actors.router.LayerRouter`).
+    """
+
+    layer: ClassVar[Layer]
+
+    def __init__(self, actor: Any) -> None:
+        self._actor = actor
+
+    async def _call(self, method: str, /, *args: Any, **kwargs: Any) -> Any:
+        """Call ``method`` on the shard and await it.
+
+        Raises:
+            StrataError: the shard's own error, or ``StoreUnavailable`` for a lost or slow actor.
+        """
+        try:
+            return await getattr(self._actor, method).remote(*args, **kwargs)
+        except Exception as exc:  # noqa: BLE001  (Ray wraps the layer's error; unwrap re-raises it typed)
+            raise unwrap(exc) from None
+
+    async def forget_tenant(self, tenant: str) -> int:
+        """Delete every row this layer holds for ``tenant``; returns how many."""
+        return int((await self._call("forget_tenant", tenant))["removed"])
+
+    async def ping(self) -> Ping:
+        """The shard's health: tenants loaded; raises if its store does not answer."""
+        found: Ping = await self._call("ping")
+        return found
+
+    async def llm_usage(self) -> LLMUsage:
+        """The shard's LLM calls and tokens since it started (all tenants)."""
+        usage: LLMUsage = await self._call("llm_usage")
+        return usage
+
+
+class SessionLayerHandle(LayerHandle):
+    """A layer that keeps memory per session."""
+
+    async def forget_session(self, tenant: str, session_id: str) -> Removed:
+        """Raises ``NotFound`` when the layer holds nothing of the session."""
+        removed: Removed = await self._call("forget_session", tenant, session_id)
+        return removed
+
+
+class WorkingHandle(SessionLayerHandle):
+    layer = "working"
+
+    async def get(self, tenant: str, session_id: str, *, budget_tokens: int | None = None) -> WorkingView:
+        """The session's items, and its messages fitted to ``budget_tokens`` if given."""
+        view: WorkingView = await self._call("get", tenant, session_id, budget_tokens=budget_tokens)
+        return view
+
+    async def add_items(
+        self,
+        tenant: str,
+        session_id: str,
+        items: list[dict[str, Any]],
+        *,
+        task: str | None = None,
+        expected_version: int | None = None,
+    ) -> WorkingView:
+        """Add items (``WorkingItemIn`` fields); the session as of this write, with ``compression``."""
+        view: WorkingView = await self._call(
+            "add_items", tenant, session_id, items, task=task, expected_version=expected_version
+        )
+        return view
+
+
+class EpisodicHandle(SessionLayerHandle):
+    layer = "episodic"
+
+    async def record_turns(
+        self,
+        tenant: str,
+        session_id: str,
+        turns: list[dict[str, Any]],
+        *,
+        vectors: np.ndarray,
+        expected_version: int | None = None,
+    ) -> RecordedTurns:
+        """Record turns (``TurnIn`` fields) with their embeddings, one row per turn."""
+        recorded: RecordedTurns = await self._call(
+            "record_turns", tenant, session_id, turns, vectors=vectors, expected_version=expected_version
+        )
+        return recorded
+
+    async def search(
+        self,
+        tenant: str,
+        *,
+        query: str,
+        vector: np.ndarray,
+        top_k: int,
+        session_id: str | None = None,
+        start: datetime | None = None,
+        end: datetime | None = None,
+        prefer: tuple[datetime, datetime] | None = None,
+    ) -> EpisodicHits:
+        """Turns and summaries like ``query`` (``vector`` is its embedding), in ``[start, end)``,
+        those in ``prefer`` ranked up."""
+        found: EpisodicHits = await self._call(
+            "search", tenant, query=query, vector=vector, top_k=top_k, session_id=session_id,
+            start=start, end=end, prefer=prefer,
+        )
+        return found
+
+    async def wait_for_summaries(self, tenant: str) -> int:
+        """Wait for the tenant's background summaries; returns chunks still pending."""
+        return int(await self._call("wait_for_summaries", tenant))
+
+
+class SemanticHandle(LayerHandle):
+    layer = "semantic"
+
+    async def index_document(
+        self, tenant: str, doc: dict[str, Any], *, expected_version: int | None = None, wait: bool = True
+    ) -> DocumentOut:
+        """Index or re-index a document (``DocumentIn`` fields); without ``wait``, at once, indexing."""
+        return DocumentOut(
+            **await self._call("index_document", tenant, doc, expected_version=expected_version, wait=wait)
+        )
+
+    async def delete_document(self, tenant: str, doc_id: str, *, expected_version: int | None = None) -> DocumentDeleted:
+        return DocumentDeleted(**await self._call("delete_document", tenant, doc_id, expected_version=expected_version))
+
+    async def get_document(self, tenant: str, doc_id: str, *, with_text: bool = False) -> DocumentOut:
+        return DocumentOut(**await self._call("get_document", tenant, doc_id, with_text=with_text))
+
+    async def list_documents(self, tenant: str, *, after: str | None = None, limit: int = 50) -> DocumentList:
+        return DocumentList(**await self._call("list_documents", tenant, after=after, limit=limit))
+
+    async def search(
+        self,
+        tenant: str,
+        *,
+        query: str,
+        vector: np.ndarray,
+        top_k: int,
+        weights: dict[RetrievalPath, float] | None = None,
+        min_cosine: float | None = None,
+        doc_ids: list[str] | None = None,
+    ) -> list[Hit]:
+        """Passages for ``query`` (``vector`` is its embedding), best first."""
+        found = await self._call(
+            "search", tenant, query=query, vector=vector, top_k=top_k, weights=weights, min_cosine=min_cosine,
+            doc_ids=doc_ids,
+        )
+        hits: list[Hit] = found["hits"]
+        return hits
+
+    async def entity(self, tenant: str, name: str) -> dict[str, Any]:
+        """What the knowledge graph knows of an entity (``EntityOut`` fields)."""
+        found: dict[str, Any] = await self._call("entity", tenant, name)
+        return found
+
+
+class ProceduralHandle(LayerHandle):
+    layer = "procedural"
+
+    async def extract_skill(
+        self, tenant: str, task: str, trace: list[Any], outcome: str | None, *, by: str, ttl_s: float | None = None
+    ) -> SkillOut:
+        """Learn a skill from a trace now (``merged``: into a near-duplicate)."""
+        return SkillOut(**await self._call("extract_skill", tenant, task, trace, outcome, by=by, ttl_s=ttl_s))
+
+    async def learn_later(
+        self, tenant: str, task: str, trace: list[Any], outcome: str | None, *, by: str,
+        extra: Mapping[str, Any] | None = None,
+    ) -> SkillJobOut:
+        """Keep the trace durably and learn from it in the background."""
+        return SkillJobOut(**await self._call("learn_later", tenant, task, trace, outcome, by=by, extra=extra))
+
+    async def skill_job(self, tenant: str, job_id: str) -> SkillJobOut:
+        return SkillJobOut(**await self._call("skill_job", tenant, job_id))
+
+    async def record_outcome(
+        self, tenant: str, skill_id: str, success: bool, notes: str | None, *, expected_version: int | None, by: str
+    ) -> SkillOut:
+        return SkillOut(**await self._call(
+            "record_outcome", tenant, skill_id, success, notes, expected_version=expected_version, by=by
+        ))
+
+    async def update_skill(
+        self, tenant: str, skill_id: str, changes: dict[str, Any], *, expected_version: int | None, by: str
+    ) -> SkillOut:
+        return SkillOut(**await self._call(
+            "update_skill", tenant, skill_id, changes, expected_version=expected_version, by=by
+        ))
+
+    async def delete_skill(self, tenant: str, skill_id: str, *, expected_version: int | None = None) -> SkillDeleted:
+        return SkillDeleted(**await self._call("delete_skill", tenant, skill_id, expected_version=expected_version))
+
+    async def get_skill(self, tenant: str, skill_id: str) -> SkillOut:
+        return SkillOut(**await self._call("get_skill", tenant, skill_id))
+
+    async def list_skills(self, tenant: str, *, after: str | None = None, limit: int = 50) -> SkillList:
+        """All skills by id, a page at a time."""
+        return SkillList(**await self._call("list_skills", tenant, after=after, limit=limit))
+
+    async def search(
+        self, tenant: str, *, query: str, vector: np.ndarray | None, top_k: int, min_success_rate: float | None = None
+    ) -> list[FoundSkill]:
+        """Skills for a task (``vector`` is its embedding; made by the shard if None), best first."""
+        found = await self._call(
+            "search", tenant, query=query, vector=vector, top_k=top_k, min_success_rate=min_success_rate
+        )
+        skills: list[FoundSkill] = found["skills"]
+        return skills
+
+    async def history(self, tenant: str, skill_id: str) -> SkillHistory:
+        return SkillHistory(**await self._call("history", tenant, skill_id))
