@@ -12,6 +12,11 @@ The rule detector always runs; Presidio's detector too when it is installed.
 The corpus labels only the rule types, so for ``person`` and ``address`` only
 the found count means anything. Exit status 0 when every rule type reaches
 the targets (recall >= 0.95, precision >= 0.90), else 1.
+
+It also prints the cost of the worst query an attacker can send: each
+:data:`ADVERSARIAL` family at the longest message allowed, redacted by the rule
+detector, median of a few runs; the slowest family is shown against a target
+of 20 ms (printed, not part of the exit status: it depends on the machine).
 """
 
 from __future__ import annotations
@@ -20,21 +25,47 @@ import argparse
 import json
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from strata.config import PII_TYPES, PIISettings
+from strata.limits import MESSAGE_CHARS_MAX
 from strata.privacy.pii import Detector, MergedDetector, Redactor, RuleDetector, make_detector
+from strata_bench.stats import median
 
-__all__ = ["DEFAULT_CORPUS", "RULE_TYPES", "Scores", "Sentence", "Tally", "add_arguments", "evaluate", "format_report", "load_corpus", "run", "throughput"]
+__all__ = ["ADVERSARIAL", "ADVERSARIAL_TARGET_MS", "DEFAULT_CORPUS", "RULE_TYPES", "Scores", "Sentence", "Tally", "add_arguments", "adversarial_ms", "evaluate", "format_report", "load_corpus", "repeat", "run", "throughput"]
 
 DEFAULT_CORPUS = Path(__file__).resolve().parent.parent / "tests" / "data" / "pii_corpus.jsonl"
 RULE_TYPES = ("email", "phone", "card", "cn_id", "iban", "ip", "secret")
 MIN_RECALL = 0.95
 MIN_PRECISION = 0.90
 _THROUGHPUT_S = 1.0
+#: The longest query redaction may take, in ms, at the longest message allowed.
+ADVERSARIAL_TARGET_MS = 20.0
+_ADVERSARIAL_RUNS = 5
+
+
+def repeat(unit: str, n: int, *, head: str = "", tail: str = "") -> str:
+    """``head``, ``unit`` repeated, ``tail``: exactly ``n`` characters (at least ``head + tail``)."""
+    body = max(0, n - len(head) - len(tail))
+    return head + (unit * (body // len(unit) + 1))[:body] + tail
+
+
+#: Inputs of ``n`` characters that made a rule backtrack over the whole text from each character:
+#: what each stresses -> the text. Redaction must stay linear on every one (tests/unit/test_pii_linear.py).
+ADVERSARIAL: dict[str, Callable[[int], str]] = {
+    "name chain before a key word (_ASSIGN_EN)": lambda n: repeat("a_", n),
+    "dotted chain before a key word (_ASSIGN_EN)": lambda n: repeat("a.", n),
+    "key word, underscores, no end (_NOT_A_VALUE)": lambda n: repeat("_", n, head="password=", tail="!"),
+    "BEGIN lines without END (_SECRETS)": lambda n: repeat("-----BEGIN PRIVATE KEY-----\n", n),
+    "email with a long domain (_EMAIL)": lambda n: repeat("a.", n, head="x@", tail="1"),
+    "digit groups (phones, cards, ids)": lambda n: repeat("1234-", n),
+    "colons and hex (_IPV6)": lambda n: repeat(" a:", n),
+    "many IPs (resolve)": lambda n: repeat("1.2.3.4 ", n),
+    "many emails (resolve)": lambda n: repeat("a@b.co ", n),
+}
 
 
 @dataclass(frozen=True)
@@ -134,6 +165,22 @@ def throughput(detector: Detector, corpus: Sequence[Sentence]) -> float:
     return done / elapsed
 
 
+def adversarial_ms(detector: Detector, *, chars: int = MESSAGE_CHARS_MAX, runs: int = _ADVERSARIAL_RUNS) -> dict[str, float]:
+    """Milliseconds (median of ``runs``, CPU time) that a mask-everything :class:`Redactor` takes per
+    :data:`ADVERSARIAL` family at ``chars`` characters."""
+    redactor = Redactor(detector, {t: "mask" for t in PII_TYPES}, hash_key=b"bench")
+    out = {}
+    for name, build in ADVERSARIAL.items():
+        text = build(chars)
+        times = []
+        for _ in range(runs):
+            started = time.process_time()
+            redactor.redact(text)
+            times.append((time.process_time() - started) * 1000)
+        out[name] = median(times)
+    return out
+
+
 def _row(name: str, tally: Tally, target: bool) -> str:
     d = tally.as_dict()
     mark = ""
@@ -172,6 +219,11 @@ def run(args: argparse.Namespace) -> int:
     scores = evaluate(rules, corpus)
     rate = throughput(rules, corpus)
     print(format_report("rules", scores, rate))
+    adversarial = adversarial_ms(rules, runs=_ADVERSARIAL_RUNS)
+    worst = max(adversarial, key=adversarial.__getitem__)
+    mark = "ok" if adversarial[worst] < ADVERSARIAL_TARGET_MS else "MISSES TARGET"
+    print(f"worst {MESSAGE_CHARS_MAX:,}-character adversarial query: {adversarial[worst]:.1f} ms to redact "
+          f"(target < {ADVERSARIAL_TARGET_MS:.0f} ms: {mark}; {worst}, median of {_ADVERSARIAL_RUNS} runs)")
     if args.show_errors:
         for kind, errors in (("false positive", scores.false_positives), ("miss", scores.misses)):
             for t, value, text in errors:
@@ -191,6 +243,7 @@ def run(args: argparse.Namespace) -> int:
             "overall": scores.overall.as_dict(),
             "by_lang": {lang: tally.as_dict() for lang, tally in scores.by_lang.items()},
             "sentences_per_s": rate,
+            "adversarial_ms": adversarial,
         }
         args.json.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     return 1 if failing else 0

@@ -21,6 +21,7 @@ import importlib.util
 import ipaddress
 import logging
 import re
+from bisect import bisect_left
 from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import date
@@ -59,13 +60,17 @@ class Detector(Protocol):
 
 def resolve(candidates: Iterable[Finding], text: str) -> list[Finding]:
     """Non-overlapping findings: the longest wins, then the more specific type; none inside a placeholder."""
-    taken = [(m.start(), m.end()) for m in _PLACEHOLDER.finditer(text)]
+    # One byte per character marks what is taken: each candidate is checked and claimed in time of its own
+    # length (a C scan), not against every finding kept so far.
+    taken = bytearray(len(text))
+    for m in _PLACEHOLDER.finditer(text):
+        taken[m.start() : m.end()] = b"\x01" * (m.end() - m.start())
     rank = {t: i for i, t in enumerate(_SPECIFICITY)}
     kept: list[Finding] = []
     for f in sorted(set(candidates), key=lambda f: (f.start - f.end, rank.get(f.type, 99), f.start)):
-        if f.end > f.start and all(f.end <= s or f.start >= e for s, e in taken):
+        if 0 <= f.start < f.end <= len(text) and taken.find(1, f.start, f.end) == -1:
             kept.append(f)
-            taken.append((f.start, f.end))
+            taken[f.start : f.end] = b"\x01" * (f.end - f.start)
     return sorted(kept, key=lambda f: f.start)
 
 
@@ -126,6 +131,10 @@ _IBAN = re.compile(r"(?<![A-Za-z0-9])[A-Z]{2}\d{2}(?:(?: [A-Z0-9]{4}){2,7}(?: [A
 _OCTET = r"(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)"
 _IPV4 = re.compile(rf"(?<![\dA-Za-z])(?<!\d\.){_OCTET}(?:\.{_OCTET}){{3}}(?!\d|\.\d)")
 _IPV6 = re.compile(r"(?<![0-9A-Za-z_:.])[0-9A-Fa-f]*:[0-9A-Fa-f:.]*")
+# Every pattern here runs on every write and query, so none may backtrack more than a bounded distance from
+# where it starts, nor start at every character of a long run only to fail at its end: a token's start is
+# pinned by a lookbehind, possessive quantifiers (``*+``) give nothing back, and what a regex would have to
+# search ahead for (a key block's end line) is found once per text.
 _SECRETS = re.compile(
     r"(?<![A-Za-z0-9_\-])(?:"
     r"sk-(?:proj-|strata-)?[A-Za-z0-9_\-]{20,}"
@@ -136,14 +145,20 @@ _SECRETS = re.compile(
     r"|[sr]k_(?:live|test)_[0-9A-Za-z]{16,}"
     r"|eyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]*"
     r")(?![A-Za-z0-9_\-])"
-    r"|-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----(?:[\s\S]*?-----END (?:[A-Z0-9]+ )*PRIVATE KEY-----"
-    r"|(?:\s+[A-Za-z0-9+/=]{16,})+)"
+    r"|(?P<begin>-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----)"
 )
+#: A PEM private key runs from its BEGIN line to the first END line after it, or else over the base64 lines
+#: that follow the BEGIN line (a key pasted without its end).
+_KEY_END = re.compile(r"-----END (?:[A-Z0-9]+ )*PRIVATE KEY-----")
+_KEY_END_AT = re.compile(rf"(?={_KEY_END.pattern})")
+_KEY_LINES = re.compile(r"(?:\s+[A-Za-z0-9+/=]{16,})+")
+#: A key word and what follows it. The word may end a dotted or dashed name (``db.password``,
+#: ``OPENAI_API_KEY``): the lookbehind admits it after any separator without matching the name before it.
 _ASSIGN_EN = re.compile(
-    r"(?<![A-Za-z0-9])(?:[A-Za-z0-9]+[_\-.])*"
+    r"(?<![A-Za-z0-9])"
     r"(?P<key>password|passwd|passphrase|secret|client[_\-]?secret|secret[_\-]?key|api[_\-]?key|apikey"
     r"|access[_\-]?key|private[_\-]?key|token|access[_\-]?token|auth[_\-]?token|refresh[_\-]?token)"
-    r"[\"']?(?:\s*[:=：]\s*|\s+is\s+)"
+    r"[\"']?(?:\s*+[:=：]\s*+|\s++is\s++)"
     # a quoted value, or printable ASCII up to a quote, comma, semicolon or space
     r"(?:\"(?P<dq>[^\"\n]{1,200})\"|'(?P<sq>[^'\n]{1,200})'|(?P<bare>[\x21\x23-\x26\x28-\x2b\x2d-\x3a\x3c-\x7e]+))",
     re.IGNORECASE,
@@ -153,7 +168,7 @@ _ASSIGN_ZH = re.compile(r"(?P<key>密码|口令|密钥|秘钥|令牌)\s*(?:是|�
 #: ``settings.api_key``, ``re.compile(``, ``OPENAI_API_KEY``).
 _NOT_A_VALUE = re.compile(
     r"^(?:\$|\{\{|<|%\(|\*+$|x{3,}$|\.\.\.|(?:null|none|true|false)$"
-    r"|[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*\(|[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+$|[a-z_]*_[a-z_]*$)",
+    r"|[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*\(|[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+$|(?=[a-z]*+_)[a-z_]*+$)",
     re.IGNORECASE,
 )
 #: Words just before a number that make it an id, not a phone or a card.
@@ -232,19 +247,23 @@ def _iban_end(text: str, start: int, end: int) -> int | None:
 
 
 def _ipv6_ok(value: str) -> bool:
+    # "ab::cd" or "::1" in code and prose are rarely addresses; a digit and two groups (``fe80::1``) are.
+    # Checked before parsing, which costs more than the rest of a finding: text full of "a:" stays cheap.
+    groups = [g for g in value.split(":") if g]
+    if "." not in value and not (len(groups) >= 2 and any(ch.isdigit() for ch in value) and max(map(len, groups)) >= 3):
+        return False
     try:
         ipaddress.IPv6Address(value)
     except ValueError:
         return False
-    # "ab::cd" or "::1" in code and prose are rarely addresses; a digit and two groups (``fe80::1``) are
-    groups = [g for g in value.split(":") if g]
-    return "." in value or (len(groups) >= 2 and any(ch.isdigit() for ch in value) and max(map(len, groups)) >= 3)
+    return True
 
 
 def _secret_value_ok(key: str, value: str) -> bool:
     if len(value) < 4 or _NOT_A_VALUE.search(value):
         return False
-    if key.lower() == "token" and (len(value) < 8 or value.isdigit()):
+    # a token, also as the last word of a name (``access_token``), is held to a token's length
+    if re.split(r"[_\-]", key)[-1].lower() == "token" and (len(value) < 8 or value.isdigit()):
         return False
     # English keys in prose are followed by words ("password: click the link"); secrets have digits or symbols
     plain = value.isalpha() and (value.islower() or value.isupper() or value.istitle())
@@ -302,9 +321,22 @@ class RuleDetector:
                     yield Finding("phone", start, end)
 
     def _secrets(self, text: str) -> Iterator[Finding]:
-        for m in _SECRETS.finditer(text):
+        key_ends: list[int] | None = None  # where an END line starts, found once and only if a BEGIN line is there
+        pos = 0
+        while m := _SECRETS.search(text, pos):
+            start, end = m.span()
+            if m.group("begin"):
+                if key_ends is None:
+                    key_ends = [e.start() for e in _KEY_END_AT.finditer(text)]
+                i = bisect_left(key_ends, end)
+                block = _KEY_END.match(text, key_ends[i]) if i < len(key_ends) else _KEY_LINES.match(text, end)
+                if block is None:  # a BEGIN line alone: go on from its next character, as finditer would
+                    pos = start + 1
+                    continue
+                end = block.end()
             if not m.group().startswith("sk-") or any(ch.isdigit() for ch in m.group()):
-                yield Finding("secret", m.start(), m.end())
+                yield Finding("secret", start, end)
+            pos = end
         for pattern in (_ASSIGN_EN, _ASSIGN_ZH):
             for m in pattern.finditer(text):
                 group = next(g for g in ("dq", "sq", "bare") if m.groupdict().get(g) is not None)
@@ -377,7 +409,8 @@ class MergedDetector:
 
     def find(self, text: str) -> list[Finding]:
         first = self.primary.find(text)
-        extra = [s for s in self.secondary.find(text) if all(s.end <= f.start or s.start >= f.end for f in first)]
+        starts = [f.start for f in first]  # sorted and non-overlapping: only the last one starting before s.end can overlap s
+        extra = [s for s in self.secondary.find(text) if (i := bisect_left(starts, s.end)) == 0 or first[i - 1].end <= s.start]
         return sorted(first + extra, key=lambda f: f.start)
 
 

@@ -44,7 +44,10 @@ _OPEN, _CLOSE, _CODE_HASH, _NEUTRAL = "\x02", "\x03", "\x01", "\x04"
 
 # Most structural first.  Regexes only (no capturing groups); each boundary falls
 # at a match's end, so a separator stays at the end of the piece before it
-# (sentences keep their stop).
+# (sentences keep their stop).  Only that end counts, so an English stop is
+# matched from the last character of its run of ``.!?``: from the first, every
+# character of a long run not followed by a space would be a start that scans
+# to the run's end and fails.
 _SEPARATORS: tuple[str, ...] = (
     # Markdown headings, one level at a time: "\n" before "# ", then "## ", ...
     *(rf"\n(?=#{{{level}}}[ \t])" for level in range(1, 7)),
@@ -52,7 +55,7 @@ _SEPARATORS: tuple[str, ...] = (
     rf"\n(?=[ ]{{0,3}}{_OPEN})|(?<={_CLOSE})[^\n]*\n",
     r"\n(?:[ \t]*\n)+",  # blank lines: paragraphs
     r"\n",
-    r"[.!?]+[\"'”’)\]]*[ \t]+|[。！？；]+[”’」』）]*",  # sentence ends, English and Chinese
+    r"[.!?](?![.!?])[\"'”’)\]]*+[ \t]+|[。！？；]+[”’」』）]*",  # sentence ends, English and Chinese
     r"[,;:][ \t]+|[，、：]",  # clauses
     r"[ \t]+",
     "",  # characters
@@ -94,8 +97,9 @@ def _mark_code(text: str) -> str:
 
 
 # Sentence ends for the sentence and semantic strategies: an English stop
-# before whitespace, a Chinese one anywhere, or a line break.
-_SENTENCE_END = re.compile(r"[.!?]+[\"'”’)\]]*(?=\s)|[。！？；]+[”’」』）]*|\n")
+# before whitespace, a Chinese one anywhere, or a line break (only the end of a
+# match counts; matched from a run's last ``.!?``, as in _SEPARATORS).
+_SENTENCE_END = re.compile(r"[.!?](?![.!?])[\"'”’)\]]*+(?=\s)|[。！？；]+[”’」』）]*|\n")
 
 # Where an added overlap may begin: a word after a space or a stop, or any CJK
 # character (Chinese has no spaces between words).

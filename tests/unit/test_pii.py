@@ -385,12 +385,14 @@ def test_corpus_meets_the_targets_per_rule_type() -> None:
 
 def test_bench_cli_writes_json(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(bench_pii, "_THROUGHPUT_S", 0.01)
+    monkeypatch.setattr(bench_pii, "_ADVERSARIAL_RUNS", 1)
     parser = argparse.ArgumentParser()
     bench_pii.add_arguments(parser)
     out = tmp_path / "pii.json"
     assert bench_pii.run(parser.parse_args(["--json", str(out)])) == 0
     report = json.loads(out.read_text())
-    assert set(report) == {"types", "overall", "by_lang", "sentences_per_s"}
+    assert set(report) == {"types", "overall", "by_lang", "sentences_per_s", "adversarial_ms"}
+    assert set(report["adversarial_ms"]) == set(bench_pii.ADVERSARIAL)
     assert set(report["by_lang"]) == {"en", "zh"} and report["sentences_per_s"] > 0
     assert set(report["types"]["email"]) == {"labelled", "found", "tp", "precision", "recall"}
 

@@ -60,10 +60,12 @@ _ACRONYM = re.compile(rf"{_NB}([A-Z][A-Z0-9&]*[A-Z0-9])(s?){_NA}")
 _CAP_TOKEN = re.compile(rf"{_NB}[{_UP}][{_AL}0-9]*(?:(?:-|['’](?![sS]{_NA}))[{_AL}]+)*{_NA}")
 _CAP_JOIN = re.compile(r" +|(?: (?:of|de|van|von|der|den|da|du|del|della|di|la|le|al|bin)(?: the)?|&) ")
 _SENTENCE_START = re.compile(r"(?:^|[.!?…。！？:;\n])[\"'“”‘’(\[\s]*")
-_PAREN_AFTER = re.compile(r"\s*[(（]\s*([^()（）\n]{1,30}?)\s*[)）]")
+# These two run on the gap after an entity, which can be a long run of spaces: their runs of spaces are
+# possessive (``\s*+``), so a gap that does not match fails in one pass instead of trying every split of it.
+_PAREN_AFTER = re.compile(r"\s*+[(（]\s*+([^()（）\n]{1,30}?)\s*+[)）]")
 _ALIAS_MID = re.compile(
-    r"\s*,?\s*(?:also known as|aka|a\.k\.a\.?|otherwise known as|known as|nicknamed)\s*,?\s*"
-    r"|\s*[,，]?\s*(?:又称|又名|简称|也叫|也称|俗称|别名)\s*[:：]?\s*",
+    r"\s*+,?\s*+(?:also known as|aka|a\.k\.a\.?|otherwise known as|known as|nicknamed)\s*+,?\s*+"
+    r"|\s*+[,，]?\s*+(?:又称|又名|简称|也叫|也称|俗称|别名)\s*+[:：]?\s*+",
     re.IGNORECASE,
 )
 _LIST_MID = re.compile(r"\s*(?:,|, and|, or|and|or|&|和|与|及|以及|、|，)\s*", re.IGNORECASE)
