@@ -284,7 +284,10 @@ class Stack:
                 f"--object-store-memory={r.object_store_memory_mb * 1024 * 1024}",
                 "--disable-usage-stats", f"--temp-dir={self.ray_temp_dir}",
             ]
-            done = subprocess.run(command, check=False, capture_output=True, text=True, timeout=120)
+            env = dict(os.environ)
+            if self.settings.serve.throughput_optimized:  # read by Serve's processes, which Ray starts
+                env.setdefault("RAY_SERVE_THROUGHPUT_OPTIMIZED", "1")
+            done = subprocess.run(command, check=False, capture_output=True, text=True, timeout=120, env=env)
             if done.returncode != 0:
                 raise StackError("ray start failed:\n" + (done.stderr or done.stdout)[-2000:])
         if not ray.is_initialized():
