@@ -11,6 +11,11 @@ and the country's length for IBANs, separators and the words just before (``Orde
 (no dotted domain), phones without separators other than Chinese mobiles, 7-digit local numbers, 15-digit
 ids, lower-case IBANs, credentials inside URLs, and secrets not after a known key word (``password``,
 ``api_key``, ``token``, ``密码``, ...) unless they have a known token shape (``sk-``, ``AKIA``, a JWT, ...).
+
+Every pattern runs in time linear in the text (tests/unit/test_pii_linear.py times each adversarial family
+at n and 4n characters). One module, a little over 500 lines, on purpose: each rule's pattern sits beside
+the check that accepts its matches and the specificity that settles overlaps, and a reader auditing one
+type of PII needs all three together.
 """
 
 from __future__ import annotations
