@@ -287,6 +287,9 @@ class Stack:
             env = dict(os.environ)
             if self.settings.serve.throughput_optimized:  # read by Serve's processes, which Ray starts
                 env.setdefault("RAY_SERVE_THROUGHPUT_OPTIMIZED", "1")
+                # ... but not its 1,000-record buffer of request logs, which has no timed flush:
+                # at a few requests a minute an operator would see no access log for hours.
+                env.setdefault("RAY_SERVE_REQUEST_PATH_LOG_BUFFER_SIZE", "1")
             done = subprocess.run(command, check=False, capture_output=True, text=True, timeout=120, env=env)
             if done.returncode != 0:
                 raise StackError("ray start failed:\n" + (done.stderr or done.stdout)[-2000:])

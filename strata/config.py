@@ -133,11 +133,12 @@ class ServeSettings(_Section):
     embedding_max_batch_size: int = Field(default=32, ge=1)
     embedding_batch_wait_timeout_s: float = Field(default=0.005, ge=0)
     #: Start the embedded stack's Ray with RAY_SERVE_THROUGHPUT_OPTIMIZED=1 (Serve's direct
-    #: ingress, gRPC between deployments, GC frozen after start-up). Measured with one client
-    #: calling /v1/context for 20 s, two runs each: 38.4 and 39.3 calls/s against 31.4 and
-    #: 29.9, and 35.8 and 34.2 ms of stack CPU per call against 41.4 and 36.2. An environment
-    #: that sets the variable itself wins.
-    throughput_optimized: bool = True
+    #: ingress, gRPC between deployments, GC frozen after start-up; request logs unbuffered).
+    #: Off: on a quiet machine, one client calling /v1/context for 20 s ran 43.5 and 44.1
+    #: calls/s with it (32.3 and 31.9 ms of stack CPU per call) against 42.6 without (33.2),
+    #: within noise, and it opens gRPC ports on every interface. An environment that sets
+    #: the variable itself wins.
+    throughput_optimized: bool = False
     #: Where a query (one text) is embedded: in the ingress replica's own process, or by the
     #: embedding deployment (batched with other callers'). A batch of turns always goes to
     #: the deployment. Measured per /v1/context call: the deployment's process spent
