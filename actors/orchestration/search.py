@@ -28,7 +28,7 @@ class SearchFlow(ReadFlow):
         missing: dict[str, str] = {}
         reference = req.reference_time or datetime.now(UTC)
         # An explicit time_range filters; one read off the query only prefers (see build_context).
-        parsed = None if req.time_range else resolve_time_range(req.query, reference)
+        parsed = None if req.time_range else await asyncio.to_thread(resolve_time_range, req.query, reference)
         start = req.time_range.start if req.time_range else None
         end = req.time_range.end if req.time_range else None
         prefer = (parsed.start, parsed.end) if parsed else None
