@@ -173,7 +173,10 @@ def test_killing_the_serve_application_mid_stream_loses_no_acknowledged_write(st
     versions = [w.version for w in acked]
     assert len(set(versions)) == len(versions), "an episodic version was acknowledged twice"
     before = [w.version for w in acked if w.acked_at < killed_at]
-    after = [w.version for w in acked if w.acked_at > killed_at and w.failures]
+    # Acknowledged after the kill: by the restarted application. (Not only writes that failed
+    # first: each writer's write in flight at the kill is often durable already, since the
+    # ingress writes to the layer actor itself, and its retry is then answered `replayed`.)
+    after = [w.version for w in acked if w.acked_at > killed_at]
     assert before and after, "the kill must fall inside the stream"
     assert min(after) > max(before), f"a version acknowledged before the kill was reused: {min(after)} <= {max(before)}"
 
