@@ -29,6 +29,7 @@ __all__ = [
     "latency_ms",
     "median",
     "percentile",
+    "process_name",
     "processes_memory",
     "reset_peak_rss",
     "rss_mib",
@@ -102,6 +103,23 @@ def reset_peak_rss() -> bool:
     return True
 
 
+def process_name(pid: int) -> str:
+    """What a stack process is: Ray names its workers (``ray::ServeReplica:strata:api``,
+    ``ray::EpisodicShard``); the others by their program (raylet, gcs_server, milvus-lite)."""
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return "?"
+    first = argv[0].decode(errors="replace")
+    if first.startswith("ray::"):
+        return first.split(" ")[0]
+    words = [a.decode(errors="replace") for a in argv if a]
+    for word in words:  # `python -m strata.store.milvus_lite`, `python .../dashboard.py`
+        if word.endswith(".py") or word.startswith("strata."):
+            return Path(word).name
+    return Path(first).name
+
+
 def processes_memory(pids: Sequence[int], *, largest: int = 6) -> dict[str, Any]:
     """RSS and PSS summed over ``pids`` in MiB (a process gone meanwhile is left out), and
     the ``largest`` processes by RSS as ``{"process": "name (pid)", "rss_mib": ...}``."""
@@ -110,14 +128,13 @@ def processes_memory(pids: Sequence[int], *, largest: int = 6) -> dict[str, Any]
     for pid in pids:
         try:
             kib = _status_kib(pid, "VmRSS")
-            name = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\x00")[0].decode(errors="replace")
             rollup = Path(f"/proc/{pid}/smaps_rollup")
             found = _PSS.search(rollup.read_text()) if rollup.exists() else None
         except OSError:
             continue
         rss += kib / 1024
         pss += float(found.group(1)) / 1024 if found else kib / 1024
-        each.append((kib / 1024, f"{os.path.basename(name)} ({pid})"))
+        each.append((kib / 1024, f"{process_name(pid)} ({pid})"))
     each.sort(reverse=True)
     return {"rss_mib": round(rss, 1), "pss_mib": round(pss, 1), "processes": len(each),
             "largest": [{"process": n, "rss_mib": round(m, 1)} for m, n in each[:largest]]}

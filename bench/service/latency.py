@@ -8,12 +8,11 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from pathlib import Path
 from typing import Any
 
 from strata_bench.service.sizes import Sizes
 from strata_bench.service.timing import Ticker, pool, summary
-from strata_bench.stats import cpu_s
+from strata_bench.stats import cpu_s, process_name
 from strata_serve.client import AsyncStrataClient
 
 __all__ = ["measure_latency"]
@@ -35,23 +34,6 @@ async def _timed(calls: list[Callable[[], Awaitable[Any]]], clients: int, label:
 
     await pool(calls, clients, one)
     return ms, missing[0]
-
-
-def _process_name(pid: int) -> str:
-    """What a stack process is: Ray names its workers (``ray::ServeReplica:strata:api``,
-    ``ray::EpisodicShard``); the others by their program (raylet, gcs_server, milvus-lite)."""
-    try:
-        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    except OSError:
-        return "?"
-    first = argv[0].decode(errors="replace")
-    if first.startswith("ray::"):
-        return first.split(" ")[0]
-    words = [a.decode(errors="replace") for a in argv if a]
-    for word in words:  # `python -m strata.store.milvus_lite`, `python .../dashboard.py`
-        if word.endswith(".py") or word.startswith("strata."):
-            return Path(word).name
-    return Path(first).name
 
 
 def _stack_cpu_s(pids: Callable[[], Sequence[int]] | None) -> dict[int, float] | None:
@@ -76,7 +58,7 @@ async def _cpu_per_call(run: Awaitable[tuple[list[float], int]], pids: Callable[
         return ms, missing, None, {}
     by_name: dict[str, float] = {}
     for pid, used in after.items():
-        name = _process_name(pid)
+        name = process_name(pid)
         by_name[name] = by_name.get(name, 0.0) + (used - before.get(pid, 0.0)) * 1000 / len(ms)
     per_process = {n: round(v, 2) for n, v in sorted(by_name.items(), key=lambda kv: -kv[1]) if v >= 0.05}
     return ms, missing, round(sum(by_name.values()), 2), per_process
