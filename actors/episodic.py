@@ -3,7 +3,8 @@
 Summaries are made in the background after a write returns: the turns are
 already durable, and a summary not made yet (a crash, the LLM down, Milvus
 down) is made at the next write, because "not covered by a summary" is
-derived from the durable rows.
+derived from the durable rows. A summary made from turns that a forget of
+the tenant removed meanwhile is dropped, not written.
 """
 
 from __future__ import annotations
@@ -234,6 +235,7 @@ class EpisodicShard(LayerShard[EpisodicMemory]):
     async def _summarise(self, tenant: str) -> None:
         try:
             while True:
+                generation = self.generation(tenant)
                 slot = await self._tenant(tenant)
                 chunks = slot.layer.pending_summaries()
                 if not chunks:
@@ -247,7 +249,10 @@ class EpisodicShard(LayerShard[EpisodicMemory]):
                         chunk: list[Turn] = chunk,
                         content: EpisodeSummary = content,
                         vector: np.ndarray = vector,
+                        generation: int = generation,
                     ) -> None:
+                        if generation != self.generation(tenant):
+                            return  # the tenant was forgotten: these turns are gone
                         if [t.turn_id for t in chunk] not in [[t.turn_id for t in c] for c in layer.pending_summaries(chunk[0].session_id)]:
                             return  # forgotten or summarised meanwhile
                         record = await asyncio.to_thread(layer.write_summary, chunk, content, vector)

@@ -14,6 +14,11 @@ the background with backoff, then by the rule extractor; a crash leaves it
 to the shard's next start, which resumes every job it owned. A job retried
 after its skill was written merges into that skill (the same draft adds
 nothing but a version).
+
+A forget of the tenant deletes its jobs' rows; a job attempt still running
+then is refused when it comes to write the skill (it began at an older
+:meth:`LayerShard.generation`), and keeps no row, so nothing it learned
+outlives the forget.
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from strata.errors import InvalidInput, LLMError, NotFound, StrataError
+from strata.errors import InvalidInput, LLMError, NotFound, StrataError, VersionConflict
 from strata.ids import SYSTEM_TENANT, validate_id
 from strata.procedural.extractors import (
     RuleSkillExtractor,
@@ -69,6 +74,8 @@ class _Job:
     next_at: float = 0.0  # time.monotonic() of the next attempt
     finished: float | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    #: The tenant's generation when the job was made: a forget since ends it (not in the row).
+    generation: int = 0
 
     def payload(self) -> dict[str, Any]:
         return {
@@ -215,23 +222,54 @@ class ProceduralShard(WholeRecordExpiry, LayerShard[ProceduralMemory]):
             created_at=datetime.now(UTC).isoformat(),
             extra=dict(extra or {}),
             status="running",
+            generation=self.generation(tenant),
         )
         self._jobs[job.job_id] = job
         try:
             await self._save_job(job)  # durable before anything can fail
+            if self._forgotten(job):
+                # A forget began while the row was written: it may have deleted the row
+                # before it landed. The trace must not outlive the forget.
+                await self._drop_job(job)
+                raise self._forgotten_error(job)
         except BaseException:
             self._jobs.pop(job.job_id, None)
             raise
         return job
 
+    def _forgotten(self, job: _Job) -> bool:
+        """The job's tenant was forgotten since the job was made (or is being forgotten)."""
+        return job.generation % 2 == 1 or job.generation != self.generation(job.tenant)
+
+    def _discard(self, job: _Job) -> VersionConflict:
+        """End a job whose tenant was forgotten (the forget deleted its row): nothing is kept."""
+        job.status, job.finished, job.error = "failed", time.monotonic(), "the tenant was forgotten"
+        self._jobs.pop(job.job_id, None)
+        return self._forgotten_error(job)
+
+    def _forgotten_error(self, job: _Job) -> VersionConflict:
+        return VersionConflict(
+            f"the tenant was forgotten while skill job {job.job_id} was learning: nothing was kept; "
+            "send the trace again to learn it in the emptied tenant",
+            current_version=0,
+            layer=self.layer_name,
+            job_id=job.job_id,
+        )
+
     async def _attempt(self, job: _Job) -> dict[str, Any]:
+        if self._forgotten(job):  # due before a forget dropped it: not worth an LLM call
+            raise self._discard(job)
         job.status = "running"
         use_llm = job.attempts < self.settings.procedural.job_max_attempts
         extractor = self._extractor if use_llm else self._rules
         try:
             draft = await asyncio.to_thread(_extract, extractor, job)
-            result = await self._learn(job.tenant, draft, task=job.task, by=job.by, ttl_s=job.extra.get("ttl_s"))
+            result = await self._learn(
+                job.tenant, draft, task=job.task, by=job.by, ttl_s=job.extra.get("ttl_s"), generation=job.generation
+            )
         except InvalidInput as exc:
+            if self._forgotten(job):
+                raise self._discard(job) from None
             # Not worth a retry: the same trace fails the same way. The caller of a
             # direct extraction has its input and the 422; a background job says why.
             job.status, job.finished, job.attempts, job.error = "failed", time.monotonic(), job.attempts + 1, exc.message
@@ -241,6 +279,8 @@ class ProceduralShard(WholeRecordExpiry, LayerShard[ProceduralMemory]):
                 _log.warning("skill job %s cannot be learned and its row stays: %s", job.job_id, store_error.message)
             raise
         except BaseException as exc:
+            if self._forgotten(job):
+                raise self._discard(job) from None
             job.attempts += 1
             job.error = exc.message if isinstance(exc, StrataError) else f"{type(exc).__name__}: {exc}"
             job.status = "pending"
@@ -262,7 +302,8 @@ class ProceduralShard(WholeRecordExpiry, LayerShard[ProceduralMemory]):
         return result
 
     async def _learn(
-        self, tenant: str, draft: SkillDraft, *, task: str, by: str, ttl_s: float | None = None
+        self, tenant: str, draft: SkillDraft, *, task: str, by: str, ttl_s: float | None = None,
+        generation: int | None = None,
     ) -> dict[str, Any]:
         vector = (await self.embed([skill_search_text(draft)]))[0]
         # One learning at a time per tenant: two near-duplicates learned at once
@@ -280,6 +321,7 @@ class ProceduralShard(WholeRecordExpiry, LayerShard[ProceduralMemory]):
                     skill_id, draft, vector, embed=self._embed_one, task=task, by=by, version=v, now=now, ttl_s=ttl_s
                 ),
                 lambda layer, pending: layer.apply(pending),
+                generation=generation,
             )
         return {**skill.to_dict(), "version": version, "merged": target is not None}
 

@@ -11,7 +11,8 @@ call returns at once, :meth:`get_document` reports progress, and the old
 version stays searchable until the new one is committed. A background job
 lives in this actor's memory only: if the actor dies, the job is gone and
 the document is at its previous version; the caller re-sends it (the CLI
-import does).
+import does). A job still running when its tenant is forgotten writes
+nothing: its write is refused (see :meth:`LayerShard.generation`).
 """
 
 from __future__ import annotations
@@ -106,6 +107,13 @@ class SemanticShard(WholeRecordExpiry, LayerShard[SemanticMemory]):
     def tenant_rows(self, collections: Collections) -> tuple[str, list[str] | None]:
         return collections.semantic, None
 
+    async def forget_derived(self, tenant: str) -> int:
+        """The tenant's indexing jobs: one still running is refused at the lock, and none is
+        reported any more."""
+        for key in [key for key in self._jobs if key[0] == tenant]:
+            del self._jobs[key]
+        return 0
+
     def load_layer(self, layer: SemanticMemory) -> None:
         layer.load()
 
@@ -131,6 +139,7 @@ class SemanticShard(WholeRecordExpiry, LayerShard[SemanticMemory]):
         """
         doc_id = doc.get("doc_id") or f"doc-{uuid.uuid4().hex[:12]}"
         validate_id(doc_id, field="doc_id")
+        generation = self.generation(tenant)  # before the document is prepared from the tenant's state
         await self._tenant(tenant)
         current = await self.version(tenant, doc_id)
         if expected_version is not None and expected_version != current:
@@ -149,14 +158,16 @@ class SemanticShard(WholeRecordExpiry, LayerShard[SemanticMemory]):
             )
         job = self._jobs[(tenant, doc_id)] = _Job(doc_id)
         task = asyncio.get_running_loop().create_task(
-            self._run(tenant, DocumentInput(**{**doc, "doc_id": doc_id}), expected_version, job)
+            self._run(tenant, DocumentInput(**{**doc, "doc_id": doc_id}), expected_version, job, generation)
         )
         if wait:
             return await asyncio.shield(task)
         task.add_done_callback(lambda t: t.exception())  # retrieved: a failure is on the job
         return {"doc_id": doc_id, "version": current, **job.view()}
 
-    async def _run(self, tenant: str, doc: DocumentInput, expected_version: int | None, job: _Job) -> dict[str, Any]:
+    async def _run(
+        self, tenant: str, doc: DocumentInput, expected_version: int | None, job: _Job, generation: int
+    ) -> dict[str, Any]:
         try:
             slot = await self._tenant(tenant)
             now = datetime.now(UTC)
@@ -176,6 +187,7 @@ class SemanticShard(WholeRecordExpiry, LayerShard[SemanticMemory]):
                 expected_version,
                 lambda layer: layer.write(prepared, vectors),
                 lambda layer, _: layer.index(prepared, vectors),
+                generation=generation,
             )
             job.status, job.stage = "ready", "done"
             return {**document.to_dict(), "version": version, **job.view()}

@@ -17,6 +17,20 @@ Tenant state is loaded on first use and evicted after ``idle_evict_s``
 without calls; it comes back from the store on the next call, so eviction
 and an actor restart are the same thing to a caller.
 
+The edges of a tenant's life. A slot that is evicted or forgotten is marked
+*dead* (under its lock, or with no call at its lock) and leaves the shard; a
+call that then takes a dead slot's lock goes back to the current slot, loaded
+fresh from the store. So two slots of a tenant never both write, and a fresh
+slot continues from the durable version counters (a forget never deletes
+them), never handing out a version twice. A write that overlaps a forget is
+ordered before the forget's delete (and deleted by it) or after it: it lands
+in the emptied tenant, acknowledged after the layer acknowledged the forget.
+Work that read the tenant before a forget and writes later (a skill job, a
+document indexed in the background, a summary) carries the tenant's
+:meth:`LayerShard.generation`; a forget changes it, and such a write is
+refused (``VersionConflict``, nothing written) rather than re-create what
+the forget removed.
+
 Expiry (TTL): before a shard answers any call for a tenant, it purges the
 tenant's items whose deadline has passed (from every store, as a versioned
 change, derived artefacts included), so an expired item is never returned.
@@ -74,9 +88,11 @@ class _Tenant(Generic[_L]):
     holder: asyncio.Task[Any] | None = None
     versions: dict[str, int] = field(default_factory=dict)
     last_used: float = field(default_factory=time.monotonic)
-    #: Calls holding or waiting for ``lock``: a slot with any is never evicted, so no
-    #: second slot of the tenant is loaded beside it (two could claim the same version).
+    #: Calls holding or waiting for ``lock``: eviction for room or idleness passes over a slot
+    #: with any (they would only reload it).
     lockers: int = 0
+    #: Evicted or forgotten: a call that takes ``lock`` now goes back to the current slot.
+    dead: bool = False
 
 
 class WholeRecordExpiry:
@@ -111,6 +127,8 @@ class LayerShard(Generic[_L]):
         self._collections: Collections | None = None
         self._versions: VersionStore | None = None
         self._tenants: dict[str, _Tenant[_L]] = {}
+        #: Forgets begun and ended per tenant in this actor's life (see :meth:`generation`).
+        self._generations: dict[str, int] = {}
         self._loading: dict[str, asyncio.Future[_Tenant[_L]]] = {}
         self._evictor: asyncio.Task[None] | None = None
         self._sweeper: asyncio.Task[None] | None = None
@@ -177,16 +195,36 @@ class LayerShard(Generic[_L]):
         return self._store, self._collections, self._versions
 
     async def _tenant(self, tenant: str) -> _Tenant[_L]:
-        """The tenant's slot, loaded, with what has expired purged."""
+        """The tenant's slot, loaded, with what has expired purged (for reads: a write
+        takes :meth:`_locked`)."""
         slot = await self._load(tenant)
-        due = self.due(slot.layer)
-        if due is not None and due <= now_ms():
+        if self._expired(slot):
             if slot.holder is asyncio.current_task():
                 await self._expire_locked(tenant, slot)
             else:
-                async with self._hold(slot):
-                    await self._expire_locked(tenant, slot)
+                async with self._locked(tenant) as slot:
+                    pass
         return slot
+
+    def _expired(self, slot: _Tenant[_L]) -> bool:
+        due = self.due(slot.layer)
+        return due is not None and due <= now_ms()
+
+    @asynccontextmanager
+    async def _locked(self, tenant: str) -> AsyncIterator[_Tenant[_L]]:
+        """The tenant's current slot, its lock held, what has expired purged.
+
+        A slot found dead once its lock is taken (evicted or forgotten meanwhile) is
+        let go, and the current one taken instead (loaded fresh from the store)."""
+        while True:
+            slot = await self._load(tenant)
+            async with self._hold(slot):
+                if slot.dead:
+                    continue
+                if self._expired(slot):
+                    await self._expire_locked(tenant, slot)
+                yield slot
+                return
 
     async def _load(self, tenant: str) -> _Tenant[_L]:
         validate_id(tenant, field="tenant")
@@ -217,7 +255,7 @@ class LayerShard(Generic[_L]):
 
     @asynccontextmanager
     async def _hold(self, slot: _Tenant[_L]) -> AsyncIterator[None]:
-        """The tenant's lock, noting which task holds it."""
+        """The slot's lock, noting which task holds it (callers check ``slot.dead`` once in)."""
         slot.lockers += 1
         try:
             async with slot.lock:
@@ -269,8 +307,7 @@ class LayerShard(Generic[_L]):
                 pks.append(pk)
         purged = 0
         for tenant, (sessions, pks) in found.items():
-            slot = await self._load(tenant)
-            async with self._hold(slot):
+            async with self._locked(tenant) as slot:
                 await asyncio.to_thread(self.load_for_expiry, slot.layer, sessions)
                 purged += await self._expire_locked(tenant, slot)
                 purged += await asyncio.to_thread(self._delete_stragglers, store, collection, tenant, pks)
@@ -300,16 +337,21 @@ class LayerShard(Generic[_L]):
     async def _version(self, tenant: str, slot: _Tenant[_L], scope: str) -> int:
         if scope not in slot.versions:
             _, _, versions = await self._backend()
-            slot.versions[scope] = await asyncio.to_thread(versions.get, tenant, self.layer_name, scope)
+            durable = await asyncio.to_thread(versions.get, tenant, self.layer_name, scope)
+            # Reads take no lock: a claim may have cached a newer version while this one was
+            # read, and writing the older value over it would hand that version out again.
+            slot.versions[scope] = max(durable, slot.versions.get(scope, 0))
         return slot.versions[scope]
 
     async def read(self, tenant: str, scope: str, fn: Callable[[_L], _R]) -> tuple[_R, int]:
         """Run a read of the tenant's layer on the event loop; returns its result and
         the version read. Layers whose mutations change memory in a worker thread
         read through :meth:`run_locked` instead."""
-        slot = await self._tenant(tenant)
-        version = await self._version(tenant, slot, scope)
-        return fn(slot.layer), version
+        while True:
+            slot = await self._tenant(tenant)
+            version = await self._version(tenant, slot, scope)
+            if not slot.dead:  # forgotten while the version was read: read the current slot
+                return fn(slot.layer), version
 
     async def mutate(
         self,
@@ -318,6 +360,8 @@ class LayerShard(Generic[_L]):
         expected_version: int | None,
         write: Callable[[_L], _R],
         apply: Callable[[_L, _R], Any] | None = None,
+        *,
+        generation: int | None = None,
     ) -> tuple[Any, int]:
         """Run a mutation under the tenant's lock; returns its result and the new version.
 
@@ -325,10 +369,18 @@ class LayerShard(Generic[_L]):
         then updates in-memory state on the actor's event loop, so reads running
         concurrently never see a half-applied change.
 
+        Args:
+            generation: the tenant's :meth:`generation` when the work behind this write
+                began, for work that read the tenant earlier (a job): the write is refused
+                if the tenant was forgotten since.
+
         Raises:
-            VersionConflict: ``expected_version`` is not the current version.
+            VersionConflict: ``expected_version`` is not the current version, or the
+                tenant was forgotten since ``generation``.
         """
-        return await self.mutate_versioned(tenant, scope, expected_version, lambda layer, _: write(layer), apply)
+        return await self.mutate_versioned(
+            tenant, scope, expected_version, lambda layer, _: write(layer), apply, generation=generation
+        )
 
     async def mutate_versioned(
         self,
@@ -337,15 +389,24 @@ class LayerShard(Generic[_L]):
         expected_version: int | None,
         write: Callable[[_L, int], _R],
         apply: Callable[[_L, _R], Any] | None = None,
+        *,
+        generation: int | None = None,
     ) -> tuple[Any, int]:
         """:meth:`mutate` for a ``write`` that records the version it makes (``write(layer, version)``)."""
-        slot = await self._tenant(tenant)
-        known = slot.versions.get(scope)
+        loaded = self._tenants.get(tenant)
+        known = loaded.versions.get(scope) if loaded is not None else None
         if expected_version is not None and known is not None and expected_version < known:
             # Versions only grow: stale already, no need to queue for the lock to say so.
             raise self._conflict(scope, known, expected_version)
-        async with self._hold(slot):
+        async with self._locked(tenant) as slot:
             current = await self._version(tenant, slot, scope)
+            if generation is not None and generation != self.generation(tenant):
+                raise VersionConflict(
+                    f"the tenant was forgotten while this {self.layer_name} change was being prepared: "
+                    "nothing was written; send it again to write into the emptied tenant",
+                    current_version=current,
+                    layer=self.layer_name,
+                )
             if expected_version is not None and expected_version != current:
                 raise self._conflict(scope, current, expected_version)
             new = await self._claim(tenant, slot, scope)
@@ -383,22 +444,28 @@ class LayerShard(Generic[_L]):
 
     async def run_locked(self, tenant: str, fn: Callable[[_L], Awaitable[_R]]) -> _R:
         """Run an async step under the tenant's lock without claiming a version."""
-        slot = await self._tenant(tenant)
-        async with self._hold(slot):
+        async with self._locked(tenant) as slot:
             return await fn(slot.layer)
 
     def _make_room(self) -> None:
         """Evict least recently used tenants until one more fits under ``max_resident_tenants``.
 
         A tenant whose lock is held or awaited, or that was called within ``resident_grace_s``,
-        stays: a call may hold its slot between loading it and taking the lock, and a slot
-        evicted then would let a second slot of the same tenant claim the same version. So
-        the shard may briefly hold more than the cap when that many tenants are busy at once.
+        stays: evicting it would only make those calls load it again (a call holding an evicted
+        slot finds it dead at its lock and goes to the current one). So the shard may briefly
+        hold more than the cap when that many tenants are busy at once.
         """
         excess = len(self._tenants) + 1 - self.settings.actors.max_resident_tenants
         if excess <= 0:
             return
         for tenant in self._idle_since(time.monotonic() - self.settings.actors.resident_grace_s)[:excess]:
+            self._retire(tenant, self._tenants[tenant])
+
+    def _retire(self, tenant: str, slot: _Tenant[_L]) -> None:
+        """Mark ``slot`` dead and drop it: the next call loads the tenant again. The caller holds
+        the slot's lock, or no call is at it (nobody is between claiming and writing a version)."""
+        slot.dead = True
+        if self._tenants.get(tenant) is slot:
             del self._tenants[tenant]
 
     def _idle_since(self, cutoff: float) -> list[str]:
@@ -412,7 +479,7 @@ class LayerShard(Generic[_L]):
         while True:
             await asyncio.sleep(min(idle_s / 4, 60.0))
             for tenant in self._idle_since(time.monotonic() - idle_s):
-                del self._tenants[tenant]
+                self._retire(tenant, self._tenants[tenant])
 
     # -- forgetting a whole tenant ------------------------------------------------
 
@@ -422,20 +489,41 @@ class LayerShard(Generic[_L]):
         tenant's versions must not be reused."""
         raise NotImplementedError
 
+    def generation(self, tenant: str) -> int:
+        """How many times a forget of ``tenant`` began or ended in this actor's life (odd while
+        one runs). Work that reads the tenant and writes later notes it when it begins, and
+        passes it to :meth:`mutate`: a forget in between makes that write a conflict."""
+        return self._generations.get(tenant, 0)
+
     async def forget_tenant(self, tenant: str) -> dict[str, Any]:
-        """Delete every row this layer holds for ``tenant`` and drop it from memory."""
+        """Delete every row this layer holds for ``tenant`` and drop it from memory.
+
+        Under the tenant's lock: writes queued behind the forget find its slot dead and land in
+        the emptied tenant (acknowledged after this call returns); work begun before it and
+        written after it is refused (see :meth:`generation`)."""
         validate_id(tenant, field="tenant")
         store, collections, _ = await self._backend()
         collection, kinds = self.tenant_rows(collections)
-        slot = await self._load(tenant)
-        async with self._hold(slot):
-            removed = await asyncio.to_thread(store.delete, collection, tenant=tenant, kinds=kinds)
-            removed += await self.forget_derived(tenant)
-            self._tenants.pop(tenant, None)
+        async with self._locked(tenant) as slot:
+            before = self.generation(tenant)
+            self._generations[tenant] = before + 1
+            try:
+                removed = await asyncio.to_thread(store.delete, collection, tenant=tenant, kinds=kinds)
+                removed += await self.forget_derived(tenant)
+            except BaseException:
+                # Nothing forgotten for certain: the caller retries. Work begun before goes on
+                # (work begun during it sees a new generation), and memory reloads from the store.
+                self._generations[tenant] = before
+                raise
+            finally:
+                self._retire(tenant, slot)
+            self._generations[tenant] = before + 2
         return {"removed": removed}
 
     async def forget_derived(self, tenant: str) -> int:
-        """Rows of ``tenant`` a layer keeps elsewhere (e.g. pending jobs); none by default."""
+        """Rows of ``tenant`` a layer keeps elsewhere (e.g. pending jobs), and its background work
+        (a running job is refused at the lock by :meth:`generation`); none by default. Called
+        under the tenant's lock."""
         return 0
 
     # -- remote methods common to all layers -------------------------------------
@@ -460,5 +548,7 @@ class LayerShard(Generic[_L]):
         if slot is None:
             return False
         async with self._hold(slot):
-            self._tenants.pop(tenant, None)
+            if slot.dead:  # evicted or forgotten while this call waited
+                return False
+            self._retire(tenant, slot)
         return True
