@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import os
+import shlex
 import sys
 from pathlib import Path
 from typing import Any
@@ -35,6 +37,18 @@ def _stack(args: argparse.Namespace, *, running: bool = False) -> Any:
     return Stack(settings, say=say)
 
 
+def _still_up(stack: Any) -> str:
+    """The last line of a command that leaves the stack running: where, and how to stop it."""
+    return (f"The stack is still up at {stack.url}; stop it with: "
+            f"strata down --data-dir {shlex.quote(str(stack.data_dir))}")
+
+
+def _running_or_new(args: argparse.Namespace) -> Any:
+    """The stack running with the data dir (on the ports it chose), unless ``--port`` asks for
+    another; else a new one."""
+    return _stack(args, running=not getattr(args, "port", None))
+
+
 def _cmd_up(args: argparse.Namespace) -> int:
     stack = _stack(args)
     key = stack.up()
@@ -60,10 +74,11 @@ def _cmd_status(args: argparse.Namespace) -> int:
 def _cmd_demo(args: argparse.Namespace) -> int:
     from strata_cli.demo import run_demo
 
-    stack = _stack(args)
+    stack = _running_or_new(args)
     key = stack.up() if not stack.healthy() or not stack.key_file.exists() else stack.key_file.read_text().strip()
     print(f"\n== demo against {stack.url} ==")
     run_demo(stack.url, key)
+    print("\n" + _still_up(stack))
     return 0
 
 
@@ -130,7 +145,7 @@ def _cmd_eval_retrieval(args: argparse.Namespace) -> int:
     if "strata" in retrievers:
         from strata_actors.client import InClusterClient
 
-        stack = _stack(args)
+        stack = _running_or_new(args)
         if not stack.healthy() or not stack.key_file.exists():
             stack.up()
         InClusterClient.for_running_stack("demo", data_dir=str(stack.data_dir))
@@ -152,6 +167,8 @@ def _cmd_eval_retrieval(args: argparse.Namespace) -> int:
 
         plot_results(document, args.plot)
         print(f"wrote {args.plot}")
+    if make_client is not None:
+        print(_still_up(stack))
     return 0
 
 
@@ -169,7 +186,8 @@ def main(argv: list[str] | None = None) -> int:
         ("up", _cmd_up, "start milvus-lite, Ray and the HTTP API on 127.0.0.1"),
         ("down", _cmd_down, "stop everything `up` started; keep the data"),
         ("status", _cmd_status, "say what runs"),
-        ("demo", _cmd_demo, "run a scripted conversation and show the context Strata returns"),
+        ("demo", _cmd_demo, ("run a scripted conversation and show the context Strata returns; starts the "
+                             "stack if needed and leaves it running (the last line says how to stop it)")),
     ):
         p = sub.add_parser(name, help=help_text)
         p.add_argument("--data-dir", help="where data and logs live (default ./.strata)")
@@ -184,7 +202,10 @@ def main(argv: list[str] | None = None) -> int:
     importing.set_defaults(fn=_cmd_import)
     evaluation = sub.add_parser("eval", help="measure memory quality on a benchmark")
     kinds = evaluation.add_subparsers(dest="kind", required=True)
-    retrieval = kinds.add_parser("retrieval", help="turn-level recall@k of Strata and baselines")
+    retrieval = kinds.add_parser(
+        "retrieval", help="turn-level recall@k of Strata and baselines; with the strata retriever it starts the "
+        "stack if needed and leaves it running (the last line says how to stop it)",
+    )
     retrieval.add_argument("--dataset", required=True, help="LoCoMo JSON or Strata's neutral format")
     retrieval.add_argument("--format", choices=["locomo", "strata"], help="default: detected")
     retrieval.add_argument("--k", default="1,5,10,20", help="comma-separated cut-offs")
@@ -235,6 +256,10 @@ def main(argv: list[str] | None = None) -> int:
     keys = sub.add_parser("keys", help="create, list, rotate and revoke API keys")
     keys_cli.add_arguments(keys)
     args = parser.parse_args(argv)
+    # Everything this command writes (data dir, logs, Ray's driver files) is owner-only.
+    os.umask(0o077)
+    from pydantic import ValidationError
+
     from strata.errors import StrataError
     from strata_cli.stack import StackError
 
@@ -242,6 +267,10 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.fn(args))
     except StackError as exc:
         print(f"strata {args.command}: {exc}", file=sys.stderr)
+        return 2
+    except ValidationError as exc:  # the settings: a file, STRATA_* variables or flags
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+        print(f"strata {args.command}: invalid settings: {problems}", file=sys.stderr)
         return 2
     except StrataError as exc:
         print(f"strata {args.command}: {exc.message}", file=sys.stderr)

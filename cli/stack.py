@@ -2,9 +2,19 @@
 
 Everything binds to 127.0.0.1. State of a running stack lives in the data
 directory: ``milvus.pid``, ``stack.json`` (the settings it runs with),
-``dev-api-key`` (0600) and ``logs/``. Each step checks what already runs,
-so ``up`` twice, or after a crash, reuses or replaces what it finds instead
-of hanging.
+``dev-api-key``, ``milvus-token``, ``ray-auth-token`` and ``logs/``. Each step
+checks what already runs, so ``up`` twice, or after a crash, reuses or replaces
+what it finds instead of hanging.
+
+Who can reach what: milvus-lite answers only calls that carry the data dir's
+``milvus-token`` (:mod:`strata.store.milvus_lite`), Ray only its ``ray-auth-token``,
+and the data dir and Ray's temporary directory (``/tmp/strata-<uid>/ray-<port>``) are
+owner-only: directories 0700, files 0600, and a directory of another user is refused.
+
+Ports: each data dir's stack picks free ones for milvus-lite and Ray's GCS on its
+first start, and serves HTTP on ``serve.port`` (8000), or on a free port when that
+default is taken by another program. They are recorded in ``stack.json`` and reused
+while the stack runs; ports set explicitly (settings, ``STRATA_...``, ``--port``) win.
 """
 
 from __future__ import annotations
@@ -15,6 +25,7 @@ import os
 import re
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import time
@@ -28,15 +39,29 @@ import httpx
 
 from strata.config import StrataSettings
 from strata.store.milvus_lite import COMMAND as MILVUS_LITE_COMMAND
+from strata.store.milvus_lite import TOKEN_FILE as MILVUS_TOKEN_FILE
 from strata_actors.ray_auth import use_ray_auth
 
-__all__ = ["PROXY_TIMEOUT_MARGIN_S", "Stack", "StackError", "processes_naming", "scratch_milvus"]
+__all__ = [
+    "OWNER_ONLY_UMASK",
+    "PROXY_TIMEOUT_MARGIN_S",
+    "Stack",
+    "StackError",
+    "make_owner_only",
+    "owner_only_dir",
+    "processes_naming",
+    "scratch_milvus",
+]
 
 
 #: Serve's proxy times a request out this much later than the Api's own deadline
 #: (``serve.request_timeout_s``), so a slow request gets Strata's 504, not the proxy's
 #: plain-text 408 (see :class:`strata_serve.errors.Deadline`).
 PROXY_TIMEOUT_MARGIN_S = 10.0
+#: Mode bits for what the stack creates: its processes run with this umask.
+OWNER_ONLY_UMASK = 0o077
+#: The launcher's module, as it appears in the server's command line.
+_LAUNCHER = MILVUS_LITE_COMMAND[-1]
 
 
 class StackError(RuntimeError):
@@ -109,6 +134,50 @@ def _stop_processes_naming(marker: str, timeout_s: float = 15.0) -> int:
     return len(found)
 
 
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def owner_only_dir(path: Path, *, follow_symlinks: bool = True) -> None:
+    """Create ``path`` 0700, or make an existing directory of this user's 0700.
+
+    Raises:
+        StackError: ``path`` belongs to another user, or is not a directory (or, with
+            ``follow_symlinks`` false, is a symbolic link: a path another user could plant).
+    """
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    info = path.stat() if follow_symlinks else path.lstat()
+    if not stat.S_ISDIR(info.st_mode):
+        raise StackError(f"{path} is not a directory (a link another user may have made?); remove it or choose another")
+    if info.st_uid != os.geteuid():
+        raise StackError(
+            f"{path} belongs to another user (uid {info.st_uid}): its files could be read or replaced; "
+            "choose a directory of your own"
+        )
+    if stat.S_IMODE(info.st_mode) & 0o077:
+        os.chmod(path, 0o700)
+
+
+def make_owner_only(root: Path) -> None:
+    """Take group and other bits off everything of this user's under ``root`` (links untouched).
+
+    Ray makes its temporary and session directories 0777 when its head starts, and files
+    written before this change were made with the caller's umask.
+    """
+    me = os.geteuid()
+    for top, dirs, files in os.walk(root):
+        for name in [".", *dirs, *files]:
+            path = os.path.join(top, name)
+            try:
+                info = os.lstat(path)
+                if info.st_uid == me and not stat.S_ISLNK(info.st_mode) and stat.S_IMODE(info.st_mode) & 0o077:
+                    os.chmod(path, stat.S_IMODE(info.st_mode) & 0o700)
+            except OSError:  # gone meanwhile
+                continue
+
+
 def _read_stack_json(data_dir: Path) -> dict[str, Any] | None:
     """What ``up`` recorded in the data dir, or None when there is nothing readable."""
     try:
@@ -139,6 +208,8 @@ def _secret_file(path: Path) -> str:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as f:
             f.write(secrets.token_hex(32))
+    if stat.S_IMODE(path.stat().st_mode) & 0o077:
+        os.chmod(path, 0o600)
     return path.read_text().strip()
 
 
@@ -178,19 +249,69 @@ class Stack:
     def _pidfile(self) -> Path:
         return self.data_dir / "milvus.pid"
 
+    # -- ports ------------------------------------------------------------------
+
+    def plan_ports(self) -> None:
+        """Choose the ports of what this stack starts (see the module docstring): explicit
+        settings win, then those of the stack running with this data dir (``stack.json``),
+        then free ones; HTTP keeps its default 8000 unless another program holds it."""
+        recorded = _read_stack_json(self.data_dir) or {}
+        before: StrataSettings | None = None
+        if isinstance(recorded.get("settings"), dict):
+            try:
+                before = StrataSettings.from_dict(recorded["settings"])
+            except ValueError:  # written by another version: start afresh
+                before = None
+        m, r, s = self.settings.milvus, self.settings.ray, self.settings.serve
+        if not m.uri and "port" not in m.model_fields_set:
+            m = m.model_copy(update={"port": before.milvus.port if before else _free_port()})
+        if not r.address and "gcs_port" not in r.model_fields_set:
+            r = r.model_copy(update={"gcs_port": before.ray.gcs_port if before else _free_port()})
+        if "port" not in s.model_fields_set:
+            if isinstance(recorded.get("serve_port"), int):
+                s = s.model_copy(update={"port": recorded["serve_port"]})
+            elif _port_open(s.host, s.port):  # no stack of this data dir runs: another program's port
+                s = s.model_copy(update={"port": _free_port()})
+        self.settings = self.settings.model_copy(update={"milvus": m, "ray": r, "serve": s})
+
     # -- milvus-lite ----------------------------------------------------------
 
+    def _is_our_milvus(self, pid: int) -> bool:
+        """Whether ``pid`` runs Strata's launcher on this data dir (a pid in milvus.pid
+        may have been reused by any process since)."""
+        try:
+            args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            return False
+        return _LAUNCHER.encode() in args and str(self.data_dir / "milvus").encode() in args
+
     def milvus_pid(self) -> int | None:
+        """The pid in ``milvus.pid`` if it is alive and provably this data dir's server."""
         try:
             pid = int(self._pidfile().read_text().strip())
         except (OSError, ValueError):
             return None
-        return pid if _alive(pid) else None
+        return pid if _alive(pid) and self._is_our_milvus(pid) else None
 
-    def ensure_milvus(self) -> None:
+    def _use_store_token(self) -> Path:
+        """Make (first time) the embedded store's token and put it in the settings, which
+        carry it to every client: the actors, ``stack.json`` and what reads it."""
+        path = self.data_dir / MILVUS_TOKEN_FILE
+        token = _secret_file(path)
+        self.settings = self.settings.model_copy(
+            update={"milvus": self.settings.milvus.model_copy(update={"token": token})}
+        )
+        return path
+
+    def ensure_milvus(self, *, require_token: bool = True) -> None:
+        """Start the embedded milvus-lite unless it runs. ``require_token=False`` (only for
+        :func:`scratch_milvus`): a server that answers anyone on this machine."""
         m = self.settings.milvus
         if m.uri:
             return  # an external Milvus server: not ours to start
+        owner_only_dir(self.data_dir)
+        token_file = self._use_store_token() if require_token else None
+        m = self.settings.milvus
         pid = self.milvus_pid()
         if pid and _port_open(m.host, m.port):
             self.say(f"milvus-lite already running (pid {pid}) on {m.host}:{m.port}")
@@ -202,20 +323,24 @@ class Stack:
                 f"port {m.port} is in use by another process; stop it or set STRATA_MILVUS__PORT"
             )
         logs = self.data_dir / "logs"
-        logs.mkdir(parents=True, exist_ok=True)
-        # Through strata.store.milvus_lite: milvus-lite with its writes serialised per collection.
+        owner_only_dir(logs)
+        # Through strata.store.milvus_lite: milvus-lite with its writes serialised per collection,
+        # refusing calls without the token (its path, not the token: command lines are public).
         command = [*MILVUS_LITE_COMMAND, "server", "--data-dir", str(self.data_dir / "milvus"), "--host", m.host,
                    "--port", str(m.port)]
+        if token_file is not None:
+            command += ["--token-file", str(token_file)]
         log = logs / "milvus.log"
-        with open(log, "ab") as out:
-            process = subprocess.Popen(command, stdout=out, stderr=out, stdin=subprocess.DEVNULL, start_new_session=True)
-        self._pidfile().write_text(str(process.pid))
+        with os.fdopen(os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab") as out:
+            process = subprocess.Popen(command, stdout=out, stderr=out, stdin=subprocess.DEVNULL,
+                                       start_new_session=True, umask=OWNER_ONLY_UMASK)
+        _write_private(self._pidfile(), str(process.pid))
         self.say(f"starting milvus-lite (pid {process.pid}) on {m.host}:{m.port}")
 
         from strata.errors import StoreUnavailable
         from strata.store.milvus import MilvusRecordStore
 
-        probe = MilvusRecordStore(m.address, timeout_s=2)
+        probe = MilvusRecordStore(m.address, token=m.token, timeout_s=2)
 
         def ready() -> bool:
             if process.poll() is not None:
@@ -252,8 +377,24 @@ class Stack:
         Ray 2.60 turns token auth on for ``ray start`` whenever ``~/.ray/auth_token``
         exists, but a driver connecting to that cluster does not send it unless
         told to; setting both explicitly makes every process agree.
+
+        With ``ray.address`` (a cluster started elsewhere): its token from
+        ``ray.auth_token_file``, else from RAY_AUTH_TOKEN_PATH or RAY_AUTH_TOKEN in the
+        environment; none of these: no token (a cluster without token auth).
+
+        Raises:
+            StackError: ``ray.auth_token_file`` is not a readable file.
         """
-        if self.settings.ray.address:
+        r = self.settings.ray
+        if r.address:
+            if r.auth_token_file is not None:
+                path = r.auth_token_file.expanduser().resolve()
+                if not os.access(path, os.R_OK) or not path.is_file():
+                    raise StackError(f"ray.auth_token_file {path} is not a readable file; give the cluster's token file")
+                return {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(path)}
+            for name in ("RAY_AUTH_TOKEN_PATH", "RAY_AUTH_TOKEN"):
+                if os.environ.get(name):
+                    return {"RAY_AUTH_MODE": "token", name: os.environ[name]}
             return {}
         path = self.data_dir / "ray-auth-token"
         _secret_file(path)
@@ -263,8 +404,10 @@ class Stack:
     def ray_temp_dir(self) -> Path:
         """The embedded head's own Ray temp dir: every process of that cluster names it in
         its command line, so ``down`` stops those and no other Ray of the user. Short on
-        purpose (Ray's socket paths under it must stay below 107 characters)."""
-        return Path("/tmp") / f"strata-ray-{self.settings.ray.gcs_port}"
+        purpose (Ray's socket paths under it must stay below 107 characters), so under
+        /tmp, in a directory of this user's only (another user could make the path
+        first: :func:`owner_only_dir` refuses it then)."""
+        return Path("/tmp") / f"strata-{os.geteuid()}" / f"ray-{self.settings.ray.gcs_port}"
 
     def ray_running(self) -> bool:
         host, _, port = self.ray_address.rpartition(":")
@@ -277,12 +420,16 @@ class Stack:
         use_ray_auth(self.ray_auth_env())
         if not self.settings.ray.address and not self.ray_running():
             self.say(f"starting Ray head on {self.ray_address}")
+            owner_only_dir(self.ray_temp_dir.parent, follow_symlinks=False)
+            owner_only_dir(self.ray_temp_dir, follow_symlinks=False)
             command = [
                 str(Path(sys.executable).parent / "ray"), "start", "--head",
                 f"--port={r.gcs_port}", "--node-ip-address=127.0.0.1",
                 f"--num-cpus={r.num_cpus}", "--include-dashboard=false",
                 f"--object-store-memory={r.object_store_memory_mb * 1024 * 1024}",
                 "--disable-usage-stats", f"--temp-dir={self.ray_temp_dir}",
+                # Ray's fixed defaults (10001, 52365) would collide with a second stack's.
+                f"--ray-client-server-port={_free_port()}", f"--dashboard-agent-listen-port={_free_port()}",
             ]
             env = dict(os.environ)
             if self.settings.serve.throughput_optimized:  # read by Serve's processes, which Ray starts
@@ -290,9 +437,11 @@ class Stack:
                 # ... but not its 1,000-record buffer of request logs, which has no timed flush:
                 # at a few requests a minute an operator would see no access log for hours.
                 env.setdefault("RAY_SERVE_REQUEST_PATH_LOG_BUFFER_SIZE", "1")
-            done = subprocess.run(command, check=False, capture_output=True, text=True, timeout=120, env=env)
+            done = subprocess.run(command, check=False, capture_output=True, text=True, timeout=120, env=env,
+                                  umask=OWNER_ONLY_UMASK)
             if done.returncode != 0:
                 raise StackError("ray start failed:\n" + (done.stderr or done.stdout)[-2000:])
+            make_owner_only(self.ray_temp_dir)  # Ray made its session directories 0777
         if not ray.is_initialized():
             ray.init(address=self.ray_address, namespace=r.namespace, logging_level=logging.ERROR, log_to_driver=False)
 
@@ -317,8 +466,14 @@ class Stack:
     # -- the whole stack --------------------------------------------------------
 
     def up(self) -> str:
-        """Start what is not running; return the development API key."""
-        self.data_dir.mkdir(parents=True, exist_ok=True)
+        """Start what is not running; return the development API key.
+
+        Raises:
+            StackError: a port or directory is another program's or user's; the message says which.
+        """
+        owner_only_dir(self.data_dir)
+        make_owner_only(self.data_dir)  # what an older version left readable
+        self.plan_ports()
         if self.settings.pii.hash_key is None:
             # The pseudonyms' secret: the same for the life of the data, never in the config.
             key = _secret_file(self.data_dir / "pii-hash-key")
@@ -348,13 +503,13 @@ class Stack:
         key = self._dev_key()
         # The settings hold secrets (auth.admin_key, pii.hash_key, API keys, the Milvus
         # token) that `strata keys` and `down` read back: owner-only, like the key files.
-        path = self.data_dir / "stack.json"
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as f:
-            json.dump({"serve_port": self.settings.serve.port, "milvus_port": self.settings.milvus.port,
-                       "ray_address": self.ray_address, "ray_auth": self.ray_auth_env(),
-                       "settings": self.settings.to_dict()}, f, indent=2)
-        os.chmod(path, 0o600)  # an older stack.json keeps its mode through O_TRUNC
+        _write_private(self.data_dir / "stack.json", json.dumps(
+            {"serve_port": self.settings.serve.port, "milvus_port": self.settings.milvus.port,
+             "ray_address": self.ray_address, "ray_auth": self.ray_auth_env(),
+             "ray_temp_dir": None if self.settings.ray.address else str(self.ray_temp_dir),
+             "settings": self.settings.to_dict()}, indent=2))
+        if not self.settings.ray.address:
+            make_owner_only(self.ray_temp_dir)  # Serve's files, in case a process ran with a wider umask
         return key
 
     def _healthy_soon(self, timeout_s: float) -> bool:
@@ -373,10 +528,25 @@ class Stack:
             return False
 
     def _serve_is_ours(self) -> bool:
+        """Strata answers on the port, and it is this stack's Ray that runs the app (another
+        data dir's Strata may answer there too)."""
         try:
             content_type: str = httpx.get(self.url + "/healthz", timeout=3).headers.get("content-type", "")
-            return content_type.startswith("application/json")
         except httpx.HTTPError:
+            return False
+        if not content_type.startswith("application/json"):
+            return False
+        import ray
+
+        if not ray.is_initialized():
+            return False
+        from ray import serve
+
+        from strata_serve.app import APP_NAME
+
+        try:
+            return APP_NAME in serve.status().applications
+        except Exception:  # noqa: BLE001  (no Serve in this cluster yet)
             return False
 
     def _dev_key(self) -> str:
@@ -390,10 +560,7 @@ class Stack:
             if keys.tenant_of(key) == "demo":
                 return key
         key = keys.create("demo")
-        fd = os.open(self.key_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as f:
-            f.write(key + "\n")
-        os.chmod(self.key_file, 0o600)
+        _write_private(self.key_file, key + "\n")
         return key
 
     def down(self) -> None:
@@ -445,10 +612,21 @@ class Stack:
         }
 
 
+def _write_private(path: Path, text: str) -> None:
+    """Write ``path`` owner-only (0600), whatever mode an older file had."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.chmod(path, 0o600)  # an older file keeps its mode through O_TRUNC
+
+
 @contextmanager
 def scratch_milvus() -> Iterator[tuple[str, int]]:
     """A milvus-lite server of its own, on a free loopback port with a temporary
-    data dir, for benchmarks: yields ``(uri, pid)``; stopped and removed on exit."""
+    data dir, for benchmarks: yields ``(uri, pid)``; stopped and removed on exit.
+
+    It requires no token (its callers pass none), so any local user can reach it while
+    it runs; its data are the benchmark's own, in an owner-only temporary directory."""
     import tempfile
 
     from strata.config import load_settings
@@ -458,7 +636,7 @@ def scratch_milvus() -> Iterator[tuple[str, int]]:
         port = int(probe.getsockname()[1])
     with tempfile.TemporaryDirectory(prefix="strata-milvus-") as tmp:
         stack = Stack(load_settings(None, data_dir=Path(tmp), milvus={"port": port}), say=lambda _: None)
-        stack.ensure_milvus()
+        stack.ensure_milvus(require_token=False)
         pid = stack.milvus_pid()
         assert pid is not None
         try:

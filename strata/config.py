@@ -100,9 +100,13 @@ class MilvusSettings(_Section):
     """Where embeddings live. ``uri`` unset means the embedded milvus-lite server."""
 
     uri: str | None = None
+    #: For a server at ``uri``. The embedded store requires the data dir's ``milvus-token``,
+    #: which ``strata up`` makes and ships to the actors (``strata.store.layout.store_token``).
     token: str = ""
     db_name: str = ""
     host: str = "127.0.0.1"
+    #: The embedded server's port. Unless set explicitly, ``strata up`` picks a free port on
+    #: the first start of a data dir and keeps it while the stack runs (``stack.json``).
     port: int = Field(default=19540, ge=1, le=65535)
     timeout_s: float = Field(default=5.0, gt=0)
     collection_prefix: str = Field(default="strata", pattern=r"^[A-Za-z][A-Za-z0-9_]{0,30}$")
@@ -111,6 +115,19 @@ class MilvusSettings(_Section):
     #: builds nothing. milvus-lite's AUTOINDEX builds HNSW per segment; at 100,000 rows it
     #: doubled the server's CPU and added 40% to its memory (README, "Storage").
     vector_index: Literal["FLAT", "AUTOINDEX", "HNSW"] = "FLAT"
+    #: Let a server at ``uri`` be used without a token. A server without authorization lets
+    #: anyone who reaches its port read and write every tenant's memory and the API keys.
+    allow_no_token: bool = False
+
+    @model_validator(mode="after")
+    def _server_needs_a_token(self) -> MilvusSettings:
+        if self.uri and not self.token and not self.allow_no_token:
+            raise ValueError(
+                f"milvus.uri names a Milvus server ({self.uri}) but milvus.token is empty: set STRATA_MILVUS__TOKEN"
+                " to its 'user:password' or API key (and run the server with authorization enabled), or set"
+                " milvus.allow_no_token: true if nothing but Strata can reach that server"
+            )
+        return self
 
     @property
     def address(self) -> str:
@@ -120,6 +137,12 @@ class MilvusSettings(_Section):
 class RaySettings(_Section):
     #: GCS address of an existing cluster; unset means the embedded head on ``gcs_port``.
     address: str | None = None
+    #: With ``address`` set: the cluster's Ray auth token (a file), sent with RAY_AUTH_MODE=token.
+    #: Unset: RAY_AUTH_TOKEN / RAY_AUTH_TOKEN_PATH from the environment, if either is there.
+    #: The embedded head always uses the data dir's ``ray-auth-token``.
+    auth_token_file: Path | None = None
+    #: The embedded head's GCS port. Unless set explicitly, ``strata up`` picks a free port
+    #: on the first start of a data dir and keeps it while the stack runs (``stack.json``).
     gcs_port: int = Field(default=6390, ge=1, le=65535)
     num_cpus: int = Field(default=2, ge=1)
     object_store_memory_mb: int = Field(default=512, ge=128)
@@ -128,6 +151,8 @@ class RaySettings(_Section):
 
 class ServeSettings(_Section):
     host: str = "127.0.0.1"
+    #: The HTTP port. Left at the default and taken by another program, ``strata up`` serves
+    #: on a free port instead, prints its URL and records it in ``stack.json``.
     port: int = Field(default=8000, ge=1, le=65535)
     request_timeout_s: float = Field(default=30.0, gt=0)
     embedding_max_batch_size: int = Field(default=32, ge=1)

@@ -7,10 +7,11 @@ from dataclasses import dataclass
 from strata.config import StrataSettings
 from strata.providers.embedder import embedding_dim
 from strata.store.milvus import MilvusRecordStore
+from strata.store.milvus_lite import TOKEN_FILE
 from strata.store.records import RecordStore
 from strata.store.versions import STATE_DIM
 
-__all__ = ["Collections", "open_store"]
+__all__ = ["Collections", "open_store", "store_token"]
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,22 @@ class Collections:
         )
 
 
+def store_token(settings: StrataSettings) -> str:
+    """The token sent to Milvus: ``milvus.token``, else, for the embedded store, the one
+    ``strata up`` keeps in the data dir (``milvus-token``, 0600), else none.
+
+    ``strata up`` puts the file's token in the settings it ships to the actors; the file
+    is read here for processes that build settings of their own (``strata keys``).
+    """
+    m = settings.milvus
+    if m.token or m.uri:
+        return m.token
+    try:
+        return (settings.data_dir / TOKEN_FILE).read_text().strip()
+    except OSError:
+        return ""
+
+
 def open_store(settings: StrataSettings) -> tuple[RecordStore, Collections]:
     """Connect to Milvus and make sure every collection exists and is loaded.
 
@@ -48,7 +65,7 @@ def open_store(settings: StrataSettings) -> tuple[RecordStore, Collections]:
         strata.errors.StoreUnavailable: Milvus does not answer.
     """
     m = settings.milvus
-    store = MilvusRecordStore(m.address, token=m.token, db_name=m.db_name, timeout_s=m.timeout_s,
+    store = MilvusRecordStore(m.address, token=store_token(settings), db_name=m.db_name, timeout_s=m.timeout_s,
                               vector_index=m.vector_index)
     names = Collections.for_settings(settings)
     store.ensure_collection(names.episodic, dim=names.dim)

@@ -4,7 +4,8 @@ One collection per layer and vector size, the tenant as partition key, and a
 tenant term in every filter this module builds (from validated ids only:
 milvus-lite has no filter templating). pymilvus errors are mapped here to
 :class:`~strata.errors.StoreUnavailable`; a collection that a restarted
-server has not loaded yet is loaded and the call retried once.
+server has not loaded yet is loaded and the call retried once, and a call
+whose channel lost the server is retried on a new connection.
 """
 
 from __future__ import annotations
@@ -87,11 +88,20 @@ class MilvusRecordStore:
             try:
                 return fn(self._connect())
             except MilvusException as exc:
+                if _refused(exc):
+                    self._drop_client()
+                    raise StoreUnavailable(
+                        f"Milvus at {self._uri} refused the token: the embedded store answers only with "
+                        "the data dir's milvus-token (set milvus.token)", retry_after_s=2,
+                    ) from None
                 if exc.code == _NOT_LOADED and collection and attempt < _TRIES - 1:
                     self._load(collection)
                     continue
                 self._drop_client()
-                if attempt < _TRIES - 1 and exc.code == _UNAVAILABLE:
+                # A fresh client for a channel that lost its server: pymilvus retries on the old
+                # one until the timeout, and after a restart of Milvus that channel may still be
+                # backing off. Safe to repeat: reads, upserts by key and deletes are idempotent.
+                if attempt < _TRIES - 1 and _unavailable(exc):
                     continue
                 raise StoreUnavailable(
                     f"Milvus at {self._uri} failed to {what}: {exc.message}", retry_after_s=2
@@ -380,6 +390,41 @@ def _quiet_pymilvus() -> None:
 
     for name in ("pymilvus", "pymilvus.decorators"):
         logging.getLogger(name).setLevel(logging.CRITICAL)
+
+
+def _causes(exc: BaseException) -> list[BaseException]:
+    chain: list[BaseException] = []
+    cause: BaseException | None = exc
+    while cause is not None and cause not in chain:
+        chain.append(cause)
+        cause = cause.__cause__ or cause.__context__
+    return chain
+
+
+def _grpc_codes(exc: BaseException) -> set[Any]:
+    import grpc
+
+    codes: set[Any] = set()
+    for cause in _causes(exc):
+        code = getattr(cause, "code", None)
+        if isinstance(cause, grpc.RpcError) and callable(code):
+            codes.add(code())
+        elif isinstance(code, grpc.StatusCode):
+            codes.add(code)
+    return codes
+
+
+def _refused(exc: BaseException) -> bool:
+    """The server refused the caller's token (pymilvus reports it as a failed connection)."""
+    import grpc
+
+    return grpc.StatusCode.UNAUTHENTICATED in _grpc_codes(exc)
+
+
+def _unavailable(exc: Any) -> bool:
+    import grpc
+
+    return exc.code == _UNAVAILABLE or grpc.StatusCode.UNAVAILABLE in _grpc_codes(exc)
 
 
 def _lite_buckets(partitions: Sequence[str]) -> int:

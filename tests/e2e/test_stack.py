@@ -433,3 +433,25 @@ def test_demo_answers_from_earlier_sessions(stack: Running) -> None:
     out = demo.stdout
     assert "vegetarian" in out and "120 seconds" in out and "龙井" in out and "Alfama" in out
     assert json.loads((stack.data_dir / "stack.json").read_text())["serve_port"] == stack.port
+    assert out.strip().splitlines()[-1] == (
+        f"The stack is still up at {stack.url}; stop it with: strata down --data-dir {stack.data_dir}"
+    )
+
+
+def test_every_file_the_stack_wrote_is_owner_only(stack: Running) -> None:
+    """Data dir and Ray's temporary directory: directories 0700, files 0600 (after every
+    test above has written through the stack)."""
+    ray_temp_dir = Path(json.loads((stack.data_dir / "stack.json").read_text())["ray_temp_dir"])
+    assert stat.S_IMODE(ray_temp_dir.parent.stat().st_mode) == 0o700  # /tmp/strata-<uid>
+    # This test process joined the stack's Ray (the in-cluster client): Ray wrote its driver's
+    # logs with this process's umask. Those are the caller's files, not the stack's.
+    callers = f"_{os.getpid()}.log"
+    offenders = []
+    for root in (stack.data_dir, ray_temp_dir):
+        for top, dirs, files in os.walk(root):
+            for name in [".", *dirs, *files]:
+                path = Path(top, name)
+                mode = path.lstat().st_mode
+                if not stat.S_ISLNK(mode) and stat.S_IMODE(mode) & 0o077 and not name.endswith(callers):
+                    offenders.append(f"{oct(stat.S_IMODE(mode))} {path}")
+    assert not offenders, "readable by other users:\n" + "\n".join(offenders)

@@ -18,9 +18,17 @@ def test_default_yaml_is_the_defaults() -> None:
     assert load_settings(ROOT / "configs" / "default.yaml").to_dict() == StrataSettings().to_dict()
 
 
-def test_milvus_server_profile_points_at_a_server() -> None:
+def test_milvus_server_profile_points_at_a_server_and_requires_a_token(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("STRATA_MILVUS__TOKEN", raising=False)
+    with pytest.raises(ValueError, match="milvus.token is empty: set STRATA_MILVUS__TOKEN"):
+        load_settings(ROOT / "configs" / "milvus-server.yaml")
+    monkeypatch.setenv("STRATA_MILVUS__TOKEN", "root:Milvus")
     settings = load_settings(ROOT / "configs" / "milvus-server.yaml")
     assert settings.milvus.uri and settings.milvus.address == settings.milvus.uri
+    assert settings.milvus.token == "root:Milvus"
+    monkeypatch.delenv("STRATA_MILVUS__TOKEN")
+    monkeypatch.setenv("STRATA_MILVUS__ALLOW_NO_TOKEN", "true")
+    assert load_settings(ROOT / "configs" / "milvus-server.yaml").milvus.token == ""
 
 
 def test_serve_config_validates_against_serve_schema() -> None:
@@ -49,6 +57,17 @@ def test_cluster_yaml_has_head_and_autoscaling_workers() -> None:
     assert cluster["head_node_type"] in types
     workers = [t for name, t in types.items() if name != cluster["head_node_type"]]
     assert workers and all(0 <= t["min_workers"] <= t["max_workers"] <= cluster["max_workers"] for t in workers)
+
+
+def test_cluster_yaml_starts_every_node_with_token_auth_and_no_secret_on_a_command_line() -> None:
+    cluster = yaml.safe_load((ROOT / "cluster.yaml").read_text())
+    starts = [c for c in cluster["head_start_ray_commands"] + cluster["worker_start_ray_commands"] if " start " in c]
+    assert len(starts) == 2 and all(c.startswith("RAY_AUTH_MODE=token ") for c in starts), starts
+    assert "--dashboard-host=127.0.0.1" in starts[0]
+    mounts = {Path(target).name for target in cluster["file_mounts"]}
+    assert {"auth_token", "milvus-token"} <= mounts
+    commands = " ".join(cluster["setup_commands"] + cluster["head_start_ray_commands"] + cluster["worker_start_ray_commands"])
+    assert "RAY_AUTH_TOKEN=" not in commands and "--token" not in commands
 
 
 def test_context_policies_take_lists_or_per_layer_settings() -> None:
@@ -80,3 +99,16 @@ def test_bad_context_settings_say_what_to_fix(context: dict, phrase: str) -> Non
 def test_layer_deadlines_default_and_override() -> None:
     ctx = StrataSettings(context={"layer_timeouts": {"semantic": 5}}).context
     assert ctx.timeout_for("semantic") == 5.0 and ctx.timeout_for("episodic") == ctx.layer_timeout_s
+
+
+def test_the_command_says_which_setting_is_wrong_without_a_traceback(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from strata_cli.main import main
+
+    monkeypatch.setenv("STRATA_MILVUS__URI", "http://milvus.internal:19530")
+    monkeypatch.delenv("STRATA_MILVUS__TOKEN", raising=False)
+    assert main(["status", "--data-dir", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("strata status: invalid settings: milvus:") and "STRATA_MILVUS__TOKEN" in err
+    assert "Traceback" not in err
