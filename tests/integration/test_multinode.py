@@ -1,11 +1,17 @@
 """Strata on a Ray cluster of three nodes started in this process
 (``ray.cluster_utils.Cluster``): where the layer actors run, what a node's death
 costs the tenants it hosted, and the Serve config deployed on that cluster.
-Real Ray, real milvus-lite; every node runs on this machine."""
+The cluster runs with Ray's token authentication, as cluster.yaml starts it, and a
+process without the token cannot join it. Real Ray, real milvus-lite; every node
+runs on this machine."""
 
 from __future__ import annotations
 
 import asyncio
+import os
+import secrets
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -54,8 +60,39 @@ def _start_cluster() -> Cluster:
     raise AssertionError("unreachable")
 
 
+_AUTH_ENV = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")
+
+
+def _set_ray_auth(env: dict[str, str | None]) -> None:
+    """Set Ray's auth variables in this process and have Ray read them again."""
+    from ray._raylet import AuthenticationTokenLoader, Config  # type: ignore[attr-defined]
+
+    for name, value in env.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+    Config.initialize("")
+    AuthenticationTokenLoader.instance().reset_cache()
+
+
 @pytest.fixture(scope="module")
-def cluster() -> Iterator[Cluster]:
+def ray_token(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """Token auth for every node and this driver, as cluster.yaml sets it up: a token file
+    (0600) named by RAY_AUTH_TOKEN_PATH and RAY_AUTH_MODE=token; restored afterwards."""
+    path = tmp_path_factory.mktemp("ray-auth") / "auth_token"
+    path.write_text(secrets.token_hex(32))
+    path.chmod(0o600)
+    before = {name: os.environ.get(name) for name in _AUTH_ENV}
+    _set_ray_auth({"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(path), "RAY_AUTH_TOKEN": None})
+    try:
+        yield path
+    finally:
+        _set_ray_auth(before)
+
+
+@pytest.fixture(scope="module")
+def cluster(ray_token: Path) -> Iterator[Cluster]:
     cluster = _start_cluster()
     try:
         ray.init(address=cluster.address, logging_level="ERROR", log_to_driver=False)
@@ -63,6 +100,25 @@ def cluster() -> Iterator[Cluster]:
     finally:
         ray.shutdown()
         cluster.shutdown()
+
+
+def _join(address: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """A fresh driver process that tries to join the cluster and run a task there."""
+    code = (f"import ray; ray.init(address={address!r}, logging_level='ERROR', log_to_driver=False);"
+            " print('JOINED', ray.get(ray.remote(lambda: 1 + 1).remote()))")
+    clean = {k: v for k, v in os.environ.items() if k not in _AUTH_ENV}
+    return subprocess.run([sys.executable, "-c", code], env=clean | env, capture_output=True, text=True, timeout=120,
+                          check=False)
+
+
+def test_a_process_without_the_token_cannot_join_the_cluster(cluster: Cluster, ray_token: Path) -> None:
+    """Anyone who reaches Ray's ports could run code on the cluster; with token auth on
+    every node (cluster.yaml), a driver without the token, or with a wrong one, is refused."""
+    for env in ({}, {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)}):
+        refused = _join(cluster.address, env)
+        assert refused.returncode != 0 and "JOINED" not in refused.stdout, (env, refused.stdout, refused.stderr[-2000:])
+    joined = _join(cluster.address, {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(ray_token)})
+    assert joined.returncode == 0 and "JOINED 2" in joined.stdout, joined.stderr[-2000:]
 
 
 @pytest.fixture(scope="module")
