@@ -9,7 +9,6 @@ fails too. Callers keep their input and fall back; nothing is lost.
 from __future__ import annotations
 
 import json
-import re
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -88,12 +87,23 @@ class OpenAIChatLLM:
         return choice.message.content or ""
 
 
-_FENCE = re.compile(r"^\s*```(?:json)?\s*|\s*```\s*$", re.IGNORECASE)
+def _unfence(text: str) -> str:
+    """``text`` without a Markdown code fence around it (```` ```json ... ``` ````).
+
+    String operations, not a pattern: ``\\s*```\\s*$`` retried the whitespace run at
+    each of its positions, quadratic in a long run of spaces."""
+    inner = text.strip()
+    if inner.startswith("```"):
+        inner = inner[3:]
+        if inner[:4].lower() == "json":
+            inner = inner[4:]
+    inner = inner.removesuffix("```")
+    return inner.strip()
 
 
 def _parse_object(text: str) -> dict[str, Any]:
     """Parse a JSON object, repairing code fences and surrounding prose."""
-    candidates = [text, _FENCE.sub("", text)]
+    candidates = [text, _unfence(text)]
     start, end = text.find("{"), text.rfind("}")
     if 0 <= start < end:
         candidates.append(text[start : end + 1])

@@ -19,6 +19,8 @@ from hypothesis import strategies as st
 
 from strata.config import PII_TYPES
 from strata.privacy.pii import Redactor, RuleDetector
+from strata.procedural import rules as skill_rules
+from strata.providers import llm
 from strata.retrieval.entities.rules import RuleExtractor
 from strata.semantic import cutting
 from strata_bench.pii import ADVERSARIAL, repeat
@@ -62,8 +64,13 @@ _SENTENCE_SEPARATOR = re.compile(next(s for s in cutting._SEPARATORS if s.starts
         (lambda t: list(cutting._SENTENCE_END.finditer(t)), lambda n: repeat(".", n, tail="x"), 20000),
         (lambda t: list(cutting._SENTENCE_END.finditer(t)), lambda n: repeat("!?", n, tail="x"), 20000),
         (lambda t: list(_SENTENCE_SEPARATOR.finditer(t)), lambda n: repeat(".", n, tail="x"), 20000),
+        # skills: a URL's scheme, a run of words and dots with no "://" (a word boundary at every dot)
+        (lambda t: skill_rules._URL.sub("x", t), lambda n: repeat("a.", n, tail="!"), 4000),
+        # the LLM's answer: a fence strip, a long run of spaces that ends without a fence
+        (llm._parse_object, lambda n: repeat(" ", n, head='{"a": 1}', tail="x"), 20000),
     ],
-    ids=["alias-gap", "paren-gap", "sentence-end-dots", "sentence-end-marks", "sentence-separator-dots"],
+    ids=["alias-gap", "paren-gap", "sentence-end-dots", "sentence-end-marks", "sentence-separator-dots",
+         "skill-url-scheme", "llm-fence-spaces"],
 )
 def test_text_rules_grow_linearly(fn: Callable[[str], object], build: Callable[[int], str], n: int) -> None:
     ratio = _growth(fn, build, n)
