@@ -57,7 +57,9 @@ def _show_new(what: str, key: str) -> None:
 
 
 def _cmd_create(args: argparse.Namespace) -> int:
-    created = _keys(args).issue(args.tenant, read_only=args.read_only, session_id=args.session, name=args.name)
+    created = _keys(args).issue(
+        args.tenant, read_only=args.read_only, session_id=args.session, shared=args.shared, name=args.name
+    )
     _show_new("created " + _describe(created), created.key)
     return 0
 
@@ -112,6 +114,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     create.add_argument("tenant", metavar="TENANT")
     create.add_argument("--read-only", action="store_true", help="GET routes, /v1/context and /v1/search only")
     create.add_argument("--session", metavar="SESSION_ID", help="only this session's routes")
+    create.add_argument(
+        "--shared",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="may see the tenant's documents and skills (default: yes for a tenant key, no for a --session key)",
+    )
     create.add_argument("--name", metavar="LABEL", help="a label shown by `strata keys list`")
     admin = command("create-admin", "a new admin key for /v1/admin; printed on the last line", _cmd_create_admin)
     admin.add_argument("--name", metavar="LABEL", help="a label shown by `strata keys list`")

@@ -19,6 +19,7 @@ made, so the routes, the app they register on and its middleware read best toget
 # and FastAPI then cannot resolve string annotations such as `Response`.
 
 import asyncio
+import re
 import time
 from collections.abc import Sequence
 from datetime import datetime
@@ -29,10 +30,11 @@ from fastapi import FastAPI, Header, Path, Query, Response
 from ray import serve
 
 from strata.access.idempotency import IdempotencyStore
-from strata.access.keys import KEY_ID_PATTERN, KeyCreated, KeyCreateIn, KeyInfo, KeyList, authorize
+from strata.access.keys import KEY_ID_PATTERN, KeyCreated, KeyCreateIn, KeyInfo, KeyList, Need, may
 from strata.config import StrataSettings
 from strata.errors import InvalidInput, StrataError
 from strata.ids import ID_PATTERN, SYSTEM_TENANT
+from strata.layers import LAYERS
 from strata.providers.batching import EmbedBatcher
 from strata.providers.embedder import make_embedder
 from strata.schema import (
@@ -67,11 +69,12 @@ from strata.schema import (
 )
 from strata.store.layout import open_store
 from strata_actors.orchestration import Orchestration
-from strata_serve.auth import Authenticate, KeyGate, health_for_caller
-from strata_serve.errors import BodyLimit, Deadline, install_handlers
+from strata_serve.auth import ROUTES, Authenticate, KeyGate, health_for_caller
+from strata_serve.errors import BodyLimit, Deadline, Internal, install_handlers
 from strata_serve.idempotent import Idempotent, Replica, replica_parts
 
 __all__ = ["Api", "app"]
+
 
 def _id_path(description: str) -> Any:
     return Path(pattern=ID_PATTERN.pattern.join("^$"), description=description)
@@ -123,23 +126,29 @@ def _replica_timeout_s() -> float:
     return float(replica.request_timeout_s)
 
 
-# The last added runs first: Deadline, Authenticate, BodyLimit, Idempotent, the route.
+# The last added runs first: Deadline, Internal, Authenticate, BodyLimit, Idempotent, the route.
 # Idempotent runs inside BodyLimit, so the body it reads is bounded already, and inside
-# Authenticate, so a replay is authorised as a first attempt is; Authenticate answers a
-# wrong key before anything reads the body. Deadline is outermost: a write it answers 504
-# to runs on through Idempotent, which keeps its answer.
+# Authenticate, so a replay is rate-limited and authorised as a first attempt is;
+# Authenticate answers a wrong key before anything reads the body. Internal answers 500 to
+# anything unexpected below it and logs no word of the request. Deadline is outermost: a
+# write it answers 504 to runs on through Idempotent, which keeps its answer.
 app.add_middleware(Idempotent, replica=_replica_parts)
 app.add_middleware(BodyLimit, max_bytes=_replica_max_body_bytes)
 app.add_middleware(Authenticate, gate=_replica_gate)
+app.add_middleware(Internal)
 app.add_middleware(Deadline, timeout_s=_replica_timeout_s)
+
+
+#: A version in If-Match: ASCII digits only (``str.isdigit`` also takes "²"), within 64 bits.
+_VERSION = re.compile(r"[0-9]{1,18}", re.ASCII)
 
 
 def _if_match(value: str | None) -> int | None:
     if value is None:
         return None
     raw = value.strip().removeprefix("W/").strip('"')
-    if not raw.isdigit():
-        raise InvalidInput(f"If-Match must be a version such as \"3\", got {value[:40]!r}", field="If-Match")
+    if not _VERSION.fullmatch(raw):
+        raise InvalidInput(f'If-Match must be a version such as "3", got {value[:40]!r}', field="If-Match")
     return int(raw)
 
 
@@ -181,10 +190,6 @@ class Api:
             self._answers = IdempotencyStore(store, names.state, ttl_s=self._settings.serve.idempotency_ttl_s)
         return self._answers
 
-    async def tenant_of_key(self, key: str | None) -> str | None:
-        """The tenant of the request's tenant key (Authenticate resolved it; no rate limit taken)."""
-        return await self._gate.tenant_of_key(key)
-
     @app.get("/healthz", response_model=Health, response_model_exclude_none=True, tags=["ops"])
     async def healthz(self, response: Response) -> Health:
         """``{"status": "ok"}`` (200) or ``"down"`` (503); no key needed. With an admin key, also
@@ -219,11 +224,16 @@ class Api:
         if_match: str | None = Header(default=None),
     ) -> RecordTurnsResult:
         """Record one turn in episodic and working memory. ``If-Match``: expected episodic version."""
-        tenant, key_id = await self._gate.caller(authorization, writes=True, session=session_id)
-        recorded: RecordTurnsResult = await self._flow.record_turns(tenant, session_id, [body], expected_version=_if_match(if_match), by=key_id)
+        key = await self._gate.caller(authorization, "record_turn", session=session_id)
+        tenant, key_id = key.tenant, key.key_id
+        recorded: RecordTurnsResult = await self._flow.record_turns(
+            tenant, session_id, [body], expected_version=_if_match(if_match), by=key_id
+        )
         return recorded
 
-    @app.post("/v1/sessions/{session_id}/turns/batch", status_code=201, response_model=RecordTurnsResult, tags=["turns"])
+    @app.post(
+        "/v1/sessions/{session_id}/turns/batch", status_code=201, response_model=RecordTurnsResult, tags=["turns"]
+    )
     async def record_turns(
         self,
         body: TurnBatchIn,
@@ -232,24 +242,40 @@ class Api:
         if_match: str | None = Header(default=None),
     ) -> RecordTurnsResult:
         """Record up to 1,000 turns at once (importing history): one write, one embedding batch."""
-        tenant, key_id = await self._gate.caller(authorization, writes=True, session=session_id)
-        recorded: RecordTurnsResult = await self._flow.record_turns(tenant, session_id, body.turns, expected_version=_if_match(if_match), by=key_id)
+        key = await self._gate.caller(authorization, "record_turns", session=session_id)
+        tenant, key_id = key.tenant, key.key_id
+        recorded: RecordTurnsResult = await self._flow.record_turns(
+            tenant, session_id, body.turns, expected_version=_if_match(if_match), by=key_id
+        )
         return recorded
 
     @app.post("/v1/context", response_model=ContextResult, tags=["context"])
-    async def build_context(self, body: ContextRequest, authorization: str | None = Header(default=None)) -> ContextResult:
-        """The context to put in front of the LLM: working memory plus the task type's layers.
-        With a session-bound key, episodic memory is read from that session only."""
-        info = await self._gate.authenticate(authorization)
-        authorize(info, writes=False, session=body.session_id)
-        context: ContextResult = await self._flow.build_context(info.tenant, body, session_only=info.session_id is not None)
+    async def build_context(
+        self, body: ContextRequest, authorization: str | None = Header(default=None)
+    ) -> ContextResult:
+        """The context to put in front of the LLM: working memory plus the task type's layers
+        (or ``layers``), of those the key sees. With a session-bound key, episodic memory is
+        read from that session only."""
+        policy = self._settings.context.policies.get(body.task_type)
+        info, layers = await self._gate.reader(
+            authorization,
+            "build_context",
+            session=body.session_id,
+            asked=body.layers,
+            default=[layer for layer in LAYERS if policy is None or layer in policy],
+            always=["working"],
+        )
+        context: ContextResult = await self._flow.build_context(
+            info.tenant, body, session_only=info.session_id is not None, layers=layers
+        )
         return context
 
     @app.post("/v1/search", response_model=SearchResult, tags=["search"])
     async def search(self, body: SearchRequest, authorization: str | None = Header(default=None)) -> SearchResult:
-        """Scored hits across layers; a time expression in the query narrows the time range."""
-        tenant = await self._gate.tenant(authorization, writes=False, session=body.session_id)
-        found: SearchResult = await self._flow.search(tenant, body)
+        """Scored hits across ``layers`` (by default every layer the key sees); a time expression in
+        the query narrows the time range."""
+        info, layers = await self._gate.reader(authorization, "search", session=body.session_id, asked=body.layers)
+        found: SearchResult = await self._flow.search(info.tenant, body.model_copy(update={"layers": layers}))
         return found
 
     @app.get("/v1/sessions/{session_id}/working", response_model=WorkingState, tags=["working"])
@@ -257,7 +283,7 @@ class Api:
         self, response: Response, session_id: str = _SESSION, authorization: str | None = Header(default=None)
     ) -> WorkingState:
         """The session's working memory; the ETag is its version."""
-        tenant = await self._gate.tenant(authorization, writes=False, session=session_id)
+        tenant = (await self._gate.caller(authorization, "get_working", session=session_id)).tenant
         state: WorkingState = await self._flow.working(tenant, session_id)
         response.headers["ETag"] = f'"{state.version}"'
         return state
@@ -272,15 +298,21 @@ class Api:
         if_match: str | None = Header(default=None),
     ) -> WorkingState:
         """Add items; with ``If-Match`` the write applies only at that version (else 409)."""
-        tenant, key_id = await self._gate.caller(authorization, writes=True, session=session_id)
-        state: WorkingState = await self._flow.add_working_items(tenant, session_id, body, expected_version=_if_match(if_match), by=key_id)
+        key = await self._gate.caller(authorization, "add_working_items", session=session_id)
+        tenant, key_id = key.tenant, key.key_id
+        state: WorkingState = await self._flow.add_working_items(
+            tenant, session_id, body, expected_version=_if_match(if_match), by=key_id
+        )
         response.headers["ETag"] = f'"{state.version}"'
         return state
 
     @app.delete("/v1/sessions/{session_id}", response_model=ForgetResult, tags=["forget"])
-    async def forget_session(self, session_id: str = _SESSION, authorization: str | None = Header(default=None)) -> ForgetResult:
+    async def forget_session(
+        self, session_id: str = _SESSION, authorization: str | None = Header(default=None)
+    ) -> ForgetResult:
         """Forget the session in every layer: turns, vectors, summaries, working memory."""
-        tenant, key_id = await self._gate.caller(authorization, writes=True, session=session_id)
+        key = await self._gate.caller(authorization, "forget_session", session=session_id)
+        tenant, key_id = key.tenant, key.key_id
         forgotten: ForgetResult = await self._flow.forget_session(tenant, session_id, by=key_id)
         return forgotten
 
@@ -296,8 +328,11 @@ class Api:
         """Index a document, or re-index it by its ``doc_id`` (atomically: a search sees
         the old version or the new one). ``If-Match``: the document's expected version.
         A large document is better sent with ``wait=false``; poll ``GET /v1/documents/{id}``."""
-        tenant, key_id = await self._gate.caller(authorization, writes=True, session=None)
-        doc: DocumentOut = await self._flow.index_document(tenant, body, expected_version=_if_match(if_match), wait=wait, by=key_id)
+        key = await self._gate.caller(authorization, "index_document")
+        tenant, key_id = key.tenant, key.key_id
+        doc: DocumentOut = await self._flow.index_document(
+            tenant, body, expected_version=_if_match(if_match), wait=wait, by=key_id
+        )
         response.status_code = 201 if doc.status == "ready" else 202
         response.headers["ETag"] = f'"{doc.version}"'
         return doc
@@ -310,7 +345,7 @@ class Api:
         authorization: str | None = Header(default=None),
     ) -> DocumentList:
         """Documents by id, a page at a time."""
-        tenant = await self._gate.tenant(authorization, writes=False, session=None)
+        tenant = (await self._gate.caller(authorization, "list_documents")).tenant
         page: DocumentList = await self._flow.list_documents(tenant, after=after, limit=limit)
         return page
 
@@ -323,7 +358,7 @@ class Api:
         authorization: str | None = Header(default=None),
     ) -> DocumentOut:
         """The document's metadata, version (ETag) and status; its text with ``include_text=true``."""
-        tenant = await self._gate.tenant(authorization, writes=False, session=None)
+        tenant = (await self._gate.caller(authorization, "get_document")).tenant
         doc: DocumentOut = await self._flow.get_document(tenant, doc_id, include_text=include_text)
         response.headers["ETag"] = f'"{doc.version}"'
         return doc
@@ -336,8 +371,11 @@ class Api:
         if_match: str | None = Header(default=None),
     ) -> DocumentDeleted:
         """Remove the document: its passages, vectors, BM25 entries and graph edges."""
-        tenant, key_id = await self._gate.caller(authorization, writes=True, session=None)
-        deleted: DocumentDeleted = await self._flow.delete_document(tenant, doc_id, expected_version=_if_match(if_match), by=key_id)
+        key = await self._gate.caller(authorization, "delete_document")
+        tenant, key_id = key.tenant, key.key_id
+        deleted: DocumentDeleted = await self._flow.delete_document(
+            tenant, doc_id, expected_version=_if_match(if_match), by=key_id
+        )
         return deleted
 
     @app.get("/v1/entities", response_model=EntityOut, tags=["documents"])
@@ -347,7 +385,7 @@ class Api:
         authorization: str | None = Header(default=None),
     ) -> EntityOut:
         """What the knowledge graph of your documents knows of an entity."""
-        tenant = await self._gate.tenant(authorization, writes=False, session=None)
+        tenant = (await self._gate.caller(authorization, "entity")).tenant
         return EntityOut(**await self._flow.entity(tenant, name))
 
     # -- procedural memory ----------------------------------------------------------
@@ -359,7 +397,8 @@ class Api:
         """Learn a skill from a successful trace (201), or update the near-duplicate skill it
         belongs to (200, ``merged: true``). With an LLM the LLM drafts it; a 502 keeps the
         trace and learns it in the background (``job_id`` in the body)."""
-        tenant, key_id = await self._gate.caller(authorization, writes=True, session=None)
+        key = await self._gate.caller(authorization, "extract_skill")
+        tenant, key_id = key.tenant, key.key_id
         skill: SkillOut = await self._flow.extract_skill(tenant, body, by=key_id)
         response.status_code = 200 if skill.merged else 201
         response.headers["ETag"] = f'"{skill.version}"'
@@ -371,7 +410,10 @@ class Api:
         task: str | None = Query(default=None, min_length=1, max_length=2000, description="Find skills for this task"),
         top_k: int = Query(default=5, ge=1, le=100),
         min_success_rate: float | None = Query(
-            default=None, ge=0, le=1, description="Default procedural.min_success_rate; applies once a skill has min_uses uses"
+            default=None,
+            ge=0,
+            le=1,
+            description="Default procedural.min_success_rate; applies once a skill has min_uses uses",
         ),
         after: str | None = Query(default=None, description="Without task: the last skill_id of the previous page"),
         limit: int = Query(default=50, ge=1, le=1000),
@@ -379,8 +421,10 @@ class Api:
     ) -> SkillList:
         """Skills for a task, best first (similarity x confidence in the success rate);
         without ``task``, every skill by id."""
-        tenant = await self._gate.tenant(authorization, writes=False, session=None)
-        skills: SkillList = await self._flow.find_skills(tenant, task=task, top_k=top_k, min_success_rate=min_success_rate, after=after, limit=limit)
+        tenant = (await self._gate.caller(authorization, "find_skills")).tenant
+        skills: SkillList = await self._flow.find_skills(
+            tenant, task=task, top_k=top_k, min_success_rate=min_success_rate, after=after, limit=limit
+        )
         return skills
 
     @app.get("/v1/skills/{skill_id}", response_model=SkillOut, tags=["skills"])
@@ -388,7 +432,7 @@ class Api:
         self, response: Response, skill_id: str = _SKILL_ID, authorization: str | None = Header(default=None)
     ) -> SkillOut:
         """The skill; the ETag is its version."""
-        tenant = await self._gate.tenant(authorization, writes=False, session=None)
+        tenant = (await self._gate.caller(authorization, "get_skill")).tenant
         skill: SkillOut = await self._flow.get_skill(tenant, skill_id)
         response.headers["ETag"] = f'"{skill.version}"'
         return skill
@@ -404,8 +448,11 @@ class Api:
     ) -> SkillOut:
         """Count one use. Without ``If-Match`` an atomic increment; with it, applied only at
         that version (else 409 with the current one)."""
-        tenant, key_id = await self._gate.caller(authorization, writes=True, session=None)
-        skill: SkillOut = await self._flow.record_outcome(tenant, skill_id, body, expected_version=_if_match(if_match), by=key_id)
+        key = await self._gate.caller(authorization, "record_outcome")
+        tenant, key_id = key.tenant, key.key_id
+        skill: SkillOut = await self._flow.record_outcome(
+            tenant, skill_id, body, expected_version=_if_match(if_match), by=key_id
+        )
         response.headers["ETag"] = f'"{skill.version}"'
         return skill
 
@@ -419,8 +466,11 @@ class Api:
         if_match: str | None = Header(default=None),
     ) -> SkillOut:
         """Edit the skill's content; ``If-Match`` is required (428 without, 409 when stale)."""
-        tenant, key_id = await self._gate.caller(authorization, writes=True, session=None)
-        skill: SkillOut = await self._flow.update_skill(tenant, skill_id, body, expected_version=_if_match(if_match), by=key_id)
+        key = await self._gate.caller(authorization, "update_skill")
+        tenant, key_id = key.tenant, key.key_id
+        skill: SkillOut = await self._flow.update_skill(
+            tenant, skill_id, body, expected_version=_if_match(if_match), by=key_id
+        )
         response.headers["ETag"] = f'"{skill.version}"'
         return skill
 
@@ -432,8 +482,11 @@ class Api:
         if_match: str | None = Header(default=None),
     ) -> SkillDeleted:
         """Remove the skill, its vector and its history."""
-        tenant, key_id = await self._gate.caller(authorization, writes=True, session=None)
-        deleted: SkillDeleted = await self._flow.delete_skill(tenant, skill_id, expected_version=_if_match(if_match), by=key_id)
+        key = await self._gate.caller(authorization, "delete_skill")
+        tenant, key_id = key.tenant, key.key_id
+        deleted: SkillDeleted = await self._flow.delete_skill(
+            tenant, skill_id, expected_version=_if_match(if_match), by=key_id
+        )
         return deleted
 
     @app.get("/v1/skills/{skill_id}/history", response_model=SkillHistory, tags=["skills"])
@@ -441,14 +494,14 @@ class Api:
         self, skill_id: str = _SKILL_ID, authorization: str | None = Header(default=None)
     ) -> SkillHistory:
         """Every version of the skill: when, by which key, what changed."""
-        tenant = await self._gate.tenant(authorization, writes=False, session=None)
+        tenant = (await self._gate.caller(authorization, "skill_history")).tenant
         history: SkillHistory = await self._flow.skill_history(tenant, skill_id)
         return history
 
     @app.get("/v1/skill-jobs/{job_id}", response_model=SkillJobOut, tags=["skills"])
     async def skill_job(self, job_id: str = _JOB_ID, authorization: str | None = Header(default=None)) -> SkillJobOut:
         """A background skill extraction: pending, running, done (with the skill) or failed."""
-        tenant = await self._gate.tenant(authorization, writes=False, session=None)
+        tenant = (await self._gate.caller(authorization, "skill_job")).tenant
         job: SkillJobOut = await self._flow.skill_job(tenant, job_id)
         return job
 
@@ -457,28 +510,37 @@ class Api:
         self, body: InteractionIn, authorization: str | None = Header(default=None)
     ) -> InteractionResult:
         """Record an exchange in working and episodic memory; a successful coding /
-        debugging / deployment task with a trace teaches a skill in the background."""
-        tenant, key_id = await self._gate.caller(authorization, writes=True, session=body.session_id)
-        recorded: InteractionResult = await self._flow.post_interaction(tenant, body, by=key_id)
+        debugging / deployment task with a trace teaches a skill in the background, if the
+        key may write skills (a session key may not)."""
+        key = await self._gate.caller(authorization, "post_interaction", session=body.session_id)
+        learns = may(key, Need(writes=ROUTES["post_interaction"].learns), session=body.session_id)
+        recorded: InteractionResult = await self._flow.post_interaction(key.tenant, body, by=key.key_id, learn=learns)
         return recorded
-
 
     # -- admin: API keys ----------------------------------------------------------------
 
     @app.post("/v1/admin/keys", status_code=201, response_model=KeyCreated, tags=["admin"])
     async def admin_create_key(self, body: KeyCreateIn, authorization: str | None = Header(default=None)) -> KeyCreated:
-        """A new key for a tenant (not ``system``), optionally read-only or limited to one
-        session. The secret is in this response only; Strata stores its hash."""
+        """A new key for a tenant (not ``system``), optionally read-only, limited to one session,
+        or kept from documents and skills (``shared``: by default only a session key is). The
+        secret is in this response only; Strata stores its hash."""
         await self._gate.admin(authorization)
         keys = await self._gate.key_store()
         return await asyncio.to_thread(
-            keys.issue, body.tenant, read_only=body.read_only, session_id=body.session_id, name=body.name
+            keys.issue,
+            body.tenant,
+            read_only=body.read_only,
+            session_id=body.session_id,
+            shared=body.shared,
+            name=body.name,
         )
 
     @app.get("/v1/admin/keys", response_model=KeyList, tags=["admin"])
     async def admin_list_keys(
         self,
-        tenant: str | None = Query(default=None, pattern=ID_PATTERN.pattern.join("^$"), description="Only this tenant's keys"),
+        tenant: str | None = Query(
+            default=None, pattern=ID_PATTERN.pattern.join("^$"), description="Only this tenant's keys"
+        ),
         authorization: str | None = Header(default=None),
     ) -> KeyList:
         """Every key by id, with its tenant, scopes and dates, revoked ones too; never a secret."""
@@ -487,14 +549,18 @@ class Api:
         return KeyList(keys=await asyncio.to_thread(keys.list, tenant))
 
     @app.post("/v1/admin/keys/{key_id}:rotate", status_code=201, response_model=KeyCreated, tags=["admin"])
-    async def admin_rotate_key(self, key_id: str = _KEY_ID, authorization: str | None = Header(default=None)) -> KeyCreated:
+    async def admin_rotate_key(
+        self, key_id: str = _KEY_ID, authorization: str | None = Header(default=None)
+    ) -> KeyCreated:
         """A new key with the same tenant, scopes and name; the old one stops working at once on
         this replica, within ``auth.key_cache_ttl_s`` (1 s) on the others."""
         await self._gate.admin(authorization)
         return await self._gate.rotate(key_id)
 
     @app.delete("/v1/admin/keys/{key_id}", response_model=KeyInfo, tags=["admin"])
-    async def admin_revoke_key(self, key_id: str = _KEY_ID, authorization: str | None = Header(default=None)) -> KeyInfo:
+    async def admin_revoke_key(
+        self, key_id: str = _KEY_ID, authorization: str | None = Header(default=None)
+    ) -> KeyInfo:
         """Revoke the key: its next request to this replica is a 401, on any replica within
         ``auth.key_cache_ttl_s`` (1 s)."""
         await self._gate.admin(authorization)
@@ -515,18 +581,22 @@ class Api:
         for key_id in revoked:
             await self._gate.revoke(key_id)
         removed: dict[str, int] = await self._flow.forget_tenant(tenant, by="admin")
+        # And the answers kept for its idempotent writes: a replay must not outlive the tenant.
+        await asyncio.to_thread((await self.idempotency_store()).forget, tenant)
         return TenantForgotten(tenant=tenant, removed=removed, keys_revoked=revoked)
 
     @app.get("/v1/audit", response_model=AuditHistory, tags=["audit"])
     async def audit(
         self,
         # FastAPI reads the Query marker once, at import; nothing is called per request.
-        since: datetime | None = Query(default=None, description="Only changes after this time"),  # noqa: B008
+        since: datetime | None = Query(  # noqa: B008
+            default=None, description="Only changes after this time; without a zone, UTC"
+        ),
         limit: int = Query(default=100, ge=1, le=1000),
         authorization: str | None = Header(default=None),
     ) -> AuditHistory:
         """Every write, update and delete of your tenant: when, which key, which layer and
         record, which version. Never the content."""
-        tenant = await self._gate.tenant(authorization, writes=False, session=None)
+        tenant = (await self._gate.caller(authorization, "audit")).tenant
         history: AuditHistory = await self._flow.audit(tenant, since=since, limit=limit)
         return history

@@ -5,8 +5,10 @@ Every ``/v1`` call authenticates with ``Authorization: Bearer <key>``. :class:`A
 a middleware outside the body limit and the Idempotency-Key replay, resolves the key through
 the replica's :class:`~strata.access.keycache.KeyCache` and answers 401 (or 429) without
 reading the body. The route then finds the key it resolved in :func:`current_key`: the key
-decides the tenant, and its scope (read-only, one session) decides which routes it may call
-(:func:`strata.access.keys.authorize`, 403 otherwise). ``/v1/admin`` routes take an admin key.
+decides the tenant, and its scope (read-only, one session, documents and skills or not)
+decides what it may do: :data:`ROUTES` says what each route reads and writes, and
+:func:`strata.access.keys.authorize` checks the key against it (403 otherwise), for a first
+attempt and for an Idempotency-Key replay alike. ``/v1/admin`` routes take an admin key.
 
 What a key lookup costs, and what it guarantees:
 
@@ -24,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from contextlib import suppress
 from contextvars import ContextVar
 from datetime import UTC, datetime
@@ -33,19 +35,86 @@ from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from strata.access.keycache import KeyCache
-from strata.access.keys import Forbidden, KeyCreated, KeyInfo, KeyStore, authorize, hash_key, open_keys, well_formed
+from strata.access.keys import (
+    SESSION_LAYERS,
+    SHARED_LAYERS,
+    Forbidden,
+    KeyCreated,
+    KeyInfo,
+    KeyStore,
+    Need,
+    authorize,
+    hash_key,
+    open_keys,
+    visible_layers,
+    well_formed,
+)
 from strata.access.ratelimit import RateLimiter
 from strata.config import StrataSettings
 from strata.errors import RateLimited, StrataError, Unauthorized
 from strata.ids import SYSTEM_TENANT
+from strata.layers import LAYERS, Layer
 from strata.schema import Health
 from strata.store.layout import open_store
 from strata_serve.errors import error_response
 
-__all__ = ["OPEN_PATHS", "Authenticate", "KeyGate", "bearer_key", "current_key", "health_for_caller"]
+__all__ = [
+    "ADMIN_ROUTES",
+    "OPEN_PATHS",
+    "ROUTES",
+    "Authenticate",
+    "KeyGate",
+    "bearer_key",
+    "current_key",
+    "health_for_caller",
+]
 
 #: Paths served without a key (a key sent along is still resolved: /healthz shows more to an admin).
 OPEN_PATHS = frozenset(("/healthz", "/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json"))
+
+_ALL: frozenset[Layer] = frozenset(LAYERS)
+_DOCS: frozenset[Layer] = frozenset({"semantic"})
+_SKILLS: frozenset[Layer] = frozenset({"procedural"})
+_WORKING: frozenset[Layer] = frozenset({"working"})
+
+#: What every tenant route of the API (by its method's name in ``serve_app/api.py``) reads
+#: and writes: the one table the key's scope is checked against (:func:`authorize`), by the
+#: route and by an Idempotency-Key replay. A route that writes nothing is never
+#: idempotency-cached. ``tests/unit/test_scopes.py`` checks it names every route.
+ROUTES: dict[str, Need] = {
+    # one session's memory (session_id in the path, or in the body for interactions)
+    "record_turn": Need(writes=SESSION_LAYERS),
+    "record_turns": Need(writes=SESSION_LAYERS),
+    "get_working": Need(reads=_WORKING),
+    "add_working_items": Need(writes=_WORKING),
+    "forget_session": Need(writes=SESSION_LAYERS),
+    "post_interaction": Need(writes=SESSION_LAYERS, learns=_SKILLS),
+    # the layers the request names, by default all the key sees
+    "build_context": Need(reads=_ALL, chosen=True),
+    "search": Need(reads=_ALL, chosen=True),
+    # documents
+    "index_document": Need(writes=_DOCS),
+    "list_documents": Need(reads=_DOCS),
+    "get_document": Need(reads=_DOCS),
+    "delete_document": Need(writes=_DOCS),
+    "entity": Need(reads=_DOCS),
+    # skills
+    "extract_skill": Need(writes=_SKILLS),
+    "find_skills": Need(reads=_SKILLS),
+    "get_skill": Need(reads=_SKILLS),
+    "record_outcome": Need(writes=_SKILLS),
+    "update_skill": Need(writes=_SKILLS),
+    "delete_skill": Need(writes=_SKILLS),
+    "skill_history": Need(reads=_SKILLS),
+    "skill_job": Need(reads=_SKILLS),
+    # every layer's changes, of every session
+    "audit": Need(reads=_ALL),
+}
+#: The routes that take an admin key (and nothing else).
+ADMIN_ROUTES = frozenset(
+    ("admin_create_key", "admin_list_keys", "admin_rotate_key", "admin_revoke_key", "admin_forget_tenant")
+)
+assert SHARED_LAYERS | SESSION_LAYERS == _ALL
 
 #: The key :class:`Authenticate` resolved for the request being served (a ContextVar: the
 #: routes take the Authorization header, not the request, and run in the middleware's task).
@@ -78,6 +147,13 @@ def health_for_caller(health: Health) -> Health:
     return health if key is not None and key.admin else Health(status=health.status)
 
 
+def _plain(route: str) -> Need:
+    need = ROUTES[route]
+    # A route that names its layers is checked on what it asks (the caller passes it); the
+    # table's ``reads`` are the most it may ask, not what it needs.
+    return Need(writes=need.writes) if need.chosen else Need(reads=need.reads, writes=need.writes)
+
+
 def _bearer(authorization: str | None) -> str:
     key = bearer_key(authorization)
     if key is None:
@@ -105,8 +181,10 @@ class KeyGate:
             per_s=auth.failed_auth_per_s, burst=auth.failed_auth_burst, clock=clock, what="this address"
         )
         self._cache = KeyCache(
-            known_ttl_s=auth.key_cache_ttl_s, unknown_ttl_s=auth.unknown_key_ttl_s,
-            max_entries=auth.key_cache_entries, clock=clock,
+            known_ttl_s=auth.key_cache_ttl_s,
+            unknown_ttl_s=auth.unknown_key_ttl_s,
+            max_entries=auth.key_cache_entries,
+            clock=clock,
         )
         self._admin_digest = hash_key(auth.admin_key) if auth.admin_key else None
         self._reading: dict[str, asyncio.Future[KeyInfo | None]] = {}  # one store read per key at a time
@@ -187,25 +265,60 @@ class KeyGate:
                 info = await self.resolve(key, address=None)
         return info.tenant if info is not None and not info.admin else None
 
-    async def tenant(self, authorization: str | None, *, writes: bool, session: str | None) -> str:
-        return (await self.caller(authorization, writes=writes, session=session))[0]
+    async def caller(
+        self, authorization: str | None, route: str, *, session: str | None = None, need: Need | None = None
+    ) -> KeyInfo:
+        """The bearer key, once its scope covers what ``route`` does (:data:`ROUTES`).
 
-    async def caller(self, authorization: str | None, *, writes: bool, session: str | None) -> tuple[str, str]:
-        """The tenant of the bearer key, and the key's id (for who-changed-what records).
+        Args:
+            route: the route's name in :data:`ROUTES`.
+            session: the session the route is confined to (its path's or body's
+                ``session_id``); None for a route over every session.
+            need: for a route whose request names its layers, what this request reads
+                (:func:`strata.access.keys.visible_layers`); by default the table's.
 
-        Every tenant route says what it does, and :func:`strata.access.keys.authorize`
-        checks the key's scope against it (the table is in ``strata/access/keys.py``):
-        ``writes`` for anything but GET, /v1/context and /v1/search; ``session``
-        the session the route is confined to, None for a tenant-wide route.
+        Raises:
+            strata.access.keys.Forbidden: the key's scope does not cover it.
         """
         info = await self.authenticate(authorization)
-        authorize(info, writes=writes, session=session)
-        return info.tenant, info.key_id
+        authorize(info, need if need is not None else _plain(route), session=session)
+        return info
+
+    async def reader(
+        self,
+        authorization: str | None,
+        route: str,
+        *,
+        session: str | None,
+        asked: Iterable[Layer] | None,
+        default: Iterable[Layer] = LAYERS,
+        always: Iterable[Layer] = (),
+    ) -> tuple[KeyInfo, list[Layer]]:
+        """For a route whose request names the layers it reads (search, context): the key, and
+        the layers to read, those ``asked`` for (each one the key must see) or, without any,
+        those of ``default`` the key sees (:func:`strata.access.keys.visible_layers`).
+
+        Args:
+            always: layers the route reads whatever is asked (context: working memory).
+
+        Raises:
+            strata.access.keys.Forbidden: an admin key, a layer asked for that the key does
+                not see, or a session layer of another session.
+        """
+        info = await self.authenticate(authorization)
+        if info.admin:
+            authorize(info, Need(), session=session)  # raises, in the words for an admin key
+        layers = visible_layers(info, asked, default=default)
+        allowed = ROUTES[route].reads
+        authorize(info, Need(reads=frozenset(layers) & allowed | frozenset(always)), session=session)
+        return info, layers
 
     async def admin(self, authorization: str | None) -> None:
         """Pass an admin key (stored by ``strata keys create-admin``, or ``auth.admin_key``)."""
         if not (await self.authenticate(authorization)).admin:
-            raise Forbidden("this route needs an admin key (`strata keys create-admin`); a tenant key cannot manage keys")
+            raise Forbidden(
+                "this route needs an admin key (`strata keys create-admin`); a tenant key cannot manage keys"
+            )
 
     # -- managing keys: this replica forgets what it cached at once -------------------------
 

@@ -1,5 +1,6 @@
-"""Strata errors to HTTP responses, in one place; the request body limit (413) and the
-request deadline (504).
+"""Strata errors to HTTP responses, in one place; the request body limit (413), the
+request deadline (504), and the 500 for anything unexpected (:class:`Internal`), logged
+without a word of the request.
 
 An error's status code is its class's ``status_code`` (:mod:`strata.errors`); nothing here
 repeats one, and :mod:`strata_serve.client` maps codes back to classes from the same attribute.
@@ -10,14 +11,18 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-from collections.abc import Callable
+import traceback
+from collections.abc import Callable, Iterable, Iterator
 from http import HTTPStatus
+from pathlib import Path
+from typing import Any
 
 from fastapi import Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
+from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from strata.errors import InvalidInput, RateLimited, StoreUnavailable, StrataError, Unauthorized, VersionConflict
@@ -27,10 +32,13 @@ __all__ = [
     "WRITE_METHODS",
     "BodyLimit",
     "Deadline",
+    "Internal",
     "deadline_response",
     "error_response",
     "http_error_response",
     "install_handlers",
+    "internal_response",
+    "route_of",
     "too_large_response",
     "validation_response",
 ]
@@ -56,11 +64,16 @@ def validation_response(exc: RequestValidationError) -> JSONResponse:
     problems = []
     for error in exc.errors():
         if error.get("type") == "json_invalid":
-            problems.append(f"the body is not valid JSON ({error.get('ctx', {}).get('error', 'parse error')} "
-                            f"at character {error.get('loc', ('', '?'))[-1]})")
+            problems.append(
+                f"the body is not valid JSON ({error.get('ctx', {}).get('error', 'parse error')} "
+                f"at character {error.get('loc', ('', '?'))[-1]})"
+            )
             continue
         where = ".".join(str(p) for p in error.get("loc", ()) if p != "body")
         problems.append(f"{where or 'body'}: {error.get('msg', 'invalid')}")
+    # A field name may hold a lone surrogate (an unknown key of the body): escaped, or the
+    # answer itself could not be encoded.
+    problems = [p.encode("utf-8", "backslashreplace").decode("utf-8") for p in problems]
     return JSONResponse(
         {"error": "InvalidInput", "message": "; ".join(problems)[:2000], "problems": problems[:50]},
         status_code=InvalidInput.status_code,
@@ -86,8 +99,10 @@ def too_large_response(limit_bytes: int, *, declared_bytes: int | None = None) -
     """The 413 for a body over ``serve.max_body_bytes``; ``declared_bytes``: its Content-Length."""
     size = f"{declared_bytes:,} bytes, over" if declared_bytes is not None else "over"
     mib = f" ({limit_bytes / 2**20:.4g} MiB)" if limit_bytes >= 2**20 else ""
-    message = (f"the request body is {size} the limit of {limit_bytes:,} bytes{mib}; send less, or raise "
-               "serve.max_body_bytes (STRATA_SERVE__MAX_BODY_BYTES) on the server")
+    message = (
+        f"the request body is {size} the limit of {limit_bytes:,} bytes{mib}; send less, or raise "
+        "serve.max_body_bytes (STRATA_SERVE__MAX_BODY_BYTES) on the server"
+    )
     return JSONResponse(
         {"error": "BodyTooLarge", "message": message, "max_body_bytes": limit_bytes},
         status_code=413,
@@ -165,14 +180,19 @@ class BodyLimit:
 def deadline_response(timeout_s: float, method: str) -> JSONResponse:
     """The 504 for a request still running after ``timeout_s``."""
     if method in WRITE_METHODS:
-        what = ("it is still running and will be applied unless it fails; read the result back, or retry "
-                "with the same Idempotency-Key header to get its answer once it is done")
+        what = (
+            "it is still running and will be applied unless it fails; read the result back, or retry "
+            "with the same Idempotency-Key header to get its answer once it is done"
+        )
     else:
         what = "retry shortly"
-    message = (f"the request took longer than {timeout_s:g} s (serve.request_timeout_s); {what}. "
-               "A server this slow is overloaded: fewer concurrent calls, or more replicas, help")
-    return JSONResponse({"error": "Timeout", "message": message, "timeout_s": timeout_s}, status_code=504,
-                        headers={"Retry-After": "5"})
+    message = (
+        f"the request took longer than {timeout_s:g} s (serve.request_timeout_s); {what}. "
+        "A server this slow is overloaded: fewer concurrent calls, or more replicas, help"
+    )
+    return JSONResponse(
+        {"error": "Timeout", "message": message, "timeout_s": timeout_s}, status_code=504, headers={"Retry-After": "5"}
+    )
 
 
 class Deadline:
@@ -222,7 +242,83 @@ class Deadline:
     def _finished_late(self, work: asyncio.Task[None]) -> None:
         self._late.discard(work)
         if not work.cancelled() and work.exception() is not None:
-            _log.warning("a request answered with a 504 failed afterwards: %r", work.exception())
+            _log.warning("a request answered with a 504 failed afterwards: %s", _safe_trace(work.exception()))
+
+
+def _safe_trace(exc: BaseException | None) -> str:
+    """An exception's type and where it was raised, without its message: the message of an
+    unexpected error may quote the request (``int('...')``, a validation error's input)."""
+    if exc is None:
+        return "no exception"
+    frames = traceback.extract_tb(exc.__traceback__)[-8:]
+    where = " <- ".join(f"{Path(f.filename).name}:{f.lineno} {f.name}" for f in reversed(frames))
+    return f"{type(exc).__module__}.{type(exc).__qualname__} at {where or 'an unknown place'}"
+
+
+def route_of(scope: Scope) -> tuple[BaseRoute, dict[str, Any]] | None:
+    """The route of the app ``scope`` goes to, with its path parameters; None if none matches
+    in full (FastAPI nests the routes of an included router, as Serve's ingress makes)."""
+
+    def leaves(routes: Iterable[BaseRoute]) -> Iterator[BaseRoute]:
+        for route in routes:
+            nested = getattr(route, "original_router", None)
+            yield from leaves(nested.routes) if nested is not None else (route,)
+
+    for route in leaves(getattr(getattr(scope.get("app"), "router", None), "routes", ())):
+        match, child = route.matches(scope)
+        if match == Match.FULL:
+            return route, dict(child.get("path_params", {}))
+    return None
+
+
+def _route_template(scope: Scope) -> str:
+    """The route's path template (``/v1/sessions/{session_id}/turns``), never the path itself."""
+    found = route_of(scope)
+    return str(getattr(found[0], "path", "?")) if found is not None else "an unknown route"
+
+
+def internal_response() -> JSONResponse:
+    return JSONResponse(
+        {"error": "InternalError", "message": "an unexpected error; it is logged (without the request) on the server"},
+        status_code=500,
+    )
+
+
+class Internal:
+    """Answer 500 to anything unexpected a request raises, and log what and where, never why.
+
+    Starlette's last-resort handler answers too, but then re-raises, and Serve logs the
+    exception with its message: the message of an unexpected error may quote the request
+    (a header's value, a body's field), which would then sit in the logs. Here the
+    exception ends: the log line holds its type, the route's template and the frames it
+    passed through. A Strata error wrapped by Ray is answered as itself.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def watched(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, watched)
+        except Exception as exc:  # noqa: BLE001 - the last resort: everything else is mapped before
+            err = unwrap(exc)
+            if isinstance(err, StrataError):
+                response = error_response(err)
+            else:
+                _log.error("500 on %s %s: %s", scope["method"], _route_template(scope), _safe_trace(err))
+                response = internal_response()
+            if not started:  # a started answer cannot change its status; the client sees it cut
+                await response(scope, receive, send)
 
 
 def install_handlers(app: object) -> None:
@@ -236,13 +332,9 @@ def install_handlers(app: object) -> None:
         return http_error_response(exc)  # type: ignore[arg-type]
 
     async def on_other(request: Request, exc: Exception) -> JSONResponse:
+        # Only what :class:`Internal` does not wrap reaches here (Starlette re-raises it after).
         err = unwrap(exc)
-        if isinstance(err, StrataError):
-            return error_response(err)
-        return JSONResponse(
-            {"error": "InternalError", "message": f"unexpected {type(err).__name__}; see the server log"},
-            status_code=500,
-        )
+        return error_response(err) if isinstance(err, StrataError) else internal_response()
 
     app.add_exception_handler(StrataError, on_strata)  # type: ignore[attr-defined]
     app.add_exception_handler(RequestValidationError, on_validation)  # type: ignore[attr-defined]

@@ -1,20 +1,27 @@
 """``Idempotency-Key`` on any write: a retried write is applied once.
 
-A pure ASGI middleware in front of the routes. For a POST, PATCH, PUT or
-DELETE with the header, and a valid tenant key in ``Authorization`` (checked,
-with its rate limit, by :class:`~strata_serve.auth.Authenticate`, outside it:
-a replay is authorised as a first attempt is), it reads the body (bounded by
-:class:`~strata_serve.errors.BodyLimit`, outside it too), and:
+A pure ASGI middleware in front of the routes. For a request to a route that
+writes (``ROUTES`` in :mod:`strata_serve.auth` says which) with the header, from a
+tenant key that may write (resolved, and its rate limit taken, by
+:class:`~strata_serve.auth.Authenticate`, outside it, for a replay as for a first
+attempt), it reads the body (bounded by :class:`~strata_serve.errors.BodyLimit`,
+outside it too), and:
 
 - replays the kept answer when the tenant sent the same key with the same
-  request before (``Idempotent-Replayed: true``);
+  request before (``Idempotent-Replayed: true``), once the key's scope is checked
+  against what the route does, as the route checks a first attempt (403 otherwise);
 - answers 422 when the key came with a different request;
 - otherwise runs the route and keeps a 2xx answer for ``serve.idempotency_ttl_s``.
   Errors are not kept: a retry after a 409, 429 or 503 is tried again.
 
+Nothing else is kept: not the answers of read routes (``/v1/context``, ``/v1/search``,
+GETs: they would outlive what they show), nor anything for a read-only key (the
+header passes to the route, which answers as without it).
+
 A tenant's full keys share its kept answers (a retry after a key rotation is
-answered). A narrower key (read-only, or one session's) is answered only what
-it sent itself: another key's answer could be one its scope may not read.
+answered). A narrower key (one session's, or without documents and skills) is
+answered only what it sent itself: another key's answer could be one its scope may
+not read.
 
 One key is handled at a time per Api replica. Two replicas that receive the
 same key at the same moment may both apply it (there is no insert-if-absent in
@@ -27,6 +34,7 @@ content that is forgotten now.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import re
 from collections.abc import Awaitable, Callable
@@ -37,9 +45,10 @@ from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from strata.access.idempotency import Answer, IdempotencyStore, fingerprint
+from strata.access.keys import Forbidden, KeyInfo, Need, authorize
 from strata.errors import StrataError
-from strata_serve.auth import bearer_key, current_key
-from strata_serve.errors import WRITE_METHODS
+from strata_serve.auth import ROUTES, current_key
+from strata_serve.errors import WRITE_METHODS, error_response, route_of
 
 __all__ = ["Idempotent", "Replica", "replica_parts"]
 
@@ -48,9 +57,8 @@ _log = logging.getLogger(__name__)
 _KEY = re.compile(r"^[\x21-\x7e]{1,255}$")
 _KEPT_HEADERS = ("content-type", "etag", "location")
 
-#: What the middleware needs from the Api replica: the tenant of a bearer key (None if it is
-#: not an active tenant key) and the store of kept answers.
-Replica = tuple[Callable[[str | None], Awaitable[str | None]], Callable[[], Awaitable[IdempotencyStore]]]
+#: What the middleware needs from the Api replica: the store of kept answers.
+Replica = Callable[[], Awaitable[IdempotencyStore]]
 
 
 def _refusal(message: str) -> JSONResponse:
@@ -65,44 +73,48 @@ class Idempotent:
         self._locks: dict[tuple[str, str], list[Any]] = {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        headers = Headers(scope=scope) if scope["type"] == "http" else None
-        key = headers.get("idempotency-key") if headers is not None else None
-        if headers is None or scope["method"] not in WRITE_METHODS:
+        info = current_key() if scope["type"] == "http" and scope["method"] in WRITE_METHODS else None
+        route = _route(scope) if info is not None and not info.admin else None
+        if info is None or route is None or not route[1].stores:
+            # Not a tenant key's write (the route answers 401/403 as without the header), or a
+            # read route: nothing is kept.
             await self.app(scope, receive, send)
             return
+        _, need, params = route
+        headers = Headers(scope=scope)
+        key = headers.get("idempotency-key")
         if key is None:
             if scope["method"] == "DELETE":
-                await self._delete(scope, receive, send, headers)
+                await self._delete(scope, receive, send, info.tenant)
             else:
                 await self.app(scope, receive, send)
             return
         if not _KEY.fullmatch(key):
             await _refusal("Idempotency-Key must be 1 to 255 visible ASCII characters")(scope, receive, send)
             return
-        body, replay = await _read_body(receive)
-        tenant_of, answers_of = self.replica()
-        try:
-            tenant = await tenant_of(bearer_key(headers.get("authorization")))
-        except StrataError:
-            tenant = None
-        if tenant is None:  # no valid tenant key: the route answers 401/403 as without the header
-            await self.app(scope, replay, send)
+        if info.read_only:  # stores nothing: the route refuses the write
+            await self.app(scope, receive, send)
             return
-        scoped = current_key()
-        if scoped is not None and (scoped.read_only or scoped.session_id is not None):
-            key = f"{scoped.key_id}/{key}"
+        body, replay = await _read_body(receive)
+        if info.session_id is not None or not info.sees_shared:
+            key = f"{info.key_id}/{key}"
+        tenant = info.tenant
         print_ = fingerprint(scope["method"], scope["path"], scope.get("query_string", b""), body)
+        session = _session(params, body)
         slot = self._locks.setdefault((tenant, key), [asyncio.Lock(), 0])
         slot[1] += 1
         try:
             async with slot[0]:
-                await self._once(scope, replay, send, tenant, key, print_, await answers_of())
+                await self._once(scope, replay, send, (info, need, session), key, print_, await self._answers())
         finally:
             slot[1] -= 1
             if not slot[1]:
                 self._locks.pop((tenant, key), None)
 
-    async def _delete(self, scope: Scope, receive: Receive, send: Send, headers: Headers) -> None:
+    async def _answers(self) -> IdempotencyStore:
+        return await self.replica()()
+
+    async def _delete(self, scope: Scope, receive: Receive, send: Send, tenant: str) -> None:
         """A delete without a key: the tenant's kept answers go once it succeeded."""
         status = 500
 
@@ -114,22 +126,34 @@ class Idempotent:
 
         await self.app(scope, receive, watch)
         if 200 <= status < 300:
-            tenant_of, answers_of = self.replica()
             try:
-                tenant = await tenant_of(bearer_key(headers.get("authorization")))
-                if tenant is not None:
-                    await asyncio.to_thread((await answers_of()).forget, tenant)
+                await asyncio.to_thread((await self._answers()).forget, tenant)
             except StrataError as exc:
                 _log.warning("kept answers of idempotent writes not dropped after a delete: %s", exc.message)
 
     async def _once(
-        self, scope: Scope, receive: Receive, send: Send, tenant: str, key: str, print_: str, answers: IdempotencyStore
+        self,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        caller: tuple[KeyInfo, Need, str | None],
+        key: str,
+        print_: str,
+        answers: IdempotencyStore,
     ) -> None:
+        info, need, session = caller
+        tenant = info.tenant
         kept = await asyncio.to_thread(answers.get, tenant, key)
         if kept is not None:
             if kept.fingerprint != print_:
-                await _refusal("this Idempotency-Key was sent with a different request; use a new key for a new "
-                               "write")(scope, receive, send)
+                await _refusal("this Idempotency-Key was sent with a different request; use a new key for a new write")(
+                    scope, receive, send
+                )
+                return
+            try:  # as the route checks a first attempt: a key of another scope gets no stored answer
+                authorize(info, need, session=session)
+            except Forbidden as exc:
+                await error_response(exc)(scope, receive, send)
                 return
             headers = {**kept.headers, "idempotent-replayed": "true"}
             response = JSONResponse(None, status_code=kept.status, headers=headers)
@@ -153,7 +177,9 @@ class Idempotent:
         if 200 <= status < 300:
             out = Headers(raw=start["headers"]) if start else Headers()
             body = b"".join(m.get("body", b"") for m in messages if m["type"] == "http.response.body")
-            answer = Answer(print_, status, {h: out[h] for h in _KEPT_HEADERS if h in out}, body.decode(errors="replace"))
+            answer = Answer(
+                print_, status, {h: out[h] for h in _KEPT_HEADERS if h in out}, body.decode(errors="replace")
+            )
             try:
                 if scope["method"] == "DELETE":
                     await asyncio.to_thread(answers.forget, tenant)
@@ -189,5 +215,27 @@ async def _read_body(receive: Receive) -> tuple[bytes, Receive]:
 
 
 def replica_parts(replica: Any) -> Replica:
-    """The :data:`Replica` callables of an :class:`~strata_serve.api.Api` instance."""
-    return replica.tenant_of_key, replica.idempotency_store
+    """The :data:`Replica` callable of an :class:`~strata_serve.api.Api` instance."""
+    store: Replica = replica.idempotency_store
+    return store
+
+
+def _route(scope: Scope) -> tuple[str, Need, dict[str, Any]] | None:
+    """The tenant route ``scope`` goes to, what it does (:data:`~strata_serve.auth.ROUTES`)
+    and its path parameters; None for an admin, open or unknown route."""
+    found = route_of(scope)
+    name = str(getattr(found[0], "name", "")) if found is not None else ""
+    need = ROUTES.get(name)
+    return None if found is None or need is None else (name, need, found[1])
+
+
+def _session(params: dict[str, Any], body: bytes) -> str | None:
+    """The session a request is confined to: its path's ``session_id``, else its JSON body's."""
+    if isinstance(params.get("session_id"), str):
+        return str(params["session_id"])
+    try:
+        parsed = json.loads(body)
+    except ValueError:  # the route answers 422; a kept answer's body was valid JSON
+        return None
+    value = parsed.get("session_id") if isinstance(parsed, dict) else None
+    return value if isinstance(value, str) else None

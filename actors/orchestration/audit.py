@@ -27,17 +27,19 @@ class AuditFlow(FlowBase):
     def _audit_writer(self) -> AuditWriter:
         if self._audit is None:
             audit = self.settings.audit
-            self._audit = AuditWriter(self._open_audit_log, flush_interval_s=audit.flush_interval_s,
-                                      max_batch=audit.max_batch, max_pending=audit.max_pending)
+            self._audit = AuditWriter(
+                self._open_audit_log,
+                flush_interval_s=audit.flush_interval_s,
+                max_batch=audit.max_batch,
+                max_pending=audit.max_pending,
+            )
         return self._audit
 
     def _open_audit_log(self) -> AuditLog:
         store, names = open_store(self.settings)
         return AuditLog(store, names.state)
 
-    async def _record(
-        self, tenant: str, by: str, op: str, layer: str, record_id: str, version: int | None
-    ) -> None:
+    async def _record(self, tenant: str, by: str, op: str, layer: str, record_id: str, version: int | None) -> None:
         """Queue an entry for the tenant's audit history; it is written within about
         ``audit.flush_interval_s``. Best effort: the change is durable already, and failing
         the call now would make the caller retry a write that happened."""
@@ -48,7 +50,8 @@ class AuditFlow(FlowBase):
 
     async def audit(self, tenant: str, *, since: datetime | None = None, limit: int = 100) -> AuditHistory:
         """The tenant's changes, oldest first: time, key id, operation, layer, record, version.
-        The tenant's queued entries are written first: a caller sees its own changes."""
+        The tenant's queued entries are written first: a caller sees its own changes.
+        ``since`` without a zone is UTC (:meth:`AuditLog.read`)."""
         if not 1 <= limit <= 1000:
             raise InvalidInput(f"limit must be between 1 and 1000, got {limit}", field="limit")
         writer = self._audit_writer()

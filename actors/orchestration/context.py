@@ -5,7 +5,7 @@ and an LLM is configured, the layers' items are condensed by it instead."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Collection
 from datetime import UTC, datetime
 from typing import TypeVar, cast
 
@@ -27,12 +27,15 @@ _T = TypeVar("_T")
 class ContextFlow(FlowBase):
     """``build_context``: the layers read at once and fitted to the budget, refined if need be."""
 
-    async def build_context(self, tenant: str, req: ContextRequest, *, session_only: bool = False) -> ContextResult:
+    async def build_context(
+        self, tenant: str, req: ContextRequest, *, session_only: bool = False, layers: Collection[str] | None = None
+    ) -> ContextResult:
         """Working memory always; the task type's other layers concurrently; fitted to the budget.
 
         A layer that fails or misses its deadline (``context.layer_timeouts``)
         is left out and named in ``missing``; the others still make the context.
         ``session_only``: episodic memory of this session only (a session-bound key).
+        ``layers``: read no layer but these (and working memory): the ones the caller's key sees.
         """
         ctx = self.settings.context
         if req.task_type not in ctx.policies and req.layers is None:
@@ -43,6 +46,8 @@ class ContextFlow(FlowBase):
         policy: dict[str, LayerPolicy] = (
             {layer: LayerPolicy() for layer in req.layers} if req.layers is not None else ctx.policies[req.task_type]
         )
+        if layers is not None:
+            policy = {layer: p for layer, p in policy.items() if layer in layers or layer == "working"}
         max_tokens = req.max_tokens or ctx.default_max_tokens
         reference = req.reference_time or datetime.now(UTC)
         # A time expression read off the message is a preference, not a filter,
@@ -69,7 +74,11 @@ class ContextFlow(FlowBase):
                 skills = await self.router.procedural(tenant).search(tenant, query=query, vector=vector, top_k=top_k)
                 return [ContextItem.model_validate(skill_hit(s)) for s in skills], None
             found = await self.router.episodic(tenant).search(
-                tenant, query=query, vector=vector, top_k=top_k, session_id=req.session_id if session_only else None,
+                tenant,
+                query=query,
+                vector=vector,
+                top_k=top_k,
+                session_id=req.session_id if session_only else None,
                 prefer=(time_range.start, time_range.end) if time_range else None,
             )
             return [ContextItem.model_validate(h) for h in found["hits"]], found["version"]
@@ -134,7 +143,11 @@ class ContextFlow(FlowBase):
         assert self._llm is not None
         narrowed = {(i.layer, i.id) for i in assembled.narrowed}
         items = [
-            i for sec in assembled.sections if sec.layer != "working" for i in sec.items if (i.layer, i.id) not in narrowed
+            i
+            for sec in assembled.sections
+            if sec.layer != "working"
+            for i in sec.items
+            if (i.layer, i.id) not in narrowed
         ]
         items += assembled.narrowed + assembled.dropped  # whole, as the layers returned them
         working_tokens = sum(sec.tokens for sec in assembled.sections if sec.layer == "working")

@@ -70,9 +70,15 @@ class WriteFlow(AuditFlow):
             left = (out["expires_at"] - datetime.now(UTC)).total_seconds() if out["expires_at"] else None
             for role, text in (("user", d["user"]), ("assistant", d["agent"])):
                 if text and text.strip():
-                    items.append({"role": role, "content": text, "created_at": out["timestamp"],
-                                  "ttl_s": max(left, 0.001) if left is not None else None,
-                                  "metadata": {TURN_ID: out["turn_id"]}})
+                    items.append(
+                        {
+                            "role": role,
+                            "content": text,
+                            "created_at": out["timestamp"],
+                            "ttl_s": max(left, 0.001) if left is not None else None,
+                            "metadata": {TURN_ID: out["turn_id"]},
+                        }
+                    )
         versions = {"episodic": episodic["version"]}
         # A retry of recorded turns changed nothing in episodic memory; it still
         # completes working memory, which the first attempt may not have reached.
@@ -93,9 +99,12 @@ class WriteFlow(AuditFlow):
             replayed=episodic["replayed"],
         )
 
-    async def post_interaction(self, tenant: str, body: InteractionIn, *, by: str = "") -> InteractionResult:
+    async def post_interaction(
+        self, tenant: str, body: InteractionIn, *, by: str = "", learn: bool = True
+    ) -> InteractionResult:
         """Record the exchange in working and episodic memory; a success of a learning
-        task type queues a skill extraction (durable, in the background)."""
+        task type queues a skill extraction (durable, in the background).
+        ``learn=False``: never a skill (the caller's key may not write skills)."""
         # Redacted here once (the turn, and the trace the job keeps); record_turns
         # redacts again, which changes nothing: redaction is idempotent.
         pii = self._pii.for_tenant(tenant)
@@ -104,20 +113,30 @@ class WriteFlow(AuditFlow):
         learn_from = self.settings.procedural.learn_from
         job: SkillJobOut | None = None
         missing = dict(recorded.missing)
-        if not body.success:
+        if not learn:
+            learning = "not learned: this key may not write skills (a session key, or one without skills)"
+        elif not body.success:
             learning = "not learned: only successful tasks teach a skill"
         elif body.task_type not in learn_from:
-            learning = f"not learned: task type {body.task_type!r} is not in procedural.learn_from ({', '.join(learn_from)})"
+            learning = (
+                f"not learned: task type {body.task_type!r} is not in procedural.learn_from ({', '.join(learn_from)})"
+            )
         elif not body.trace and not self.settings.llm.enabled:
             learning = "not learned: give a trace (without an LLM, skills are built from structured traces)"
         else:
-            trace = plain_trace(body.trace) if body.trace else [
-                f"user: {body.user or ''}".strip(), f"agent: {body.agent or ''}".strip()
-            ]
+            trace = (
+                plain_trace(body.trace)
+                if body.trace
+                else [f"user: {body.user or ''}".strip(), f"agent: {body.agent or ''}".strip()]
+            )
             task = body.task or body.user or body.agent or ""
             try:
                 job = await self.router.procedural(tenant).learn_later(
-                    tenant, task, trace, body.outcome, by=by,
+                    tenant,
+                    task,
+                    trace,
+                    body.outcome,
+                    by=by,
                     extra={"session_id": body.session_id, "turn_id": recorded.turns[0].turn_id},
                 )
                 learning = "learning a skill in the background: see skill_job"

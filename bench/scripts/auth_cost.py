@@ -63,14 +63,14 @@ def _app(gate: KeyGate, answers: IdempotencyStore) -> FastAPI:
     async def answers_of() -> IdempotencyStore:
         return answers
 
-    app.add_middleware(Idempotent, replica=lambda: (gate.tenant_of_key, answers_of))
+    app.add_middleware(Idempotent, replica=lambda: answers_of)
     app.add_middleware(BodyLimit, max_bytes=lambda: 128 * 2**20)
     app.add_middleware(Authenticate, gate=lambda: gate)
     app.add_middleware(Deadline, timeout_s=lambda: 30.0)
 
     @app.get("/v1/documents")
     async def documents(authorization: str | None = Header(default=None)) -> dict[str, str]:
-        return {"tenant": await gate.tenant(authorization, writes=False, session=None)}
+        return {"tenant": (await gate.caller(authorization, "list_documents")).tenant}
 
     return app
 

@@ -124,7 +124,9 @@ class AuditLog:
         )
 
     def read(self, tenant: str, *, since: datetime | None = None, limit: int = 100) -> list[AuditEntry]:
-        """The tenant's changes since ``since``, oldest first, at most ``limit``."""
+        """The tenant's changes since ``since`` (without a zone: UTC), oldest first, at most ``limit``."""
+        if since is not None and since.tzinfo is None:
+            since = since.replace(tzinfo=UTC)  # compared with the entries' aware times, it would raise
         rows = self._store.scan(
             self._collection, tenant=tenant, session=AUDIT_KIND, kinds=[AUDIT_KIND], with_vectors=False
         )
@@ -331,7 +333,9 @@ class AuditWriter:
         before, self.dropped = self.dropped, self.dropped + n
         # One line per 1,000 dropped, not one per entry: the store is down, the log should stay readable.
         if before // 1000 != self.dropped // 1000 or before == 0:
-            _log.error("audit queue full (%d entries): %d oldest entries dropped so far", self.max_pending, self.dropped)
+            _log.error(
+                "audit queue full (%d entries): %d oldest entries dropped so far", self.max_pending, self.dropped
+            )
 
 
 def entry(op: str, layer: str, record_id: str, *, key_id: str, version: int | None = None) -> AuditEntry:

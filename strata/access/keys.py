@@ -10,24 +10,32 @@ listing still shows it. Each API replica keeps a lookup for at most
 ``auth.key_cache_ttl_s`` (1 s; :mod:`strata.access.keycache`), so a revoked key is
 refused on every replica within that time.
 
-Scopes, checked by :func:`authorize` for every tenant route:
+A key's scope is four facts, fixed when it is made (a rotated key keeps them):
 
-==================  ==============================================================
-key                 may call
-==================  ==============================================================
-full (default)      every tenant route
-read-only           GET routes, ``POST /v1/context``, ``POST /v1/search``; 403 else
-session ``S``       ``/v1/sessions/S/...``; ``/v1/context``, ``/v1/search`` and
-                    ``/v1/interactions`` with ``session_id`` ``S``; 403 for other
-                    sessions and for tenant-wide routes (documents, entities, skills,
-                    skill jobs, search without ``session_id``)
-both                what both allow
-admin               ``/v1/admin/...`` only; 403 on tenant routes
-==================  ==============================================================
+- its **tenant** (an admin key has none: ``/v1/admin`` routes only, 403 on tenant routes);
+- **read_only**: it may read and never write, nor store an idempotent answer;
+- **session_id**: working and episodic memory of that one session only (the
+  session layers, :data:`SESSION_LAYERS`); without it, of every session;
+- **shared**: whether it sees the tenant-wide layers, documents (semantic) and
+  skills (procedural). On by default for a tenant-wide key, off for a session key.
 
-A session key's ``/v1/context`` still draws on the tenant's episodic, semantic
-and procedural memory, as that call always does: the session scope limits what
-the key writes and whose working memory it reads.
+Every tenant route says what it needs as a :class:`Need` (the layers it reads and
+writes; the table is ``ROUTES`` in ``serve_app/auth.py``), and :func:`authorize`
+checks the key against it:
+
+- each layer read or written must be one the key sees (:attr:`KeyInfo.layers`);
+- a write needs a key that is not read-only;
+- a session layer, read or written, needs the session the route names to be the
+  key's own (a route over every session, such as ``/v1/audit`` or a search without
+  ``session_id``, is refused to a session key);
+- a tenant-wide layer is written only by a key bound to no session: a session key,
+  shared or not, writes its own session's memory and nothing else.
+
+``/v1/search`` and ``/v1/context`` read the layers the request names (403 for one the
+key does not see) or, by default, every layer the key sees: the others are left out
+without a word. ``/v1/interactions`` teaches a skill only for a key that may write
+skills. Rows written before scopes existed hold only tenant and key_id: they read as
+full tenant keys, and a row without ``shared`` takes the default of its kind.
 """
 
 from __future__ import annotations
@@ -37,8 +45,8 @@ import hashlib
 import re
 import secrets
 import time
-from collections.abc import Callable
-from dataclasses import replace
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -46,6 +54,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from strata.errors import InvalidInput, NotFound, StrataError
 from strata.ids import ID_PATTERN, SYSTEM_TENANT, validate_id
+from strata.layers import LAYERS, Layer
 from strata.store.layout import Collections
 from strata.store.records import Record, RecordStore
 
@@ -53,15 +62,20 @@ __all__ = [
     "KEY_ID_PATTERN",
     "KEY_PREFIX",
     "KEY_TENANT",
+    "SESSION_LAYERS",
+    "SHARED_LAYERS",
     "Forbidden",
     "KeyCreateIn",
     "KeyCreated",
     "KeyInfo",
     "KeyList",
     "KeyStore",
+    "Need",
     "authorize",
     "hash_key",
+    "may",
     "open_keys",
+    "visible_layers",
     "well_formed",
 ]
 
@@ -73,6 +87,12 @@ _KIND = "apikey"
 _MAX_KEY_CHARS = 200
 _MAX_NAME_CHARS = 100
 _ID = ID_PATTERN.pattern.join("^$")
+
+#: The layers that hold one session's memory; a session key reaches its own session's only.
+SESSION_LAYERS: frozenset[Layer] = frozenset(("working", "episodic"))
+#: The tenant-wide layers: documents (semantic) and skills (procedural), seen by a ``shared`` key.
+SHARED_LAYERS: frozenset[Layer] = frozenset(LAYERS) - SESSION_LAYERS
+_WHAT = {"working": "working memory", "episodic": "episodic memory", "semantic": "documents", "procedural": "skills"}
 
 
 class Forbidden(StrataError):
@@ -102,6 +122,8 @@ class KeyInfo(BaseModel):
     admin: bool = False
     read_only: bool = False
     session_id: str | None = None
+    #: Sees documents and skills; None (a row from before the field): the default of its kind.
+    shared: bool | None = None
     name: str | None = None
     created_at: datetime
     revoked_at: datetime | None = None
@@ -111,11 +133,25 @@ class KeyInfo(BaseModel):
         return self.revoked_at is None
 
     @property
+    def sees_shared(self) -> bool:
+        """Whether the key sees documents and skills: as created, else on for a tenant-wide key only."""
+        return self.shared if self.shared is not None else self.session_id is None
+
+    @property
+    def layers(self) -> frozenset[Layer]:
+        """The layers the key may read (and write, unless read-only or, for documents and skills, session-bound)."""
+        if self.admin:
+            return frozenset()
+        return SESSION_LAYERS | (SHARED_LAYERS if self.sees_shared else frozenset())
+
+    @property
     def scopes(self) -> str:
         """``admin``, ``all``, or what limits the key, e.g. ``read-only, session s1``."""
         if self.admin:
             return "admin"
         parts = (["read-only"] if self.read_only else []) + ([f"session {self.session_id}"] if self.session_id else [])
+        if self.sees_shared != (self.session_id is None):  # not the default of its kind
+            parts.append("documents and skills" if self.sees_shared else "no documents or skills")
         return ", ".join(parts) or "all"
 
 
@@ -133,6 +169,11 @@ class KeyCreateIn(BaseModel):
     tenant: str = Field(pattern=_ID)
     read_only: bool = False
     session_id: str | None = Field(default=None, pattern=_ID, description="Limit the key to this session")
+    shared: bool | None = Field(
+        default=None,
+        description="Let the key see documents and skills (read them; write them too if it is bound to no session "
+        "and not read-only). Default: true for a tenant-wide key, false for a session key",
+    )
     name: str | None = Field(default=None, max_length=_MAX_NAME_CHARS, description="A label for people")
 
 
@@ -140,33 +181,91 @@ class KeyList(BaseModel):
     keys: list[KeyInfo]
 
 
-def authorize(info: KeyInfo, *, writes: bool, session: str | None) -> None:
-    """Raise :class:`Forbidden` unless ``info``'s scope covers a tenant route.
+@dataclass(frozen=True)
+class Need:
+    """What a tenant route does: the layers it reads and the layers it writes.
+
+    Attributes:
+        reads: layers the route reads.
+        writes: layers the route writes (any write needs a key that is not read-only).
+        chosen: the request names the layers it reads among ``reads`` (search, context):
+            see :func:`visible_layers`.
+        learns: layers the route also writes when the key may, and leaves alone when
+            it may not (an interaction teaches a skill: procedural).
+    """
+
+    reads: frozenset[Layer] = frozenset()
+    writes: frozenset[Layer] = frozenset()
+    chosen: bool = False
+    learns: frozenset[Layer] = frozenset()
+
+    @property
+    def stores(self) -> bool:
+        """Whether the route changes memory (and so may keep an answer for an Idempotency-Key)."""
+        return bool(self.writes)
+
+
+def authorize(info: KeyInfo, need: Need, *, session: str | None) -> None:
+    """Raise :class:`Forbidden` unless ``info``'s scope covers ``need``.
 
     Args:
-        writes: the route changes memory (anything but GET, /v1/context, /v1/search).
+        need: what the route reads and writes (for a route whose request names its
+            layers, the ``Need`` of those layers).
         session: the session the route is confined to (its path's or its body's
-            ``session_id``); None for a tenant-wide route.
+            ``session_id``); None for a route over every session.
+
+    Raises:
+        Forbidden: the message says what the key may do instead.
     """
     if info.admin:
         raise Forbidden("an admin key may call /v1/admin routes only; use a tenant key here")
-    if info.read_only and writes:
-        raise Forbidden(_may(info))
-    if info.session_id is not None and session != info.session_id:
-        raise Forbidden(_may(info))
+    if need.writes and info.read_only:
+        raise Forbidden(f"{_describe(info)}: it may call GET routes, POST /v1/context and POST /v1/search only")
+    hidden = sorted((need.reads | need.writes) - info.layers, key=LAYERS.index)
+    if hidden:
+        raise Forbidden(f"{_describe(info)}: it may not reach {_names(hidden)}; a key created with shared=true may")
+    if info.session_id is not None:
+        if (need.reads | need.writes) & SESSION_LAYERS and session != info.session_id:
+            where = f"session {session!r}" if session is not None else "every session (give session_id)"
+            raise Forbidden(f"{_describe(info)}: it may call routes of session {info.session_id!r}, not of {where}")
+        if need.writes & SHARED_LAYERS:
+            written = sorted(need.writes & SHARED_LAYERS, key=LAYERS.index)
+            raise Forbidden(f"{_describe(info)}: it may not change {_names(written)}; a key bound to no session may")
 
 
-def _may(info: KeyInfo) -> str:
-    verbs = "GET routes, POST /v1/context and POST /v1/search" if info.read_only else "any route"
-    if info.session_id is None:
-        return f"this key is read-only: it may call {verbs}"
-    s = info.session_id
-    where = (
-        f"/v1/sessions/{s}/... and /v1/context, /v1/search"
-        + ("" if info.read_only else ", /v1/interactions")
-        + f" with session_id {s!r}"
+def may(info: KeyInfo, need: Need, *, session: str | None) -> bool:
+    """Whether :func:`authorize` lets ``info`` do ``need``."""
+    try:
+        authorize(info, need, session=session)
+    except Forbidden:
+        return False
+    return True
+
+
+def visible_layers(info: KeyInfo, asked: Iterable[Layer] | None, *, default: Iterable[Layer]) -> list[Layer]:
+    """The layers a search or context call of ``info`` reads: the ones it ``asked`` for, each
+    one the key must see (:class:`Forbidden` otherwise); without any asked, those of
+    ``default`` the key sees, the others left out."""
+    if asked is not None:
+        wanted = list(dict.fromkeys(asked))
+        hidden = [layer for layer in wanted if layer not in info.layers]
+        if hidden:
+            raise Forbidden(f"{_describe(info)}: it may not read {_names(hidden)}; leave layers out to read all it may")
+        return wanted
+    return [layer for layer in dict.fromkeys(default) if layer in info.layers]
+
+
+def _describe(info: KeyInfo) -> str:
+    limits = (
+        (["read-only"] if info.read_only else [])
+        + ([f"limited to session {info.session_id!r}"] if info.session_id is not None else [])
+        + ([] if info.sees_shared else ["without documents and skills"])
     )
-    return f"this key is limited to session {s!r}{' and read-only' if info.read_only else ''}: it may call {where}"
+    return f"this key is {' and '.join(limits)}" if limits else "this key"
+
+
+def _names(layers: Iterable[Layer]) -> str:
+    return ", ".join(f"{_WHAT[layer]} ({layer})" for layer in layers)
 
 
 def _check_name(name: str | None) -> str | None:
@@ -197,45 +296,95 @@ class KeyStore:
     # -- creating -------------------------------------------------------------
 
     def create(
-        self, tenant: str, *, read_only: bool = False, session_id: str | None = None, name: str | None = None
+        self,
+        tenant: str,
+        *,
+        read_only: bool = False,
+        session_id: str | None = None,
+        shared: bool | None = None,
+        name: str | None = None,
     ) -> str:
         """A new key for ``tenant``; the secret is returned once and stored hashed.
+
+        Args:
+            shared: the key sees documents and skills; None: only if it is bound to no session.
 
         Raises:
             strata.errors.InvalidInput: a bad tenant or session id, or the reserved tenant.
         """
-        return self.issue(tenant, read_only=read_only, session_id=session_id, name=name).key
+        return self.issue(tenant, read_only=read_only, session_id=session_id, shared=shared, name=name).key
 
     def issue(
-        self, tenant: str, *, read_only: bool = False, session_id: str | None = None, name: str | None = None
+        self,
+        tenant: str,
+        *,
+        read_only: bool = False,
+        session_id: str | None = None,
+        shared: bool | None = None,
+        name: str | None = None,
     ) -> KeyCreated:
         """As :meth:`create`, returning the key with its :class:`KeyInfo`."""
         validate_id(tenant, field="tenant")
         if tenant == SYSTEM_TENANT:
-            raise InvalidInput(f"tenant {SYSTEM_TENANT!r} is reserved for Strata's own rows; choose another", field="tenant")
+            raise InvalidInput(
+                f"tenant {SYSTEM_TENANT!r} is reserved for Strata's own rows; choose another", field="tenant"
+            )
         if session_id is not None:
             validate_id(session_id, field="session_id")
-        return self._issue(tenant, admin=False, read_only=read_only, session_id=session_id, name=_check_name(name))
+        if shared is None:
+            shared = session_id is None
+        return self._issue(
+            tenant, admin=False, read_only=read_only, session_id=session_id, shared=shared, name=_check_name(name)
+        )
 
     def issue_admin(self, *, name: str | None = None) -> KeyCreated:
         """A new admin key, good for ``/v1/admin`` routes only."""
-        return self._issue(SYSTEM_TENANT, admin=True, read_only=False, session_id=None, name=_check_name(name))
+        return self._issue(
+            SYSTEM_TENANT, admin=True, read_only=False, session_id=None, shared=None, name=_check_name(name)
+        )
 
-    def _issue(self, tenant: str, *, admin: bool, read_only: bool, session_id: str | None, name: str | None) -> KeyCreated:
+    def _issue(
+        self,
+        tenant: str,
+        *,
+        admin: bool,
+        read_only: bool,
+        session_id: str | None,
+        shared: bool | None,
+        name: str | None,
+    ) -> KeyCreated:
         key = KEY_PREFIX + secrets.token_urlsafe(24)
         digest = hash_key(key)
         now_ms = int(self._clock() * 1000)
         created = KeyCreated(
-            key=key, key_id=digest[:12], tenant=tenant, admin=admin, read_only=read_only,
-            session_id=session_id, name=name, created_at=_at(now_ms),
+            key=key,
+            key_id=digest[:12],
+            tenant=tenant,
+            admin=admin,
+            read_only=read_only,
+            session_id=session_id,
+            shared=shared,
+            name=name,
+            created_at=_at(now_ms),
         )
         payload: dict[str, Any] = {
-            "tenant": tenant, "key_id": created.key_id, "admin": admin, "read_only": read_only,
-            "session_id": session_id, "name": name, "revoked_ms": None,
+            "tenant": tenant,
+            "key_id": created.key_id,
+            "admin": admin,
+            "read_only": read_only,
+            "session_id": session_id,
+            "shared": shared,
+            "name": name,
+            "revoked_ms": None,
         }
-        self._store.upsert(self._collection, [
-            Record(pk=_pk(digest), tenant=KEY_TENANT, session=_KIND, kind=_KIND, ts_ms=now_ms, text="", payload=payload)
-        ])
+        self._store.upsert(
+            self._collection,
+            [
+                Record(
+                    pk=_pk(digest), tenant=KEY_TENANT, session=_KIND, kind=_KIND, ts_ms=now_ms, text="", payload=payload
+                )
+            ],
+        )
         return created
 
     # -- authenticating -------------------------------------------------------
@@ -262,7 +411,9 @@ class KeyStore:
         if tenant is not None:
             validate_id(tenant, field="tenant")
         infos = [_info(row) for row in self._rows()]
-        return sorted((i for i in infos if tenant is None or i.tenant == tenant), key=lambda i: (i.created_at, i.key_id))
+        return sorted(
+            (i for i in infos if tenant is None or i.tenant == tenant), key=lambda i: (i.created_at, i.key_id)
+        )
 
     def revoke(self, key_id: str) -> KeyInfo:
         """Revoke the key at once; revoking a revoked key changes nothing.
@@ -295,7 +446,14 @@ class KeyStore:
         if not active:
             raise InvalidInput(f"key {key_id} is revoked; create a new key instead", field="key_id")
         old = active[0]
-        new = self._issue(old.tenant, admin=old.admin, read_only=old.read_only, session_id=old.session_id, name=old.name)
+        new = self._issue(
+            old.tenant,
+            admin=old.admin,
+            read_only=old.read_only,
+            session_id=old.session_id,
+            shared=old.shared,
+            name=old.name,
+        )
         self.revoke(key_id)
         return new
 
@@ -345,11 +503,18 @@ def _pk(digest: str) -> str:
 
 
 def _info(row: Record) -> KeyInfo:
-    # Rows written before scopes existed hold only tenant and key_id.
+    # Rows written before scopes existed hold only tenant and key_id; before `shared`, no `shared`.
     p = row.payload
     revoked_ms = p.get("revoked_ms")
+    shared = p.get("shared")
     return KeyInfo(
-        key_id=str(p["key_id"]), tenant=str(p["tenant"]), admin=bool(p.get("admin", False)),
-        read_only=bool(p.get("read_only", False)), session_id=p.get("session_id"), name=p.get("name"),
-        created_at=_at(row.ts_ms), revoked_at=None if revoked_ms is None else _at(int(revoked_ms)),
+        key_id=str(p["key_id"]),
+        tenant=str(p["tenant"]),
+        admin=bool(p.get("admin", False)),
+        read_only=bool(p.get("read_only", False)),
+        session_id=p.get("session_id"),
+        shared=None if shared is None else bool(shared),
+        name=p.get("name"),
+        created_at=_at(row.ts_ms),
+        revoked_at=None if revoked_ms is None else _at(int(revoked_ms)),
     )

@@ -40,13 +40,23 @@ _TASK_TYPE = r"^[a-z][a-z0-9_\-]{0,31}$"
 class _In(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _utf8(cls, data: Any) -> Any:
+        # JSON may spell a lone surrogate ("\\ud800"), which Python's parser keeps; no store,
+        # tokenizer or log can encode it, so it is refused here, at the edge.
+        _encodable(data)
+        return data
+
 
 _METADATA_BYTES_MAX = 8192
 
 
 def _ttl() -> Any:
     return Field(
-        default=None, gt=0, le=TTL_MAX_S,
+        default=None,
+        gt=0,
+        le=TTL_MAX_S,
         description="Seconds it lives; it may shorten the TTL configured for its layer and tenant, not lengthen it",
     )
 
@@ -72,6 +82,25 @@ def _storable(value: Any, where: str = "metadata") -> None:
     elif isinstance(value, (list, tuple)):
         for item in value:
             _storable(item, where)
+
+
+def _encodable(value: Any, where: str = "") -> None:
+    """Raise unless every string in ``value`` (keys too) is valid Unicode: no lone surrogate."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            at = f"{where}: " if where else ""
+            raise ValueError(
+                f"{at}text holds a lone surrogate ({value[exc.start]!r} at character {exc.start}); send valid UTF-8"
+            ) from None
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _encodable(key, where)
+            _encodable(item, f"{where}.{key}" if where else str(key))
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            _encodable(item, where)
 
 
 def _small_json(value: dict[str, Any]) -> dict[str, Any]:
@@ -155,13 +184,20 @@ class SearchRequest(_In):
         'a path left out is not run, so {"dense": 1} is plain vector top-k',
     )
     min_cosine: float | None = Field(
-        default=None, ge=-1, le=1, description="Semantic layer: children below this cosine are not ranked by the dense path"
+        default=None,
+        ge=-1,
+        le=1,
+        description="Semantic layer: children below this cosine are not ranked by the dense path",
     )
     doc_ids: list[str] | None = Field(default=None, max_length=100, description="Semantic layer: only these documents")
 
     @field_validator("weights")
     @classmethod
     def _weights(cls, v: dict[str, float] | None) -> dict[str, float] | None:
+        import math
+
+        if v is not None and not all(math.isfinite(w) for w in v.values()):
+            raise ValueError("weights must be finite numbers (not NaN or infinity)")
         if v is not None and (any(w < 0 for w in v.values()) or not any(w > 0 for w in v.values())):
             raise ValueError("weights must be >= 0 with at least one above 0")
         return v
@@ -287,7 +323,9 @@ class InteractionIn(_In):
     user: str | None = Field(default=None, max_length=MESSAGE_CHARS_MAX)
     agent: str | None = Field(default=None, max_length=MESSAGE_CHARS_MAX)
     task_type: str = Field(default="general", pattern=_TASK_TYPE)
-    success: bool | None = Field(default=None, description="Did the task succeed? A success of a learning task type teaches a skill")
+    success: bool | None = Field(
+        default=None, description="Did the task succeed? A success of a learning task type teaches a skill"
+    )
     task: str | None = Field(default=None, max_length=2000, description="The task, if not the user's words")
     trace: list[TraceStepIn | str] | None = Field(default=None, max_length=200)
     outcome: str | None = Field(default=None, max_length=2000)
@@ -309,8 +347,11 @@ class InteractionIn(_In):
 
     def turn(self) -> TurnIn:
         return TurnIn(
-            user=self.user, agent=self.agent, timestamp=self.timestamp, turn_id=self.turn_id,
-            speaker=self.speaker, metadata=self.metadata, ttl_s=self.ttl_s,
+            user=self.user,
+            agent=self.agent,
+            timestamp=self.timestamp,
+            turn_id=self.turn_id,
+            speaker=self.speaker,
+            metadata=self.metadata,
+            ttl_s=self.ttl_s,
         )
-
-

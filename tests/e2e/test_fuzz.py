@@ -8,6 +8,7 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
+import httpx
 import hypothesis
 import pytest
 import schemathesis
@@ -70,3 +71,40 @@ def test_no_input_gives_a_server_error(stack: Running) -> None:
     print(f"schemathesis: {sum(cases.values())} cases over {len(cases)} operations")
     assert not failures, "\n\n".join(failures)
     assert len(cases) >= 20 and {"POST /v1/context", "POST /v1/skills:extract", "POST /v1/interactions"} <= set(cases)
+
+
+#: Malformed headers, query parameters and bodies that once answered 500 or were taken as
+#: valid, each with the 4xx it must get now: (method, path, headers, raw body, status).
+MALFORMED: list[tuple[str, str, dict[str, str], bytes | None, int]] = [
+    # "²".isdigit() is True, then int("²") raised: 500.
+    ("POST", "/v1/sessions/s1/working/items", {"If-Match": "\u00b2"}, b'{"items": [{"role": "user", "content": "x"}]}', 422),
+    ("POST", "/v1/sessions/s1/turns", {"If-Match": '"1' + "0" * 40 + '"'}, b'{"user": "x"}', 422),
+    ("DELETE", "/v1/documents/d1", {"If-Match": "W/\"\u00b3\""}, None, 422),
+    # A time without a zone, compared with aware ones: 500. Now read as UTC (200).
+    ("GET", "/v1/audit?since=2026-01-01T00:00:00", {}, None, 200),
+    ("GET", "/v1/audit?since=not-a-time", {}, None, 422),
+    ("GET", "/v1/audit?limit=1e9", {}, None, 422),
+    # NaN and infinite weights were accepted and gave NaN scores.
+    ("POST", "/v1/search", {}, b'{"query": "x", "weights": {"dense": NaN, "lexical": 1}}', 422),
+    ("POST", "/v1/search", {}, b'{"query": "x", "weights": {"dense": Infinity}}', 422),
+    ("POST", "/v1/search", {}, b'{"query": "x", "min_cosine": NaN}', 422),
+    # A lone surrogate: the embedder raised TypeError (500).
+    ("POST", "/v1/search", {}, b'{"query": "vault \\ud800 code"}', 422),
+    ("POST", "/v1/sessions/s1/turns", {}, b'{"user": "hi \\udfff"}', 422),
+    ("POST", "/v1/documents", {}, b'{"text": "# T\\n\\n\\ud83d", "doc_id": "d-sur"}', 422),
+    ("POST", "/v1/sessions/s1/turns", {}, b'{"user": "x", "metadata": {"\\ud800": 1}}', 422),
+    ("POST", "/v1/documents", {"Idempotency-Key": "has spaces"}, b'{"text": "x"}', 422),
+]
+
+
+def test_malformed_inputs_get_a_4xx_with_a_message(stack: Running) -> None:
+    problems = []
+    for method, path, headers, body, status in MALFORMED:
+        # Header bytes as sent: "\u00b2" is the one byte 0xb2, which the server reads as "²" (latin-1).
+        raw = {name: value.encode("latin-1") for name, value in headers.items()}
+        sent = {"Authorization": f"Bearer {stack.key}".encode(), "content-type": b"application/json", **raw}
+        r = httpx.request(method, stack.url + path, content=body, headers=sent, timeout=60)
+        message = r.json().get("message", "") if r.headers.get("content-type", "").startswith("application/json") else ""
+        if r.status_code != status or (status >= 400 and not message):
+            problems.append(f"{method} {path} {headers} {body!r}: {r.status_code} {r.text[:200]}")
+    assert not problems, "\n".join(problems)

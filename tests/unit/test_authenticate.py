@@ -21,7 +21,7 @@ from strata.errors import StoreUnavailable
 from strata.schema import Health
 from strata.store.records import InMemoryRecordStore, Record
 from strata_serve.auth import Authenticate, KeyGate, health_for_caller
-from strata_serve.errors import BodyLimit, Deadline, install_handlers
+from strata_serve.errors import BodyLimit, Deadline, Internal, install_handlers
 from strata_serve.idempotent import Idempotent
 
 MILVUS_DOWN = "Milvus at http://10.0.0.7:19530 does not answer"
@@ -80,25 +80,28 @@ class World:
         install_handlers(app)
         gate = self.gate
         # In the API's order (serve_app/api.py): the last added runs first.
-        app.add_middleware(Idempotent, replica=lambda: (gate.tenant_of_key, self.answers_of))
+        app.add_middleware(Idempotent, replica=lambda: self.answers_of)
         app.add_middleware(BodyLimit, max_bytes=lambda: 256 * 2**20)
         app.add_middleware(Authenticate, gate=lambda: gate)
+        app.add_middleware(Internal)
         app.add_middleware(Deadline, timeout_s=lambda: 30.0)
 
         @app.post("/v1/raw")
         async def raw(request: Request, authorization: str | None = Header(default=None)) -> dict[str, int]:
-            await gate.tenant(authorization, writes=True, session=None)
+            await gate.caller(authorization, "index_document")
             return {"bytes": sum([len(chunk) async for chunk in request.stream()])}
 
         @app.post("/v1/sessions/{session_id}/turns", status_code=201)
-        async def turn(session_id: str, body: Note, authorization: str | None = Header(default=None)) -> dict[str, Any]:
-            tenant, _ = await gate.caller(authorization, writes=True, session=session_id)
+        async def record_turn(
+            session_id: str, body: Note, authorization: str | None = Header(default=None)
+        ) -> dict[str, Any]:
+            tenant = (await gate.caller(authorization, "record_turn", session=session_id)).tenant
             self.applied.append(body.text)
             return {"tenant": tenant, "applied": len(self.applied)}
 
         @app.get("/v1/documents")
-        async def documents(authorization: str | None = Header(default=None)) -> dict[str, str]:
-            return {"tenant": await gate.tenant(authorization, writes=False, session=None)}
+        async def list_documents(authorization: str | None = Header(default=None)) -> dict[str, str]:
+            return {"tenant": (await gate.caller(authorization, "list_documents")).tenant}
 
         @app.get("/healthz", response_model=Health, response_model_exclude_none=True)
         async def healthz(response: Response) -> Health:
@@ -377,4 +380,4 @@ async def test_healthz_says_up_or_down_and_shows_details_to_an_admin_key_only() 
 def test_the_api_runs_its_middlewares_in_this_order() -> None:
     from strata_serve import api
 
-    assert [m.cls for m in api.app.user_middleware] == [Deadline, Authenticate, BodyLimit, Idempotent]
+    assert [m.cls for m in api.app.user_middleware] == [Deadline, Internal, Authenticate, BodyLimit, Idempotent]

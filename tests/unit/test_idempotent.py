@@ -1,133 +1,245 @@
-"""Idempotency-Key: a tiny app behind the API's middleware, with the real answer store
-over the in-memory record store; the app counts how often a write is applied."""
+"""Idempotency-Key: a tiny app behind the API's middlewares, in the API's order, with the real
+key store, key gate and answer store over the in-memory record store; its routes carry the
+names of the API's (``ROUTES`` in serve_app/auth.py says what each does) and count how often
+a write is applied."""
 
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
+from typing import Any
 
 import httpx
-import pytest
 from fastapi import FastAPI, Header, Response
 from pydantic import BaseModel
 
 from strata.access.idempotency import IDEM_KIND, IdempotencyStore
-from strata.errors import Unauthorized
+from strata.access.keys import KeyStore
+from strata.config import AuthSettings, StrataSettings
 from strata.store.records import InMemoryRecordStore
-from strata_serve.errors import BodyLimit, install_handlers
+from strata_serve.auth import Authenticate, KeyGate
+from strata_serve.errors import BodyLimit, Deadline, Internal, install_handlers
 from strata_serve.idempotent import Idempotent
-
-KEYS = {"sk-a": "tenant-a", "sk-b": "tenant-b"}
 
 
 class Note(BaseModel):
     text: str
 
 
-class World:
+class Query(BaseModel):
+    query: str
+    session_id: str | None = None
+
+
+class Clock:
     def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class World:
+    def __init__(self, **auth: Any) -> None:
+        self.clock = Clock()
         self.store = InMemoryRecordStore()
-        self.store.ensure_collection("state", dim=4)
+        for name in ("keys", "state"):
+            self.store.ensure_collection(name, dim=4)
+        self.keys = KeyStore(self.store, "keys")
+        self.gate = KeyGate(StrataSettings(auth=AuthSettings(**auth)), keys=self.keys, clock=self.clock)
         self.answers = IdempotencyStore(self.store, "state", ttl_s=60)
         self.applied: list[tuple[str, str]] = []
-
-    async def tenant_of(self, key: str | None) -> str | None:
-        return KEYS.get(key or "")
+        self.searched = 0
+        self.a, self.b = self.keys.create("tenant-a"), self.keys.create("tenant-b")
+        self.client = httpx.AsyncClient(transport=httpx.ASGITransport(app=self._app()), base_url="http://test")
 
     async def answers_of(self) -> IdempotencyStore:
         return self.answers
 
+    def kept(self, tenant: str = "tenant-a") -> int:
+        return len(self.store.scan("state", tenant=tenant, kinds=[IDEM_KIND]))
 
-@pytest.fixture
-def world() -> World:
-    return World()
+    def _app(self) -> FastAPI:
+        app = FastAPI()
+        install_handlers(app)
+        gate = self.gate
+        app.add_middleware(Idempotent, replica=lambda: self.answers_of)
+        app.add_middleware(BodyLimit, max_bytes=lambda: 100_000)
+        app.add_middleware(Authenticate, gate=lambda: gate)
+        app.add_middleware(Internal)
+        app.add_middleware(Deadline, timeout_s=lambda: 30.0)
+
+        @app.post("/v1/documents", status_code=201)
+        async def index_document(
+            body: Note, response: Response, authorization: str | None = Header(default=None)
+        ) -> dict[str, object]:
+            who = (await gate.caller(authorization, "index_document")).tenant
+            if body.text == "conflict":
+                response.status_code = 409
+                return {"error": "VersionConflict"}
+            self.applied.append((who, body.text))
+            await asyncio.sleep(0.01)
+            response.headers["ETag"] = f'"{len(self.applied)}"'
+            return {"tenant": who, "applied": len(self.applied), "text": body.text}
+
+        @app.post("/v1/sessions/{session_id}/turns", status_code=201)
+        async def record_turn(
+            session_id: str, body: Note, authorization: str | None = Header(default=None)
+        ) -> dict[str, object]:
+            who = (await gate.caller(authorization, "record_turn", session=session_id)).tenant
+            self.applied.append((who, body.text))
+            return {"tenant": who, "applied": len(self.applied), "text": body.text}
+
+        @app.delete("/v1/documents/{doc_id}")
+        async def delete_document(doc_id: str, authorization: str | None = Header(default=None)) -> dict[str, str]:
+            return {"forgot": (await gate.caller(authorization, "delete_document")).tenant}
+
+        @app.post("/v1/search")
+        async def search(body: Query, authorization: str | None = Header(default=None)) -> dict[str, object]:
+            info, layers = await gate.reader(authorization, "search", session=body.session_id, asked=None)
+            self.searched += 1
+            return {"tenant": info.tenant, "searched": self.searched, "layers": layers}
+
+        return app
 
 
-@pytest.fixture
-def client(world: World) -> httpx.AsyncClient:
-    app = FastAPI()
-    install_handlers(app)
-    app.add_middleware(Idempotent, replica=lambda: (world.tenant_of, world.answers_of))
-    app.add_middleware(BodyLimit, max_bytes=lambda: 100_000)
-
-    def tenant(authorization: str | None) -> str:
-        found = KEYS.get((authorization or "").removeprefix("Bearer "))
-        if found is None:
-            raise Unauthorized("unknown API key")
-        return found
-
-    @app.post("/w", status_code=201)
-    async def write(body: Note, response: Response, authorization: str | None = Header(default=None)) -> dict[str, object]:
-        who = tenant(authorization)
-        if body.text == "conflict":
-            response.status_code = 409
-            return {"error": "VersionConflict"}
-        world.applied.append((who, body.text))
-        await asyncio.sleep(0.01)
-        response.headers["ETag"] = f'"{len(world.applied)}"'
-        return {"tenant": who, "applied": len(world.applied), "text": body.text}
-
-    @app.delete("/w")
-    async def forget(authorization: str | None = Header(default=None)) -> dict[str, str]:
-        return {"forgot": tenant(authorization)}
-
-    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test")
-
-
-def headers(key: str = "sk-a", idem: str | None = "k-1") -> dict[str, str]:
+def headers(key: str, idem: str | None = "k-1") -> dict[str, str]:
     h = {"Authorization": f"Bearer {key}"}
     return {**h, "Idempotency-Key": idem} if idem else h
 
 
-async def test_a_retry_gets_the_first_answer_and_is_applied_once(client: httpx.AsyncClient, world: World) -> None:
-    first = await client.post("/w", json={"text": "hello"}, headers=headers())
-    again = await client.post("/w", json={"text": "hello"}, headers=headers())
+async def test_a_retry_gets_the_first_answer_and_is_applied_once() -> None:
+    w = World()
+    first = await w.client.post("/v1/documents", json={"text": "hello"}, headers=headers(w.a))
+    again = await w.client.post("/v1/documents", json={"text": "hello"}, headers=headers(w.a))
     assert first.status_code == again.status_code == 201
     assert again.json() == first.json() and again.headers["etag"] == first.headers["etag"]
     assert again.headers["idempotent-replayed"] == "true" and "idempotent-replayed" not in first.headers
-    assert world.applied == [("tenant-a", "hello")]
+    assert w.applied == [("tenant-a", "hello")]
 
 
-async def test_concurrent_retries_apply_once(client: httpx.AsyncClient, world: World) -> None:
-    answers = await asyncio.gather(*(client.post("/w", json={"text": "x"}, headers=headers()) for _ in range(5)))
-    assert {a.json()["applied"] for a in answers} == {1} and world.applied == [("tenant-a", "x")]
+async def test_concurrent_retries_apply_once() -> None:
+    w = World()
+    answers = await asyncio.gather(
+        *(w.client.post("/v1/documents", json={"text": "x"}, headers=headers(w.a)) for _ in range(5))
+    )
+    assert {a.json()["applied"] for a in answers} == {1} and w.applied == [("tenant-a", "x")]
 
 
-async def test_the_same_key_with_another_request_is_refused(client: httpx.AsyncClient, world: World) -> None:
-    assert (await client.post("/w", json={"text": "one"}, headers=headers())).status_code == 201
-    other = await client.post("/w", json={"text": "two"}, headers=headers())
+async def test_the_same_key_with_another_request_is_refused() -> None:
+    w = World()
+    assert (await w.client.post("/v1/documents", json={"text": "one"}, headers=headers(w.a))).status_code == 201
+    other = await w.client.post("/v1/documents", json={"text": "two"}, headers=headers(w.a))
     assert other.status_code == 422 and "different request" in other.json()["message"]
-    assert world.applied == [("tenant-a", "one")]
+    assert w.applied == [("tenant-a", "one")]
 
 
-async def test_keys_are_per_tenant_and_without_a_key_nothing_is_kept(client: httpx.AsyncClient, world: World) -> None:
-    await client.post("/w", json={"text": "same"}, headers=headers("sk-a"))
-    theirs = await client.post("/w", json={"text": "same"}, headers=headers("sk-b"))
+async def test_keys_are_per_tenant_and_without_a_key_nothing_is_kept() -> None:
+    w = World()
+    await w.client.post("/v1/documents", json={"text": "same"}, headers=headers(w.a))
+    theirs = await w.client.post("/v1/documents", json={"text": "same"}, headers=headers(w.b))
     assert theirs.json()["tenant"] == "tenant-b" and "idempotent-replayed" not in theirs.headers
     for _ in range(2):
-        await client.post("/w", json={"text": "plain"}, headers=headers(idem=None))
-    assert world.applied == [("tenant-a", "same"), ("tenant-b", "same"), ("tenant-a", "plain"), ("tenant-a", "plain")]
+        await w.client.post("/v1/documents", json={"text": "plain"}, headers=headers(w.a, idem=None))
+    assert w.applied == [("tenant-a", "same"), ("tenant-b", "same"), ("tenant-a", "plain"), ("tenant-a", "plain")]
 
 
-async def test_errors_are_not_kept_and_bad_keys_say_so(client: httpx.AsyncClient, world: World) -> None:
+async def test_errors_are_not_kept_and_bad_keys_say_so() -> None:
+    w = World()
     for _ in range(2):
-        assert (await client.post("/w", json={"text": "conflict"}, headers=headers(idem="k-9"))).status_code == 409
-    assert world.store.scan("state", tenant="tenant-a") == []
-    assert (await client.post("/w", json={"text": 1}, headers=headers(idem="k-8"))).status_code == 422
-    bad = await client.post("/w", json={"text": "x"}, headers=headers(idem="no spaces please"))
+        conflict = await w.client.post("/v1/documents", json={"text": "conflict"}, headers=headers(w.a, idem="k-9"))
+        assert conflict.status_code == 409
+    assert w.kept() == 0
+    assert (await w.client.post("/v1/documents", json={"text": 1}, headers=headers(w.a, idem="k-8"))).status_code == 422
+    bad = await w.client.post("/v1/documents", json={"text": "x"}, headers=headers(w.a, idem="no spaces please"))
     assert bad.status_code == 422 and "Idempotency-Key" in bad.json()["message"]
-    unknown = await client.post("/w", json={"text": "x"}, headers=headers("sk-nobody"))
-    assert unknown.status_code == 401 and world.applied == []
+    unknown = await w.client.post("/v1/documents", json={"text": "x"}, headers=headers("sk-strata-nobody"))
+    assert unknown.status_code == 401 and w.applied == []
 
 
-async def test_a_large_answer_is_kept_in_pieces_and_a_delete_drops_them(client: httpx.AsyncClient,
-                                                                         world: World) -> None:
+async def test_a_large_answer_is_kept_in_pieces_and_a_delete_drops_them() -> None:
+    w = World()
     text = "é" * 20_000  # the answer holds it: two pieces of at most 15,000 characters
-    first = await client.post("/w", json={"text": text}, headers=headers(idem="big"))
-    assert (await client.post("/w", json={"text": text}, headers=headers(idem="big"))).json() == first.json()
-    kept = world.store.scan("state", tenant="tenant-a", kinds=[IDEM_KIND])
-    assert len(kept) == 2 and len(world.applied) == 1
-    assert (await client.delete("/w", headers=headers(idem="del-1"))).status_code == 200
-    left = world.store.scan("state", tenant="tenant-a", kinds=[IDEM_KIND])
-    assert len(left) == 1  # only the delete's own answer
-    assert (await client.delete("/w", headers=headers(idem=None))).status_code == 200
-    assert world.store.scan("state", tenant="tenant-a", kinds=[IDEM_KIND]) == []  # a delete without a key too
+    first = await w.client.post("/v1/documents", json={"text": text}, headers=headers(w.a, idem="big"))
+    again = await w.client.post("/v1/documents", json={"text": text}, headers=headers(w.a, idem="big"))
+    assert again.json() == first.json() and w.kept() == 2 and len(w.applied) == 1
+    assert (await w.client.delete("/v1/documents/d1", headers=headers(w.a, idem="del-1"))).status_code == 200
+    assert w.kept() == 1  # only the delete's own answer
+    assert (await w.client.delete("/v1/documents/d1", headers=headers(w.a, idem=None))).status_code == 200
+    assert w.kept() == 0  # a delete without a key too
+
+
+# -- what is never kept -------------------------------------------------------------------
+
+
+async def test_read_routes_are_not_kept() -> None:
+    """/v1/search and /v1/context answers were kept 24 h, whatever the TTL of what they showed."""
+    w = World()
+    answers = [
+        await w.client.post("/v1/search", json={"query": "q"}, headers=headers(w.a, idem="s-1")) for _ in range(2)
+    ]
+    assert [a.json()["searched"] for a in answers] == [1, 2]  # each one searched afresh
+    assert all("idempotent-replayed" not in a.headers for a in answers) and w.kept() == 0
+
+
+async def test_a_read_only_key_stores_nothing() -> None:
+    w = World()
+    reader = w.keys.create("tenant-a", read_only=True)
+    searched = await w.client.post("/v1/search", json={"query": "q"}, headers=headers(reader, idem="r-1"))
+    assert searched.status_code == 200
+    refused = await w.client.post("/v1/documents", json={"text": "x"}, headers=headers(reader, idem="r-2"))
+    assert refused.status_code == 403 and "read-only" in refused.json()["message"]
+    assert w.kept() == 0 and w.applied == []
+
+
+# -- a replay is authorised and rate-limited as a first attempt ----------------------------
+
+
+async def test_a_narrower_key_gets_a_403_not_another_keys_kept_answer() -> None:
+    w = World()
+    first = await w.client.post("/v1/documents", json={"text": "The vault code is 4471."}, headers=headers(w.a))
+    assert first.status_code == 201
+    for narrower in (
+        w.keys.create("tenant-a", session_id="s1"),
+        w.keys.create("tenant-a", shared=False),
+        w.keys.create("tenant-a", read_only=True),
+    ):
+        other = await w.client.post(
+            "/v1/documents", json={"text": "The vault code is 4471."}, headers=headers(narrower)
+        )
+        assert other.status_code == 403 and "idempotent-replayed" not in other.headers and "4471" not in other.text
+    assert len(w.applied) == 1
+
+
+async def test_a_key_narrowed_since_its_first_attempt_is_refused_on_replay() -> None:
+    """The kept answer is in the key's own slot, but its scope no longer covers the route: the
+    middleware checks the scope before it replays (the route never runs on a replay)."""
+    w = World()
+    key = w.keys.create("tenant-a", session_id="s1")
+    turn = {"text": "mine"}
+    assert (await w.client.post("/v1/sessions/s1/turns", json=turn, headers=headers(key))).status_code == 201
+    assert (await w.client.post("/v1/sessions/s1/turns", json=turn, headers=headers(key))).headers[
+        "idempotent-replayed"
+    ] == "true"
+    rows = w.store.scan("keys", tenant="system", with_vectors=False)
+    row = next(r for r in rows if r.payload["session_id"] == "s1")
+    w.store.upsert("keys", [replace(row, payload={**row.payload, "session_id": "s2"})])  # narrowed in the store
+    w.clock.now += 1.0  # the replica's cached lookup expires
+    replay = await w.client.post("/v1/sessions/s1/turns", json=turn, headers=headers(key))
+    assert replay.status_code == 403 and "idempotent-replayed" not in replay.headers
+    assert "'s2'" in replay.json()["message"] and w.applied == [("tenant-a", "mine")]
+
+
+async def test_a_revoked_key_is_refused_on_replay() -> None:
+    w = World()
+    assert (await w.client.post("/v1/documents", json={"text": "x"}, headers=headers(w.a))).status_code == 201
+    await w.gate.revoke(w.keys.lookup(w.a).key_id)  # type: ignore[union-attr]
+    replay = await w.client.post("/v1/documents", json={"text": "x"}, headers=headers(w.a))
+    assert replay.status_code == 401 and "idempotent-replayed" not in replay.headers
+
+
+async def test_replays_take_from_the_rate_limit() -> None:
+    w = World(rate_limit_per_s=0.001, rate_burst=2)
+    answers = [await w.client.post("/v1/documents", json={"text": "x"}, headers=headers(w.a)) for _ in range(3)]
+    assert [a.status_code for a in answers] == [201, 201, 429]
+    assert answers[1].headers["idempotent-replayed"] == "true" and len(w.applied) == 1

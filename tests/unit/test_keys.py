@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from strata.access.keys import Forbidden, KeyInfo, KeyStore, authorize, hash_key
+from strata.access.keys import Forbidden, KeyInfo, KeyStore, Need, authorize, hash_key
 from strata.errors import InvalidInput, NotFound
 from strata.ids import SYSTEM_TENANT
 from strata.store.records import InMemoryRecordStore, Record
@@ -159,7 +159,7 @@ def test_admin_key_is_no_tenant_key(keys: KeyStore) -> None:
     assert info is not None and info.admin and info.tenant == SYSTEM_TENANT and info.scopes == "admin"
     assert keys.tenant_of(admin.key) is None  # `strata up`'s dev-key check must not take it for a tenant's
     with pytest.raises(Forbidden, match="admin"):
-        authorize(info, writes=False, session=None)
+        authorize(info, Need(reads=frozenset({"semantic"})), session=None)
 
 
 def test_rows_from_before_scopes_still_authenticate(store: InMemoryRecordStore, keys: KeyStore) -> None:
@@ -170,6 +170,7 @@ def test_rows_from_before_scopes_still_authenticate(store: InMemoryRecordStore, 
                                 payload={"tenant": "demo", "key_id": digest[:12]})])
     info = keys.lookup(key)
     assert info is not None and info.tenant == "demo" and info.scopes == "all"
+    assert info.layers == {"working", "episodic", "semantic", "procedural"}
     assert [i.key_id for i in keys.list("demo")] == [digest[:12]]
     keys.revoke(digest[:12])
     assert keys.tenant_of(key) is None
@@ -179,42 +180,6 @@ def test_garbage_keys_are_unknown(keys: KeyStore) -> None:
     real = keys.create("t1")
     for garbage in ("", real[:-1], real + "x", "sk-strata-\ud800", "Bearer " + real, "sk-strata-" + "a" * 300):
         assert keys.lookup(garbage) is None
-
-
-def info(*, read_only: bool = False, session_id: str | None = None) -> KeyInfo:
-    from datetime import UTC, datetime
-
-    return KeyInfo(key_id="0" * 12, tenant="t", read_only=read_only, session_id=session_id,
-                   created_at=datetime.now(UTC))
-
-
-@pytest.mark.parametrize(
-    ("key", "writes", "session", "allowed"),
-    [
-        (info(), True, None, True),
-        (info(), True, "any", True),
-        (info(read_only=True), False, None, True),  # GET routes, /v1/context, /v1/search
-        (info(read_only=True), True, None, False),
-        (info(read_only=True), True, "s1", False),
-        (info(session_id="s1"), True, "s1", True),
-        (info(session_id="s1"), False, "s1", True),
-        (info(session_id="s1"), True, "s2", False),
-        (info(session_id="s1"), False, None, False),  # tenant-wide: documents, skills, search without session
-        (info(read_only=True, session_id="s1"), False, "s1", True),
-        (info(read_only=True, session_id="s1"), True, "s1", False),
-        (info(read_only=True, session_id="s1"), False, "s2", False),
-    ],
-)
-def test_authorize_scope_table(key: KeyInfo, writes: bool, session: str | None, allowed: bool) -> None:
-    if allowed:
-        authorize(key, writes=writes, session=session)
-        return
-    with pytest.raises(Forbidden) as raised:
-        authorize(key, writes=writes, session=session)
-    message = raised.value.message
-    assert "may call" in message
-    assert ("read-only" in message) == key.read_only
-    assert (key.session_id is None) or f"session {key.session_id!r}" in message
 
 
 def test_forbidden_is_a_403_that_survives_pickling() -> None:
