@@ -24,6 +24,15 @@ class Running:
         self.data_dir, self.port, self.env, self.key = data_dir, port, env, key
         self.url = f"http://127.0.0.1:{port}"
 
+    @property
+    def ray_dir(self) -> Path:
+        """The stack's Ray temp dir (``strata_cli.stack.Stack.ray_temp_dir`` for its GCS port)."""
+        from strata.config import load_settings
+        from strata_cli.stack import Stack
+
+        settings = load_settings(None, data_dir=self.data_dir, ray={"gcs_port": int(self.env["STRATA_RAY__GCS_PORT"])})
+        return Stack(settings, say=lambda _: None).ray_temp_dir
+
     def cli(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
         """``strata <args>`` against this stack's data dir (and port, for up and demo)."""
         extra = ["--data-dir", str(self.data_dir)]

@@ -169,7 +169,8 @@ def test_keys_cli_without_a_running_store_says_so(stack: Running, tmp_path: Path
 
 def test_admin_forgets_a_tenant_and_its_keys(stack: Running) -> None:
     key = stack.new_key("create", "t-gone")
-    assert stack.call("POST", "/v1/sessions/s1/turns", key, turn("The quartz lantern is in the attic.")).status_code == 201
+    kept = {"headers": {"Idempotency-Key": "quartz-1"}}
+    assert stack.call("POST", "/v1/sessions/s1/turns", key, turn("The quartz lantern is in the attic."), **kept).status_code == 201
     assert stack.call("DELETE", "/v1/admin/tenants/t-gone", key).status_code == 403  # a tenant key cannot
     gone = stack.call("DELETE", "/v1/admin/tenants/t-gone", CONFIGURED_ADMIN)
     assert gone.status_code == 200, gone.text
@@ -178,6 +179,9 @@ def test_admin_forgets_a_tenant_and_its_keys(stack: Running) -> None:
     fresh = stack.new_key("create", "t-gone")  # the tenant id may be used again, and it is empty
     hits = stack.call("POST", "/v1/search", fresh, {"query": "quartz lantern attic"}).json()["hits"]
     assert all("quartz" not in h["text"] for h in hits)
+    # The answers kept for idempotent writes went with the tenant: the same request is applied anew.
+    again = stack.call("POST", "/v1/sessions/s1/turns", fresh, turn("The quartz lantern is in the attic."), **kept)
+    assert again.status_code == 201 and "idempotent-replayed" not in again.headers, again.headers
     system = stack.call("DELETE", "/v1/admin/tenants/system", CONFIGURED_ADMIN)
     assert system.status_code == 422 and "system" in system.json()["message"]
     audit = stack.call("GET", "/v1/audit", fresh).json()["entries"]
@@ -314,7 +318,7 @@ def test_no_secret_or_raw_pii_in_the_logs_or_the_data_dir(stack: Running) -> Non
     too_big = stack.call("POST", "/v1/documents", tenant, {"text": (pii + " " + tenant + " ") * (BODY_LIMIT // 100)})
     assert too_big.status_code == 413, too_big.text
 
-    ray_dir = Path("/tmp") / f"strata-ray-{stack.env['STRATA_RAY__GCS_PORT']}"
+    ray_dir = stack.ray_dir
     by_design = {name: (stack.data_dir / name).read_text().strip() for name in BY_DESIGN}
     needles = {**keys, **{BY_DESIGN[name]: value for name, value in by_design.items()}, **_pii_forms(raw)}
     deadline = time.monotonic() + 15

@@ -75,7 +75,7 @@ print(json.dumps(out))
 
 def _serve_pids(stack: Running) -> list[int]:
     """The Serve application's processes of this stack's Ray (not of another stack's)."""
-    marker = f"/tmp/strata-ray-{stack.env['STRATA_RAY__GCS_PORT']}"
+    marker = str(stack.ray_dir)
     pids = []
     for pid in processes_naming(marker):
         try:
