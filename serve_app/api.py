@@ -581,8 +581,6 @@ class Api:
         for key_id in revoked:
             await self._gate.revoke(key_id)
         removed: dict[str, int] = await self._flow.forget_tenant(tenant, by="admin")
-        # And the answers kept for its idempotent writes: a replay must not outlive the tenant.
-        await asyncio.to_thread((await self.idempotency_store()).forget, tenant)
         return TenantForgotten(tenant=tenant, removed=removed, keys_revoked=revoked)
 
     @app.get("/v1/audit", response_model=AuditHistory, tags=["audit"])

@@ -169,8 +169,8 @@ def test_keys_cli_without_a_running_store_says_so(stack: Running, tmp_path: Path
 
 def test_admin_forgets_a_tenant_and_its_keys(stack: Running) -> None:
     key = stack.new_key("create", "t-gone")
-    kept = {"headers": {"Idempotency-Key": "quartz-1"}}
-    assert stack.call("POST", "/v1/sessions/s1/turns", key, turn("The quartz lantern is in the attic."), **kept).status_code == 201
+    kept = {"Idempotency-Key": "quartz-1"}
+    assert stack.post("/v1/sessions/s1/turns", turn("The quartz lantern is in the attic."), key=key, headers=kept).status_code == 201
     assert stack.call("DELETE", "/v1/admin/tenants/t-gone", key).status_code == 403  # a tenant key cannot
     gone = stack.call("DELETE", "/v1/admin/tenants/t-gone", CONFIGURED_ADMIN)
     assert gone.status_code == 200, gone.text
@@ -180,7 +180,7 @@ def test_admin_forgets_a_tenant_and_its_keys(stack: Running) -> None:
     hits = stack.call("POST", "/v1/search", fresh, {"query": "quartz lantern attic"}).json()["hits"]
     assert all("quartz" not in h["text"] for h in hits)
     # The answers kept for idempotent writes went with the tenant: the same request is applied anew.
-    again = stack.call("POST", "/v1/sessions/s1/turns", fresh, turn("The quartz lantern is in the attic."), **kept)
+    again = stack.post("/v1/sessions/s1/turns", turn("The quartz lantern is in the attic."), key=fresh, headers=kept)
     assert again.status_code == 201 and "idempotent-replayed" not in again.headers, again.headers
     system = stack.call("DELETE", "/v1/admin/tenants/system", CONFIGURED_ADMIN)
     assert system.status_code == 422 and "system" in system.json()["message"]
