@@ -20,7 +20,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 #: Folder -> the import name it installs as (pyproject.toml's package-dir).
 FOLDERS = {"strata": "strata", "actors": "strata_actors", "serve_app": "strata_serve", "cli": "strata_cli",
-           "bench": "strata_bench"}
+           "bench": "strata_bench", "mcp_server": "strata_mcp", "adapters": "strata_adapters"}
 #: Measurement scripts and `__main__` modules run when imported: they are not imported here.
 SCRIPTS = "strata_bench.scripts"
 #: What a package may hold besides its exports: `from __future__ import annotations`, and the
