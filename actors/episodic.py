@@ -10,6 +10,7 @@ the tenant removed meanwhile is dropped, not written.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from datetime import UTC, datetime
 from typing import Any
@@ -20,6 +21,7 @@ from strata.clock import from_ms_or_none
 from strata.episodic.memory import EpisodicMemory
 from strata.episodic.summarize import EpisodeSummary, ExtractiveSummarizer, LLMSummarizer, Summarizer
 from strata.episodic.turns import SUMMARY, TURN, EpisodicHit, Turn, TurnInput, summary_inputs
+from strata.errors import InvalidInput, NotFound
 from strata.providers.llm import make_llm
 from strata.store.layout import Collections
 from strata.store.records import RecordStore
@@ -47,6 +49,20 @@ def _hit(hit: EpisodicHit) -> dict[str, Any]:
         "session_id": hit.session_id,
         "turn_ids": list(hit.turn_ids),
         "ranks": hit.ranks,
+    }
+
+
+def _turn_view(turn: Turn) -> dict[str, Any]:
+    """A turn as ``GET /v1/sessions/{id}/turns`` shows it (``SessionTurn`` fields)."""
+    return {
+        "turn_id": turn.turn_id,
+        "timestamp": turn.timestamp,
+        "text": turn.text,
+        "user": turn.user,
+        "agent": turn.agent,
+        "speaker": turn.speaker,
+        "metadata": turn.metadata,
+        "expires_at": from_ms_or_none(turn.expires_ms),
     }
 
 
@@ -201,6 +217,44 @@ class EpisodicShard(LayerShard[EpisodicMemory]):
             ),
         )
         return {"hits": [_hit(h) for h in hits], "version": version}
+
+    async def list_sessions(self, tenant: str, *, after: str | None = None, limit: int = 50) -> dict[str, Any]:
+        """The sessions with turns, by id, ``limit`` after the session ``after`` (``SessionList`` fields)."""
+        spans, _ = await self.read(tenant, _SCOPE, lambda layer: layer.sessions())
+        following = [s for s in spans if after is None or s.session_id > after]
+        page = following[:limit]
+        return {
+            "sessions": [dataclasses.asdict(s) for s in page],
+            "total": len(spans),
+            "next_after": page[-1].session_id if len(following) > limit else None,
+        }
+
+    async def list_turns(
+        self, tenant: str, session_id: str, *, after: str | None = None, limit: int = 50
+    ) -> dict[str, Any]:
+        """The session's turns in time order, ``limit`` after the turn ``after`` (``SessionTurns`` fields).
+
+        Raises:
+            NotFound: the session has no turns.
+            InvalidInput: ``after`` names no turn of the session.
+        """
+        turns, _ = await self.read(tenant, _SCOPE, lambda layer: layer.session_turns(session_id))
+        if not turns:
+            raise NotFound(f"session {session_id!r} has no turns")
+        start = 0
+        if after is not None:
+            ids = [t.turn_id for t in turns]
+            if after not in ids:
+                gone = f"session {session_id!r} has no turn {after!r} (forgotten or expired?)"
+                raise InvalidInput(f"{gone}: start again without after", field="after")
+            start = ids.index(after) + 1
+        page = turns[start : start + limit]
+        return {
+            "session_id": session_id,
+            "turns": [_turn_view(t) for t in page],
+            "total": len(turns),
+            "next_after": page[-1].turn_id if start + limit < len(turns) else None,
+        }
 
     async def session_state(self, tenant: str, session_id: str) -> dict[str, Any]:
         """The session's raw window and its summaries."""

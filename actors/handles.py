@@ -36,6 +36,7 @@ from strata.schema import (
     SkillList,
     SkillOut,
 )
+from strata.schema.outputs import SessionList, SessionTurns
 from strata_actors.errors import unwrap
 
 __all__ = [
@@ -248,6 +249,16 @@ class EpisodicHandle(SessionLayerHandle):
             start=start, end=end, prefer=prefer,
         )
         return found
+
+    async def list_sessions(self, tenant: str, *, after: str | None = None, limit: int = 50) -> SessionList:
+        """The sessions with turns, by id, a page at a time."""
+        return SessionList(**await self._call("list_sessions", tenant, after=after, limit=limit))
+
+    async def list_turns(
+        self, tenant: str, session_id: str, *, after: str | None = None, limit: int = 50
+    ) -> SessionTurns:
+        """The session's turns in time order, a page at a time (``NotFound`` without any)."""
+        return SessionTurns(**await self._call("list_turns", tenant, session_id, after=after, limit=limit))
 
     async def wait_for_summaries(self, tenant: str) -> int:
         """Wait for the tenant's background summaries; returns chunks still pending."""

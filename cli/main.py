@@ -123,6 +123,27 @@ def _cmd_import(args: argparse.Namespace) -> int:
     return 1 if report.failed else 0
 
 
+def _cmd_mcp(args: argparse.Namespace) -> int:
+    """MCP over stdio: stdout is the protocol's, so this prints nothing there."""
+    from strata_cli.stack import Stack
+    from strata_mcp import serve_stdio
+
+    url, key = os.environ.get("STRATA_URL"), os.environ.get("STRATA_API_KEY")
+    if not url or not key:
+        settings = _settings(args)
+        say = lambda m: print(m, file=sys.stderr, flush=True)
+        stack = Stack.recorded(settings.data_dir, say=say) or Stack(settings, say=say)
+        url = url or stack.url
+        if not key:
+            if not stack.key_file.exists():
+                raise FileNotFoundError(
+                    f"no API key: set STRATA_API_KEY, or start the stack with `strata up` (it writes {stack.key_file})"
+                )
+            key = stack.key_file.read_text().strip()
+    serve_stdio(url, key)
+    return 0
+
+
 def _cmd_eval_retrieval(args: argparse.Namespace) -> int:
     import json
 
@@ -200,6 +221,15 @@ def main(argv: list[str] | None = None) -> int:
     importing.add_argument("--api-key", help="default: $STRATA_API_KEY, else the stack's dev key")
     importing.add_argument("--data-dir", help="the stack's data dir (default ./.strata)")
     importing.set_defaults(fn=_cmd_import)
+    mcp = sub.add_parser(
+        "mcp", help="serve the memory tools over MCP on stdin/stdout (for Claude Desktop, Cursor and other MCP clients)"
+    )
+    mcp.add_argument(
+        "--data-dir",
+        help="without STRATA_URL / STRATA_API_KEY: the stack running with this data dir and its dev key "
+        "(default ./.strata)",
+    )
+    mcp.set_defaults(fn=_cmd_mcp)
     evaluation = sub.add_parser("eval", help="measure memory quality on a benchmark")
     kinds = evaluation.add_subparsers(dest="kind", required=True)
     retrieval = kinds.add_parser(

@@ -19,6 +19,7 @@ made, so the routes, the app they register on and its middleware read best toget
 # and FastAPI then cannot resolve string annotations such as `Response`.
 
 import asyncio
+import pathlib
 import re
 import time
 from collections.abc import Sequence
@@ -28,6 +29,8 @@ from typing import Any
 import numpy as np
 from fastapi import FastAPI, Header, Path, Query, Response
 from ray import serve
+from starlette.routing import Route
+from starlette.staticfiles import StaticFiles
 
 from strata.access.idempotency import IdempotencyStore
 from strata.access.keys import KEY_ID_PATTERN, KeyCreated, KeyCreateIn, KeyInfo, KeyList, Need, may
@@ -67,9 +70,11 @@ from strata.schema import (
     WorkingItemsIn,
     WorkingState,
 )
+from strata.schema.outputs import SessionList, SessionTurns
 from strata.store.layout import open_store
 from strata_actors.orchestration import Orchestration
-from strata_serve.auth import ROUTES, Authenticate, KeyGate, health_for_caller
+from strata_mcp import McpHttp
+from strata_serve.auth import ROUTES, UI_PATH, Authenticate, KeyGate, health_for_caller
 from strata_serve.errors import BodyLimit, Deadline, Internal, install_handlers
 from strata_serve.idempotent import Idempotent, Replica, replica_parts
 
@@ -137,6 +142,14 @@ app.add_middleware(BodyLimit, max_bytes=_replica_max_body_bytes)
 app.add_middleware(Authenticate, gate=_replica_gate)
 app.add_middleware(Internal)
 app.add_middleware(Deadline, timeout_s=_replica_timeout_s)
+
+# MCP over streamable HTTP, behind the same middleware: a request without a good key gets 401,
+# and each tool call calls these routes in process with the caller's key (strata_mcp.http).
+app.router.routes.append(Route("/mcp", McpHttp(max_body_bytes=_replica_max_body_bytes), include_in_schema=False))
+
+# The memory inspector: static files, no build step. The page needs no key (Authenticate lets
+# a GET of UI_PATH through); each call it makes to /v1 sends the key pasted into it.
+app.mount(UI_PATH, StaticFiles(directory=pathlib.Path(__file__).with_name("ui"), html=True), name="ui")
 
 
 #: A version in If-Match: ASCII digits only (``str.isdigit`` also takes "²"), within 64 bits.
@@ -248,6 +261,32 @@ class Api:
             tenant, session_id, body.turns, expected_version=_if_match(if_match), by=key_id
         )
         return recorded
+
+    @app.get("/v1/sessions", response_model=SessionList, tags=["turns"])
+    async def list_sessions(
+        self,
+        after: str | None = Query(default=None, description="The last session_id of the previous page"),
+        limit: int = Query(default=50, ge=1, le=1000),
+        authorization: str | None = Header(default=None),
+    ) -> SessionList:
+        """The sessions with turns in episodic memory, by id, a page at a time: how many turns,
+        the first and last turn's time. Every session's: not for a session key."""
+        tenant = (await self._gate.caller(authorization, "list_sessions")).tenant
+        page: SessionList = await self._flow.list_sessions(tenant, after=after, limit=limit)
+        return page
+
+    @app.get("/v1/sessions/{session_id}/turns", response_model=SessionTurns, tags=["turns"])
+    async def list_turns(
+        self,
+        session_id: str = _SESSION,
+        after: str | None = Query(default=None, description="The last turn_id of the previous page"),
+        limit: int = Query(default=50, ge=1, le=1000),
+        authorization: str | None = Header(default=None),
+    ) -> SessionTurns:
+        """The session's turns in time order, a page at a time; 404 for a session without turns."""
+        tenant = (await self._gate.caller(authorization, "list_turns", session=session_id)).tenant
+        page: SessionTurns = await self._flow.list_turns(tenant, session_id, after=after, limit=limit)
+        return page
 
     @app.post("/v1/context", response_model=ContextResult, tags=["context"])
     async def build_context(

@@ -62,6 +62,7 @@ __all__ = [
     "ADMIN_ROUTES",
     "OPEN_PATHS",
     "ROUTES",
+    "UI_PATH",
     "Authenticate",
     "KeyGate",
     "bearer_key",
@@ -71,11 +72,15 @@ __all__ = [
 
 #: Paths served without a key (a key sent along is still resolved: /healthz shows more to an admin).
 OPEN_PATHS = frozenset(("/healthz", "/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json"))
+#: Where the memory inspector's static files are served. A GET of it or of a file below it
+#: needs no key: the page holds no data, and each call it makes sends the key pasted into it.
+UI_PATH = "/ui"
 
 _ALL: frozenset[Layer] = frozenset(LAYERS)
 _DOCS: frozenset[Layer] = frozenset({"semantic"})
 _SKILLS: frozenset[Layer] = frozenset({"procedural"})
 _WORKING: frozenset[Layer] = frozenset({"working"})
+_EPISODIC: frozenset[Layer] = frozenset({"episodic"})
 
 #: What every tenant route of the API (by its method's name in ``serve_app/api.py``) reads
 #: and writes: the one table the key's scope is checked against (:func:`authorize`), by the
@@ -89,6 +94,7 @@ ROUTES: dict[str, Need] = {
     "add_working_items": Need(writes=_WORKING),
     "forget_session": Need(writes=SESSION_LAYERS),
     "post_interaction": Need(writes=SESSION_LAYERS, learns=_SKILLS),
+    "list_turns": Need(reads=_EPISODIC),
     # the layers the request names, by default all the key sees
     "build_context": Need(reads=_ALL, chosen=True),
     "search": Need(reads=_ALL, chosen=True),
@@ -107,6 +113,8 @@ ROUTES: dict[str, Need] = {
     "delete_skill": Need(writes=_SKILLS),
     "skill_history": Need(reads=_SKILLS),
     "skill_job": Need(reads=_SKILLS),
+    # every session's
+    "list_sessions": Need(reads=_EPISODIC),
     # every layer's changes, of every session
     "audit": Need(reads=_ALL),
 }
@@ -345,13 +353,18 @@ class KeyGate:
             return None
 
 
+def _is_ui_file(method: str, path: str) -> bool:
+    return method == "GET" and (path == UI_PATH or path.startswith(UI_PATH + "/"))
+
+
 class Authenticate:
     """Answer 401 (or 429, or 503) to a request without a good key before anything reads its body.
 
     Pure ASGI, like :class:`~strata_serve.errors.BodyLimit`: a refused request's body is
     never received, so a wrong key with 128 MiB behind it costs a header and at most one store
-    read. Paths in ``open_paths`` pass without a key; a key sent to one is resolved all the
-    same (and never refused). The resolved key is the route's :func:`current_key`.
+    read. Paths in ``open_paths``, and a GET of the inspector's files under :data:`UI_PATH`,
+    pass without a key; a key sent to one is resolved all the same (and never refused). The
+    resolved key is the route's :func:`current_key`.
 
     Args:
         app: the ASGI app to guard.
@@ -375,7 +388,7 @@ class Authenticate:
         address = str(client[0]) if client else "unknown"
         path = scope["path"].removeprefix(scope.get("root_path", "")) or "/"  # as routed under a route prefix
         try:
-            if path in self.open_paths:
+            if path in self.open_paths or _is_ui_file(scope["method"], path):
                 info = await gate.optional(headers.get("authorization"), address=address)
             else:
                 info = await gate.check(headers.get("authorization"), address=address)

@@ -48,6 +48,8 @@ from strata.schema import (
     RetrievalPath,
     SearchRequest,
     SearchResult,
+    SessionList,
+    SessionTurns,
     SkillDeleted,
     SkillExtractIn,
     SkillHistory,
@@ -85,6 +87,11 @@ _BY_STATUS: dict[int, type[StrataError]] = {
 }
 
 
+#: A 404 whose body is not Strata's JSON comes from Serve's proxy: for a few seconds after
+#: Serve's processes restart, the proxy answers before the application's routes are back.
+_NOT_SERVED = "Strata's routes are not served yet (Serve is starting or recovering): retry in a moment"
+
+
 @dataclass(frozen=True)
 class _Call(Generic[_M]):
     method: str
@@ -105,6 +112,8 @@ class _Call(Generic[_M]):
             try:
                 data = response.json()
             except ValueError:
+                if response.status_code == 404:  # Serve's proxy, not Strata: the routes are not back yet
+                    raise StoreUnavailable(_NOT_SERVED, retry_after_s=1, status=503) from None
                 data = {"message": response.text[:500]}
             message = data.get("message") or str(data)[:500]
             details = {k: v for k, v in data.items() if k not in ("message", "error")}
@@ -242,6 +251,14 @@ def _forget_session(session_id: str) -> _Call[ForgetResult]:
     return _Call("DELETE", f"/v1/sessions/{session_id}", ForgetResult)
 
 
+def _list_sessions(*, after: str | None = None, limit: int = 50) -> _Call[SessionList]:
+    return _Call("GET", "/v1/sessions", SessionList, params={"after": after, "limit": limit})
+
+
+def _list_turns(session_id: str, *, after: str | None = None, limit: int = 50) -> _Call[SessionTurns]:
+    return _Call("GET", f"/v1/sessions/{session_id}/turns", SessionTurns, params={"after": after, "limit": limit})
+
+
 def _extract_skill(
     task: str, trace: Sequence[TraceStepIn | dict[str, Any] | str], *, outcome: str | None = None,
     ttl_s: float | None = None,
@@ -323,10 +340,19 @@ def _async(spec: Callable[_P, _Call[_M]]) -> Callable[Concatenate[AsyncStrataCli
 
 
 class StrataClient:
-    """Synchronous HTTP client. ``with StrataClient(url, api_key) as c: c.build_context(...)``."""
+    """Synchronous HTTP client. ``with StrataClient(url, api_key) as c: c.build_context(...)``.
 
-    def __init__(self, base_url: str, api_key: str, *, timeout_s: float = 30.0) -> None:
-        self._http = httpx.Client(base_url=base_url, headers={"Authorization": f"Bearer {api_key}"}, timeout=timeout_s)
+    Args:
+        transport: how requests reach ``base_url``; by default over the network
+            (``httpx.MockTransport`` in a test, say).
+    """
+
+    def __init__(
+        self, base_url: str, api_key: str, *, timeout_s: float = 30.0, transport: httpx.BaseTransport | None = None
+    ) -> None:
+        self._http = httpx.Client(
+            base_url=base_url, headers={"Authorization": f"Bearer {api_key}"}, timeout=timeout_s, transport=transport
+        )
 
     def close(self) -> None:
         self._http.close()
@@ -338,6 +364,8 @@ class StrataClient:
     get_working = _sync(_get_working)
     add_working_items = _sync(_add_working_items)
     forget_session = _sync(_forget_session)
+    list_sessions = _sync(_list_sessions)
+    list_turns = _sync(_list_turns)
     index_document = _sync(_index_document)
     get_document = _sync(_get_document)
     list_documents = _sync(_list_documents)
@@ -363,11 +391,24 @@ class StrataClient:
 
 
 class AsyncStrataClient:
-    """Asynchronous HTTP client with the same methods, each awaitable."""
+    """Asynchronous HTTP client with the same methods, each awaitable.
 
-    def __init__(self, base_url: str, api_key: str, *, timeout_s: float = 30.0) -> None:
+    Args:
+        transport: how requests reach ``base_url``; by default over the network.
+            ``httpx.ASGITransport(app)`` sends them to an ASGI app in this process (the MCP
+            endpoint calls the API it is mounted in so), through all of its middleware.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str,
+        *,
+        timeout_s: float = 30.0,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
         self._http = httpx.AsyncClient(
-            base_url=base_url, headers={"Authorization": f"Bearer {api_key}"}, timeout=timeout_s
+            base_url=base_url, headers={"Authorization": f"Bearer {api_key}"}, timeout=timeout_s, transport=transport
         )
 
     async def aclose(self) -> None:
@@ -380,6 +421,8 @@ class AsyncStrataClient:
     get_working = _async(_get_working)
     add_working_items = _async(_add_working_items)
     forget_session = _async(_forget_session)
+    list_sessions = _async(_list_sessions)
+    list_turns = _async(_list_turns)
     index_document = _async(_index_document)
     get_document = _async(_get_document)
     list_documents = _async(_list_documents)

@@ -1,5 +1,6 @@
-"""Reads of one record or state (a document, an entity, a session's working memory), and the
-calls that operate the stack: health, LLM usage, waiting for background summaries."""
+"""Reads of one record or state (a document, an entity, a session's working memory), pages of
+records (documents, sessions, a session's turns), and the calls that operate the stack:
+health, LLM usage, waiting for background summaries."""
 
 from __future__ import annotations
 
@@ -11,10 +12,18 @@ from strata.errors import InvalidInput
 from strata.ids import validate_id
 from strata.providers.llm import LLMUsage
 from strata.schema import LAYERS, DocumentList, DocumentOut, WorkingState
+from strata.schema.outputs import SessionList, SessionTurns
 from strata_actors.errors import unwrap
 from strata_actors.orchestration.base import FlowBase
 
 __all__ = ["ReadFlow"]
+
+
+def _check_page(after: str | None, limit: int) -> None:
+    if after is not None:
+        validate_id(after, field="after")
+    if not 1 <= limit <= 1000:
+        raise InvalidInput(f"limit must be between 1 and 1000, got {limit}", field="limit")
 
 
 class ReadFlow(FlowBase):
@@ -25,11 +34,21 @@ class ReadFlow(FlowBase):
         return await self.router.semantic(tenant).get_document(tenant, doc_id, with_text=include_text)
 
     async def list_documents(self, tenant: str, *, after: str | None = None, limit: int = 50) -> DocumentList:
-        if after is not None:
-            validate_id(after, field="after")
-        if not 1 <= limit <= 1000:
-            raise InvalidInput(f"limit must be between 1 and 1000, got {limit}", field="limit")
+        _check_page(after, limit)
         return await self.router.semantic(tenant).list_documents(tenant, after=after, limit=limit)
+
+    async def list_sessions(self, tenant: str, *, after: str | None = None, limit: int = 50) -> SessionList:
+        """The tenant's sessions that have turns, by id (``after``: the last id of the previous page)."""
+        _check_page(after, limit)
+        return await self.router.episodic(tenant).list_sessions(tenant, after=after, limit=limit)
+
+    async def list_turns(
+        self, tenant: str, session_id: str, *, after: str | None = None, limit: int = 50
+    ) -> SessionTurns:
+        """The session's turns in time order (``after``: the last turn_id of the previous page)."""
+        validate_id(session_id, field="session_id")
+        _check_page(after, limit)
+        return await self.router.episodic(tenant).list_turns(tenant, session_id, after=after, limit=limit)
 
     async def entity(self, tenant: str, name: str) -> dict[str, Any]:
         """What the semantic layer's knowledge graph knows of an entity."""

@@ -11,7 +11,16 @@ from __future__ import annotations
 
 from strata.episodic.memory import EpisodicMemory
 from strata.episodic.summarize import EpisodeSummary, ExtractiveSummarizer, LLMSummarizer, Summarizer, SummaryInput
-from strata.episodic.turns import SUMMARY, TURN, EpisodicHit, SummaryRecord, Turn, TurnInput, summary_inputs
+from strata.episodic.turns import (
+    SUMMARY,
+    TURN,
+    EpisodicHit,
+    SessionSpan,
+    SummaryRecord,
+    Turn,
+    TurnInput,
+    summary_inputs,
+)
 
 __all__ = [
     "SUMMARY",
@@ -21,6 +30,7 @@ __all__ = [
     "EpisodicMemory",
     "ExtractiveSummarizer",
     "LLMSummarizer",
+    "SessionSpan",
     "Summarizer",
     "SummaryInput",
     "SummaryRecord",

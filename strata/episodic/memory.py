@@ -32,6 +32,7 @@ from strata.episodic.turns import (
     SUMMARY,
     TURN,
     EpisodicHit,
+    SessionSpan,
     SummaryRecord,
     Turn,
     TurnInput,
@@ -319,6 +320,14 @@ class EpisodicMemory:
         """The session's turns in time order (caller-given timestamps first, arrival order on ties)."""
         turns = (t for t in self._turns.values() if t.session_id == session_id)
         return sorted(turns, key=lambda t: (t.timestamp, t.seq))
+
+    def sessions(self) -> list[SessionSpan]:
+        """Every session with turns, by id."""
+        spans: dict[str, tuple[int, datetime, datetime]] = {}
+        for turn in self._turns.values():
+            count, first, last = spans.get(turn.session_id, (0, turn.timestamp, turn.timestamp))
+            spans[turn.session_id] = (count + 1, min(first, turn.timestamp), max(last, turn.timestamp))
+        return [SessionSpan(session, *spans[session]) for session in sorted(spans)]
 
     def raw_window(self, session_id: str) -> list[Turn]:
         return self.session_turns(session_id)[-self._settings.raw_window :]

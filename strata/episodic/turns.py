@@ -21,6 +21,7 @@ __all__ = [
     "SUMMARY",
     "TURN",
     "EpisodicHit",
+    "SessionSpan",
     "SummaryRecord",
     "Turn",
     "TurnInput",
@@ -92,6 +93,16 @@ class Turn:
             "graph": self.entities,
             **({EXPIRES: self.expires_ms} if self.expires_ms else {}),
         }
+
+
+@dataclass(frozen=True)
+class SessionSpan:
+    """A session as episodic memory knows it: how many turns, when the first and the last were said."""
+
+    session_id: str
+    turns: int
+    first_at: datetime
+    last_at: datetime
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,10 @@ __all__ = [
     "RecordTurnsResult",
     "SearchHit",
     "SearchResult",
+    "SessionList",
+    "SessionOut",
+    "SessionTurn",
+    "SessionTurns",
     "SkillDeleted",
     "SkillHistory",
     "SkillJobOut",
@@ -76,6 +80,41 @@ class RecordTurnsResult(_Out):
         default=False,
         description="The turns were recorded already (a retry with the same turn ids and text): nothing new "
         "was written to episodic memory, and versions.episodic is its current version",
+    )
+
+
+class SessionOut(_Out):
+    session_id: str
+    turns: int = Field(description="Turns recorded in it")
+    first_at: datetime | None = Field(default=None, description="When its earliest turn was said")
+    last_at: datetime | None = Field(default=None, description="When its latest turn was said")
+
+
+class SessionList(_Out):
+    sessions: list[SessionOut] = Field(description="The sessions with turns, by id")
+    total: int = Field(description="Sessions of the tenant with turns")
+    next_after: str | None = Field(default=None, description="Pass as ?after= for the next page; null on the last")
+
+
+class SessionTurn(_Out):
+    """A recorded turn, read back."""
+
+    turn_id: str
+    timestamp: datetime
+    text: str = Field(description="Both sides as they are searched: '<speaker>: ...' and 'assistant: ...' lines")
+    user: str | None = None
+    agent: str | None = None
+    speaker: str | None = Field(default=None, description="The user side's label; null: 'user'")
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    expires_at: datetime | None = _expires()
+
+
+class SessionTurns(_Out):
+    session_id: str
+    turns: list[SessionTurn] = Field(description="In time order (the order a search's neighbours follow)")
+    total: int = Field(description="Turns of the session")
+    next_after: str | None = Field(
+        default=None, description="A turn_id: pass as ?after= for the next page; null on the last"
     )
 
 

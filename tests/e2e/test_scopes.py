@@ -83,6 +83,8 @@ def requests(skill: str, job: str, kind: str) -> dict[str, tuple[str, str, Any, 
         "record_turn": ("POST", "/v1/sessions/own/turns", {"user": "hi"}, {}),
         "record_turns": ("POST", "/v1/sessions/own/turns/batch", {"turns": [{"user": "hi"}]}, {}),
         "get_working": ("GET", "/v1/sessions/own/working", None, {}),
+        "list_sessions": ("GET", "/v1/sessions", None, {}),
+        "list_turns": ("GET", "/v1/sessions/own/turns", None, {}),
         "add_working_items": (
             "POST",
             "/v1/sessions/own/working/items",

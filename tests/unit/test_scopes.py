@@ -69,6 +69,8 @@ EXPECTED: dict[str, tuple[bool, ...]] = {
     "skill_history": (_, X, X, _, _, X, _),
     "skill_job": (_, X, X, _, _, X, _),
     "audit": (_, X, X, _, _, _, _),
+    "list_turns": (_, X, X, X, X, X, X),
+    "list_sessions": (_, X, X, _, _, _, X),
 }
 SESSION_ROUTES = {
     "record_turn",
@@ -77,6 +79,7 @@ SESSION_ROUTES = {
     "add_working_items",
     "forget_session",
     "post_interaction",
+    "list_turns",
     "build_context",
     "search",
 }
@@ -97,7 +100,8 @@ def test_the_table_names_every_route_of_the_api() -> None:
     assert names == set(ROUTES) | ADMIN_ROUTES
     assert set(EXPECTED) == set(ROUTES)
     assert all(ROUTES[name].stores == bool(ROUTES[name].writes) for name in ROUTES)
-    assert {name for name, need in ROUTES.items() if not need.stores} >= {"search", "build_context", "audit"}
+    reads = {"search", "build_context", "audit", "list_sessions", "list_turns"}
+    assert {name for name, need in ROUTES.items() if not need.stores} >= reads
 
 
 def check(info: KeyInfo, route: str) -> None:

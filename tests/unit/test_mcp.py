@@ -1,0 +1,137 @@
+"""The MCP server without a stack: its tools as an MCP client lists them, and the ``/mcp``
+endpoint driven by the SDK's own client, in front of a small app that answers as the REST API
+does (the network boundary; tests/e2e/test_mcp.py drives the real stack)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import pytest
+from fastapi import FastAPI, Header
+from fastapi.responses import JSONResponse
+from mcp.client import Client
+from mcp.client.streamable_http import streamable_http_client
+from starlette.routing import Route
+
+from strata_mcp import McpHttp, stdio_server
+from tests.conftest import free_port
+
+TOOLS = {
+    "add_memory": {"text"},
+    "search_memory": {"query"},
+    "get_context": {"message"},
+    "add_document": {"text"},
+    "find_skill": {"task"},
+    "record_skill_outcome": {"skill_id", "success"},
+    "learn_skill": {"task", "trace"},
+    "forget": {"what", "id"},
+    "list_sessions": set(),
+}
+
+
+def api() -> tuple[FastAPI, list[str | None]]:
+    """Two routes in the REST API's words; the Authorization header of each call is kept."""
+    app = FastAPI()
+    keys: list[str | None] = []
+
+    @app.get("/v1/sessions")
+    async def list_sessions(authorization: str | None = Header(default=None)) -> dict[str, Any]:
+        keys.append(authorization)
+        return {"sessions": [{"session_id": "s1", "turns": 2}], "total": 1, "next_after": None}
+
+    @app.delete("/v1/documents/{doc_id}")
+    async def delete_document(doc_id: str, authorization: str | None = Header(default=None)) -> JSONResponse:
+        keys.append(authorization)
+        message = "this key is read-only: it may not write semantic"
+        return JSONResponse({"error": "Forbidden", "message": message}, status_code=403)
+
+    return app, keys
+
+
+@asynccontextmanager
+async def mcp_over_http(app: FastAPI, key: str) -> AsyncIterator[Client]:
+    http = httpx2.AsyncClient(
+        transport=httpx2.ASGITransport(app=app), base_url="http://api", headers={"Authorization": f"Bearer {key}"}
+    )
+    async with http, Client(streamable_http_client("http://api/mcp", http_client=http)) as client:
+        yield client
+
+
+@pytest.fixture()
+async def endpoint() -> AsyncIterator[tuple[FastAPI, list[str | None]]]:
+    app, keys = api()
+    mcp = McpHttp()
+    app.router.routes.append(Route("/mcp", mcp))
+    yield app, keys
+    await mcp.aclose()
+
+
+async def test_every_tool_is_listed_with_a_schema_and_a_description() -> None:
+    async with Client(stdio_server("http://127.0.0.1:1", "sk-x")) as client:
+        tools = {tool.name: tool for tool in (await client.list_tools()).tools}
+    assert set(tools) == set(TOOLS)
+    for name, required in TOOLS.items():
+        schema = tools[name].input_schema
+        assert set(schema.get("required", [])) == required, name
+        assert "ctx" not in schema["properties"], name  # the context is injected, not asked for
+        assert len(tools[name].description or "") > 80, name  # says what it returns and when to use it
+        assert "return" in (tools[name].description or "").lower(), name
+    assert tools["forget"].input_schema["properties"]["what"]["enum"] == ["session", "document", "skill"]
+    assert tools["add_memory"].input_schema["properties"]["role"]["enum"] == ["user", "assistant", "note"]
+    assert tools["forget"].annotations is not None and tools["forget"].annotations.destructive_hint
+    assert tools["search_memory"].annotations is not None and tools["search_memory"].annotations.read_only_hint
+
+
+async def test_http_tool_calls_reach_the_app_in_process_with_the_callers_own_key(
+    endpoint: tuple[FastAPI, list[str | None]],
+) -> None:
+    app, keys = endpoint
+    for key in ("sk-a", "sk-b"):
+        async with mcp_over_http(app, key) as client:
+            listed = await client.call_tool("list_sessions", {})
+            assert not listed.is_error and listed.structured_content is not None
+            assert listed.structured_content["sessions"][0]["session_id"] == "s1"
+    assert keys == ["Bearer sk-a", "Bearer sk-b"]
+
+
+async def test_a_strata_error_is_a_tool_error_with_its_message_and_the_server_answers_on(
+    endpoint: tuple[FastAPI, list[str | None]],
+) -> None:
+    app, _ = endpoint
+    async with mcp_over_http(app, "sk-ro") as client:
+        refused = await client.call_tool("forget", {"what": "document", "id": "d1"})
+        assert refused.is_error
+        text = refused.content[0].text  # type: ignore[union-attr]
+        assert "Forbidden (403): this key is read-only" in text
+        assert not (await client.call_tool("list_sessions", {})).is_error
+
+
+async def test_input_the_client_refuses_is_a_tool_error_that_says_what_to_fix() -> None:
+    """A turn of blanks passes the tool's schema and is refused by the client before it is
+    sent: the caller reads why, not a bare "Error executing tool"."""
+    async with Client(stdio_server("http://127.0.0.1:1", "sk-x")) as client:
+        blank = await client.call_tool("add_memory", {"text": "   ", "session_id": "s1"})
+    assert blank.is_error
+    assert "InvalidInput" in blank.content[0].text and "both are empty" in blank.content[0].text  # type: ignore[union-attr]
+
+
+async def test_a_strata_that_does_not_answer_is_a_tool_error() -> None:
+    async with Client(stdio_server(f"http://127.0.0.1:{free_port()}", "sk-x")) as client:
+        first = await client.call_tool("list_sessions", {})
+        again = await client.call_tool("search_memory", {"query": "anything"})
+    for result in (first, again):
+        assert result.is_error and "Strata did not answer" in result.content[0].text  # type: ignore[union-attr]
+
+
+def test_the_example_client_configs_start_what_this_package_serves() -> None:
+    examples = Path(__file__).resolve().parents[2] / "examples" / "mcp"
+    stdio = json.loads((examples / "stdio.json").read_text())["mcpServers"]["strata"]
+    assert (stdio["command"], stdio["args"]) == ("strata", ["mcp"])
+    assert set(stdio["env"]) == {"STRATA_URL", "STRATA_API_KEY"}  # what `strata mcp` reads
+    http = json.loads((examples / "http.json").read_text())["mcpServers"]["strata"]
+    assert http["url"].endswith("/mcp") and http["headers"]["Authorization"].startswith("Bearer ")
