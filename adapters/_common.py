@@ -1,0 +1,131 @@
+"""What every adapter needs: where Strata is and with which key (:class:`StrataConnection`),
+and one way to write logic once for a framework's sync and async interfaces (:func:`run_sync`,
+:func:`run_async`).
+
+An ``httpx.AsyncClient`` belongs to the event loop it first ran in, and frameworks run
+their async paths in whatever loop the caller has (``asyncio.run`` twice is two loops),
+so a connection keeps one async client per loop, made on first use in that loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import weakref
+from collections.abc import Generator
+from typing import Any, TypeVar, cast
+
+from strata.errors import StrataError
+from strata_serve.client import AsyncStrataClient, StrataClient
+
+__all__ = ["DEFAULT_URL", "Flow", "Request", "StrataConnection", "call", "run_async", "run_sync"]
+
+#: Where ``strata up`` serves by default.
+DEFAULT_URL = "http://127.0.0.1:8000"
+
+
+class StrataConnection:
+    """A Strata API endpoint and key: a blocking client, and an async client per event loop.
+
+    Args:
+        url: the API's base URL, e.g. ``http://127.0.0.1:8000``.
+        api_key: a Strata key (``sk-strata-...``); its tenant is the one the adapter reads and writes.
+        timeout_s: per request.
+    """
+
+    def __init__(self, url: str, api_key: str, *, timeout_s: float = 30.0) -> None:
+        if not api_key:
+            raise ValueError("api_key is empty: pass a Strata key (sk-strata-...) or set STRATA_API_KEY")
+        self.url, self._api_key, self._timeout_s = url, api_key, timeout_s
+        self._client: StrataClient | None = None
+        self._async: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncStrataClient] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    @classmethod
+    def from_env(cls, *, timeout_s: float = 30.0) -> StrataConnection:
+        """``STRATA_URL`` (default :data:`DEFAULT_URL`) and ``STRATA_API_KEY`` (required).
+
+        Raises:
+            ValueError: ``STRATA_API_KEY`` is not set.
+        """
+        key = os.environ.get("STRATA_API_KEY", "")
+        if not key:
+            raise ValueError("STRATA_API_KEY is not set: export a Strata key (`strata keys create <tenant>` makes one)")
+        return cls(os.environ.get("STRATA_URL") or DEFAULT_URL, key, timeout_s=timeout_s)
+
+    @property
+    def client(self) -> StrataClient:
+        """The blocking client (made on first use)."""
+        if self._client is None:
+            self._client = StrataClient(self.url, self._api_key, timeout_s=self._timeout_s)
+        return self._client
+
+    @property
+    def async_client(self) -> AsyncStrataClient:
+        """The async client of the running event loop (made on first use in it)."""
+        loop = asyncio.get_running_loop()
+        client = self._async.get(loop)
+        if client is None:
+            client = self._async[loop] = AsyncStrataClient(self.url, self._api_key, timeout_s=self._timeout_s)
+        return client
+
+    def close(self) -> None:
+        """Close the blocking client (async clients close with their loop's garbage)."""
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+
+# -- one implementation, two drivers ---------------------------------------------------
+#
+# An adapter's logic is written once, as a generator (a "flow") that yields the client calls it
+# needs, ``doc = yield call("get_document", doc_id)``, and gets each reply back (or the Strata error
+# thrown in at the yield, so ``except NotFound`` reads as usual). :func:`run_sync` answers a flow
+# with the blocking client, :func:`run_async` with the async one: the two clients have the same
+# method names, so the framework's sync and async interfaces share every line of logic.
+
+Request = tuple[str, tuple[Any, ...], dict[str, Any]]
+T = TypeVar("T")
+Flow = Generator[Request, Any, T]
+
+
+def call(method: str, *args: Any, **kwargs: Any) -> Request:
+    """A request for a flow to yield: the client method's name and its arguments."""
+    return method, args, kwargs
+
+
+def run_sync(client: StrataClient, flow: Flow[T]) -> T:
+    """Run ``flow`` to its end, each request answered by the blocking ``client``."""
+    try:
+        request = next(flow)
+        while True:
+            method, args, kwargs = request
+            try:
+                reply = getattr(client, method)(*args, **kwargs)
+            except StrataError as exc:
+                request = flow.throw(exc)
+            else:
+                request = flow.send(reply)
+    except StopIteration as done:
+        return cast(T, done.value)
+    finally:
+        flow.close()
+
+
+async def run_async(client: AsyncStrataClient, flow: Flow[T]) -> T:
+    """Run ``flow`` to its end, each request awaited on the async ``client``."""
+    try:
+        request = next(flow)
+        while True:
+            method, args, kwargs = request
+            try:
+                reply = await getattr(client, method)(*args, **kwargs)
+            except StrataError as exc:
+                request = flow.throw(exc)
+            else:
+                request = flow.send(reply)
+    except StopIteration as done:
+        return cast(T, done.value)
+    finally:
+        flow.close()
