@@ -2,8 +2,10 @@
 
 A trace is the list of steps an agent took, in order: each a free-text string
 or a dict with any of ``tool``, ``args``, ``command``, ``action``, ``output``,
-``error`` and ``status`` ("ok" | "error"). A :class:`SkillExtractor` turns it
-into a :class:`SkillDraft`: successful steps become the skill's steps, with
+``error`` and ``status`` ("ok" | "error"); the API maps other shapes (OpenAI
+tool calls, LangChain steps, log records) onto these and keeps the rest as the
+step's ``metadata`` (the rule extractor ignores it; the LLM sees it). A
+:class:`SkillExtractor` turns it into a :class:`SkillDraft`: successful steps become the skill's steps, with
 concrete values replaced by ``{placeholder}`` variables; failed steps become
 pitfalls, with the fix when a later step shows one.
 

@@ -137,7 +137,9 @@ def _parse(step: Mapping[str, Any] | str, index: int) -> _Step:
         raise ValueError(f"trace step {index} is a {type(step).__name__}, not a dict or a string")  # noqa: TRY004
     args = step.get("args")
     error, status, output = _as_text(step.get("error")), step.get("status"), _as_text(step.get("output"))
-    failed = bool(error) or status == "error"
+    # A tool's error often comes back as its output (a LangChain observation, an Agents SDK
+    # function_call_output): an output that starts like an error is one, unless the step said "ok".
+    failed = bool(error) or status == "error" or (status != "ok" and bool(_ERR_START.search(output)))
     return _Step(
         tool=_as_text(step.get("tool")), args=dict(args) if isinstance(args, Mapping) else {},
         command=_as_text(step.get("command"))[:_MAX_INPUT], action=_as_text(step.get("action"))[:_MAX_INPUT],
@@ -322,8 +324,9 @@ class RuleSkillExtractor:
     value keeps one name everywhere; a second value of a kind is ``{kind_2}``.
     Error lines and outputs are quoted as they are, so triggers stay searchable.
 
-    Failures: a step with ``error`` or ``status: "error"`` is a pitfall, not a
-    step; an error-looking string (or a bare ``error``) reports on the step
+    Failures: a step with ``error`` or ``status: "error"``, or whose ``output``
+    starts like an error (``Error:``, ``Traceback``, ``failed``) without
+    ``status: "ok"``, is a pitfall, not a step; an error-looking string (or a bare ``error``) reports on the step
     before it unless that one said ``status: "ok"``. The fix is the first later
     successful step with the same command head (``docker push``), the same
     tool, or (free text) half the failed step's words; when that is the very

@@ -255,17 +255,170 @@ class DocumentIn(_In):
 _TRACE_BYTES_MAX = 60_000
 
 
+#: A step's metadata (its own ``metadata`` and the fields no step field takes), at most: keys,
+#: characters of a key, bytes of JSON, levels of nesting. What does not fit is dropped and
+#: named in ``metadata["_dropped"]``; the trace is still taken.
+STEP_METADATA_KEYS_MAX = 32
+STEP_METADATA_KEY_CHARS_MAX = 64
+STEP_METADATA_BYTES_MAX = 4096
+STEP_METADATA_DEPTH_MAX = 6
+_STEP_TEXT_MAX = 4000
+_OK = frozenset({"ok", "success", "succeeded", "completed", "done"})
+_FAILED = frozenset({"error", "failed", "failure", "incomplete", "cancelled", "canceled", "fatal"})
+_LOG_TEXT = ("message", "msg", "log", "text", "content")
+
+
 class TraceStepIn(_In):
-    """One step of an execution trace; every field is optional."""
+    """One step of an execution trace; every field is optional.
+
+    Steps come in many shapes and all are taken: the fields below; an OpenAI tool call
+    (``name``, ``arguments`` as a dict or JSON text, ``output``; or nested in ``function``);
+    a LangChain intermediate step (``{"action": {"tool", "tool_input", "log"},
+    "observation"}``, or the ``[action, observation]`` pair); a log record (``message``,
+    ``level``). ``result`` and ``observation`` are the output. Any other field is kept in
+    ``metadata`` (see ``STEP_METADATA_*`` for its bounds); a long output or error is cut to
+    4,000 characters rather than refused.
+    """
+
+    model_config = ConfigDict(extra="allow")  # unknown fields are accepted: _shape moves them to metadata
 
     tool: str | None = Field(default=None, max_length=200, description="A tool or function called")
     args: dict[str, Any] = Field(default_factory=dict, description="Its arguments")
     command: str | None = Field(default=None, max_length=4000, description="A shell command run")
     action: str | None = Field(default=None, max_length=4000, description="What was done, in words")
-    output: str | None = Field(default=None, max_length=4000)
-    error: str | None = Field(default=None, max_length=4000, description="Non-empty: the step failed")
+    output: str | None = Field(default=None, max_length=_STEP_TEXT_MAX)
+    error: str | None = Field(default=None, max_length=_STEP_TEXT_MAX, description="Non-empty: the step failed")
     status: Literal["ok", "error"] | None = None
-    metadata: dict[str, Any] = Field(default_factory=dict)
+    metadata: dict[str, Any] = Field(
+        default_factory=dict,
+        description=f"Yours, plus the step's unknown fields; at most {STEP_METADATA_KEYS_MAX} keys and "
+        f"{STEP_METADATA_BYTES_MAX} bytes of JSON (the rest is dropped and named in _dropped)",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _shape(cls, data: Any) -> Any:
+        return _step_fields(data)
+
+
+def _step_fields(data: Any) -> Any:
+    """A step of any known shape as the fields of :class:`TraceStepIn`; other fields to metadata."""
+    if isinstance(data, (list, tuple)) and len(data) == 2 and isinstance(data[0], dict):
+        data = {"action": data[0], "observation": data[1]}  # LangChain's (AgentAction, observation)
+    if not isinstance(data, dict):
+        return data  # a string is the union's other member; anything else is refused by pydantic
+    rest = dict(data)
+    if rest.get("lc") == 1 and isinstance(rest.get("kwargs"), dict):
+        rest = {**rest.pop("kwargs"), **{k: v for k, v in rest.items() if k != "kwargs"}}
+    step: dict[str, Any] = {}
+    function, action = rest.get("function"), rest.get("action")
+    if isinstance(function, dict):  # chat completions: {"id", "type": "function", "function": {...}}
+        rest.pop("function")
+        rest = {**function, **rest}
+    if isinstance(action, dict):  # LangChain: the AgentAction, as a dict
+        rest.pop("action")
+        rest = {**{k: v for k, v in action.items() if k != "log"}, **rest}
+        if "log" in action:
+            rest.setdefault("log", action["log"])
+    for key in ("tool", "name", "tool_name"):
+        if isinstance(rest.get(key), str) and "tool" not in step:
+            step["tool"] = rest.pop(key)
+    for key in ("args", "arguments", "tool_input", "input"):
+        if key in rest and "args" not in step and (key != "input" or "tool" in step):
+            step["args"] = _arguments(rest.pop(key))
+    command = rest.get("command", rest.get("cmd"))
+    if isinstance(command, list) and command and all(isinstance(word, str) for word in command):
+        command = " ".join(command)  # an argv
+    if isinstance(command, str):
+        rest.pop("command" if "command" in rest else "cmd")
+        step["command"] = command
+    if isinstance(rest.get("action"), str):
+        step["action"] = rest.pop("action")
+    for key in ("output", "result", "observation", "error"):
+        if key in rest and rest[key] is not None and not (key == "error" and rest[key] is False):
+            target = "error" if key == "error" else "output"
+            if target not in step:
+                step[target] = _clipped_text(rest.pop(key))
+    status = rest.get("status")
+    if isinstance(status, str) and status.strip().lower() in _OK | _FAILED:
+        rest.pop("status")
+        step["status"] = "ok" if status.strip().lower() in _OK else "error"
+    level = rest.get("level")
+    if isinstance(level, str) and level.lower() in ("error", "fatal", "critical") and "status" not in step:
+        step["status"] = "error"
+    if not {"tool", "command", "action", "error"} & step.keys():
+        text_key = next((k for k in _LOG_TEXT if isinstance(rest.get(k), str) and rest[k].strip()), None)
+        if text_key is not None:
+            target = "error" if step.get("status") == "error" else "action"
+            step[target] = _clipped_text(rest.pop(text_key))
+    explicit = rest.pop("metadata", None)
+    extras = {**rest, **(explicit if isinstance(explicit, dict) else {})}
+    if explicit is not None and not isinstance(explicit, dict):
+        extras["metadata"] = explicit
+    step["metadata"] = _bounded_metadata(extras)
+    return step
+
+
+def _arguments(value: Any) -> Any:
+    """Tool arguments as a dict: JSON text parsed, a bare value as ``{"input": value}``."""
+    import json
+
+    if isinstance(value, str):
+        try:
+            parsed = json.loads(value)
+        except ValueError:
+            return {"input": value}
+        value = parsed
+    return value if isinstance(value, dict) else {"input": value}
+
+
+def _clipped_text(value: Any) -> str:
+    import json
+
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+    return text if len(text) <= _STEP_TEXT_MAX else text[: _STEP_TEXT_MAX - 1] + "…"
+
+
+def _bounded_metadata(fields: dict[str, Any]) -> dict[str, Any]:
+    """The fields that fit :data:`STEP_METADATA_KEYS_MAX` / ``BYTES_MAX``, in order, each made
+    storable; the names of the others under ``_dropped``."""
+    import json
+
+    kept: dict[str, Any] = {}
+    dropped: list[str] = []
+    size = 2
+    for key, value in fields.items():
+        item = _storable_value(value, STEP_METADATA_DEPTH_MAX)
+        cost = len(json.dumps({str(key): item}, ensure_ascii=False).encode())
+        too_many = len(kept) >= STEP_METADATA_KEYS_MAX or len(str(key)) > STEP_METADATA_KEY_CHARS_MAX
+        if too_many or size + cost > STEP_METADATA_BYTES_MAX - 256:  # 256: room left for _dropped
+            dropped.append(str(key)[:STEP_METADATA_KEY_CHARS_MAX])
+        else:
+            kept[str(key)] = item
+            size += cost
+    if dropped:  # three names of 64 characters and a count fit in the room kept for them
+        kept["_dropped"] = dropped[:3] + ([f"+{len(dropped) - 3} more"] if len(dropped) > 3 else [])
+    return kept
+
+
+def _storable_value(value: Any, depth: int) -> Any:
+    """``value`` as JSON a store keeps: huge integers and non-finite numbers as text, deeper
+    levels than ``depth`` as a short JSON text."""
+    import math
+
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return value
+    if isinstance(value, int):
+        return value if -_INT64 <= value < _INT64 else str(value)
+    if isinstance(value, float):
+        return value if math.isfinite(value) else str(value)
+    if depth <= 0:
+        return _clipped_text(value)[:200]
+    if isinstance(value, dict):
+        return {str(k): _storable_value(v, depth - 1) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_storable_value(v, depth - 1) for v in value]
+    return str(value)[:200]
 
 
 def _trace_size(trace: list[Any]) -> list[Any]:
