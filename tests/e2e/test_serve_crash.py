@@ -126,7 +126,10 @@ class Stream:
                         write.failures[type(exc).__name__] += 1
                         time.sleep(0.2)
                         continue
-                    if r.status_code >= 500 or r.status_code in (408, 429):  # 408: Serve's request timeout
+                    # 408: Serve's request timeout. A plain-text 404 is Serve's proxy before the app's
+                    # routes are back after the kill (Strata's own 404 is JSON): the client retries.
+                    restarting = r.status_code == 404 and not r.headers.get("content-type", "").startswith("application/json")
+                    if r.status_code >= 500 or r.status_code in (408, 429) or restarting:
                         write.failures[str(r.status_code)] += 1
                         time.sleep(min(float(r.headers.get("retry-after") or 0.2), 0.5))
                         continue
@@ -181,7 +184,7 @@ def test_killing_the_serve_application_mid_stream_loses_no_acknowledged_write(st
     assert min(after) > max(before), f"a version acknowledged before the kill was reused: {min(after)} <= {max(before)}"
 
     # Stored once each, with their text: read from the stack's Milvus.
-    settings = load_settings(None, milvus={"port": int(stack.env["STRATA_MILVUS__PORT"])})
+    settings = load_settings(None, data_dir=stack.data_dir, milvus={"port": int(stack.env["STRATA_MILVUS__PORT"])})
     store, names = open_store(settings)
     rows = [r for r in store.scan(names.episodic, tenant="demo", with_vectors=False) if r.kind == "turn"]
     stored = Counter((r.session, r.payload["turn_id"]) for r in rows)
