@@ -16,6 +16,8 @@ import pytest
 
 from tests.conftest import free_port
 
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
 STRATA = [sys.executable, "-m", "strata_cli.main"]
 
 
@@ -49,6 +51,16 @@ class Running:
         key = done.stdout.strip().splitlines()[-1]
         assert key.startswith("sk-strata-") and " " not in key
         return key
+
+    def run_example(self, script: str, tenant: str) -> str:
+        """``python examples/<script>`` against this stack, as a fresh tenant's key (STRATA_URL,
+        STRATA_API_KEY); its output, once it exited 0."""
+        env = {**os.environ, "STRATA_URL": self.url, "STRATA_API_KEY": self.new_key("create", tenant)}
+        done = subprocess.run(
+            [sys.executable, str(EXAMPLES / script)], env=env, capture_output=True, text=True, timeout=300, check=False
+        )
+        assert done.returncode == 0, done.stdout + done.stderr
+        return done.stdout
 
     def post(self, path: str, body: Any = None, *, key: str | None = None, **kw: Any) -> httpx.Response:
         headers = {"Authorization": f"Bearer {key or self.key}", **kw.pop("headers", {})}

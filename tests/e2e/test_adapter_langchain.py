@@ -5,10 +5,6 @@ forgets; tenants apart; the example as a user runs it."""
 from __future__ import annotations
 
 import asyncio
-import os
-import subprocess
-import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,7 +20,6 @@ from tests.e2e.running import Running
 
 pytestmark = pytest.mark.e2e
 
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def _connection(stack: Running, tenant: str) -> StrataConnection:
@@ -153,17 +148,7 @@ def test_async_history_through_ainvoke_across_event_loops(agents_stack: Running)
 
 
 def test_the_example_runs_against_the_stack(agents_stack: Running) -> None:
-    env = {**os.environ, "STRATA_URL": agents_stack.url, "STRATA_API_KEY": agents_stack.new_key("create", "lc-ex")}
-    done = subprocess.run(
-        [sys.executable, str(ROOT / "examples" / "langchain_chat.py")],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    out = done.stdout
+    out = agents_stack.run_example("langchain_chat.py", "lc-ex")
     assert "agent: You said under 150 euros a night." in out
     # Each call's model sees the system prompt, the history kept in Strata, and the question.
     assert [line.strip() for line in out.splitlines() if "model sees" in line] == [

@@ -4,11 +4,7 @@ sync and async, tenants apart, TTL, values too big for metadata, and the example
 from __future__ import annotations
 
 import asyncio
-import os
-import subprocess
-import sys
 import time
-from pathlib import Path
 from typing import Any, TypedDict
 
 import pytest
@@ -21,7 +17,6 @@ from tests.e2e.running import Running
 
 pytestmark = pytest.mark.e2e
 
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def _store(stack: Running, tenant: str) -> StrataStore:
@@ -194,17 +189,7 @@ def test_ttl_becomes_the_documents_and_expired_items_are_gone(agents_stack: Runn
 
 
 def test_the_example_runs_against_the_stack(agents_stack: Running) -> None:
-    env = {**os.environ, "STRATA_URL": agents_stack.url, "STRATA_API_KEY": agents_stack.new_key("create", "lg-ex")}
-    done = subprocess.run(
-        [sys.executable, str(ROOT / "examples" / "langgraph_agent.py")],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    out = done.stdout
+    out = agents_stack.run_example("langgraph_agent.py", "lg-ex")
     assert "agent: from memory: I am allergic to peanuts" in out
     assert "agent: from memory: I prefer window seats on flights" in out
     assert "agent: from memory: my daughter is called Ada" in out

@@ -5,10 +5,6 @@ user runs them. Each test works in a tenant of its own."""
 from __future__ import annotations
 
 import asyncio
-import os
-import subprocess
-import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,8 +18,6 @@ from strata_adapters._common import StrataConnection
 from strata_adapters.llamaindex import StrataMemoryBlock
 from strata_adapters.openai_agents import StrataSession
 from tests.e2e.running import Running
-
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 def _connection(stack: Running, tenant: str) -> StrataConnection:
@@ -233,16 +227,8 @@ def test_a_trace_with_result_and_other_shapes_is_taken(agents_stack: Running) ->
     ],
 )
 def test_example_runs(agents_stack: Running, example: str, expected: str) -> None:
-    env = {
-        **os.environ,
-        "STRATA_URL": agents_stack.url,
-        "STRATA_API_KEY": agents_stack.new_key("create", f"example-{example.split('_')[0]}"),
-    }
-    done = subprocess.run(
-        [sys.executable, str(EXAMPLES / example)], env=env, capture_output=True, text=True, timeout=300, check=False
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert expected in done.stdout, done.stdout
+    out = agents_stack.run_example(example, f"example-{example.split('_')[0]}")
+    assert expected in out, out
     if example.startswith("openai"):
-        assert "session in Strata: 8 items" in done.stdout and "7 items left" in done.stdout
-        assert "search 'weather': nothing" not in done.stdout
+        assert "session in Strata: 8 items" in out and "7 items left" in out
+        assert "search 'weather': nothing" not in out
