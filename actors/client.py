@@ -39,6 +39,8 @@ from strata.schema import (
     RetrievalPath,
     SearchRequest,
     SearchResult,
+    SessionList,
+    SessionTurns,
     SkillDeleted,
     SkillExtractIn,
     SkillHistory,
@@ -68,8 +70,8 @@ class InClusterClient:
     def __init__(self, tenant: str, settings: StrataSettings) -> None:
         self._tenant = validate_id(tenant, field="tenant")
         self._embedder = make_embedder(settings.embedding)
-        self._queries = EmbedBatcher(self._embedder.embed)
-        self._flow = Orchestration(settings, embed=self._embed)
+        self._queries = EmbedBatcher(self._embedder.embed_query)
+        self._flow = Orchestration(settings, embed=self._embed, embed_query=self._embed_query)
         self.sync = _Sync(self)
 
     @classmethod
@@ -90,9 +92,12 @@ class InClusterClient:
         return cls(tenant, settings)
 
     async def _embed(self, texts: Sequence[str]) -> np.ndarray:
-        if len(texts) == 1:  # a query: concurrent ones share model calls
-            return (await self._queries.embed(texts[0]))[None, :]
         return await asyncio.to_thread(self._embedder.embed, list(texts))
+
+    async def _embed_query(self, texts: Sequence[str]) -> np.ndarray:
+        if len(texts) == 1:  # concurrent queries share model calls
+            return (await self._queries.embed(texts[0]))[None, :]
+        return await asyncio.to_thread(self._embedder.embed_query, list(texts))
 
     async def record_turn(self, session_id: str, user: str | None = None, agent: str | None = None, *,
                           timestamp: datetime | None = None, turn_id: str | None = None, speaker: str | None = None,
@@ -124,6 +129,12 @@ class InClusterClient:
 
     async def get_working(self, session_id: str) -> WorkingState:
         return await self._flow.working(self._tenant, session_id)
+
+    async def list_sessions(self, *, after: str | None = None, limit: int = 50) -> SessionList:
+        return await self._flow.list_sessions(self._tenant, after=after, limit=limit)
+
+    async def list_turns(self, session_id: str, *, after: str | None = None, limit: int = 50) -> SessionTurns:
+        return await self._flow.list_turns(self._tenant, session_id, after=after, limit=limit)
 
     async def add_working_items(self, session_id: str, items: Sequence[WorkingItemIn | dict[str, Any]], *,
                                 task: str | None = None, expected_version: int | None = None) -> WorkingState:
