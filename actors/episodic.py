@@ -20,7 +20,7 @@ import numpy as np
 from strata.clock import from_ms_or_none
 from strata.episodic.memory import EpisodicMemory
 from strata.episodic.summarize import EpisodeSummary, ExtractiveSummarizer, LLMSummarizer, Summarizer
-from strata.episodic.turns import SUMMARY, TURN, EpisodicHit, Turn, TurnInput, summary_inputs
+from strata.episodic.turns import SUMMARY, TURN, EpisodicHit, Turn, TurnInput, summary_inputs, summary_vector_text
 from strata.errors import InvalidInput, NotFound
 from strata.providers.llm import make_llm
 from strata.store.layout import Collections
@@ -68,6 +68,7 @@ def _turn_view(turn: Turn) -> dict[str, Any]:
 
 class EpisodicShard(LayerShard[EpisodicMemory]):
     layer_name = "episodic"
+    vectors_in = "episodic"
     expiring_kinds = (TURN, SUMMARY)
 
     def __init__(self, settings: dict[str, Any], shard: int) -> None:
@@ -201,7 +202,7 @@ class EpisodicShard(LayerShard[EpisodicMemory]):
             slot = await self._tenant(tenant)
             dense_text = slot.layer.dense_query(query)
             if vector is None or dense_text != query:
-                vector = (await self.embed([dense_text]))[0]
+                vector = (await self.embed_query([dense_text]))[0]
         hits, version = await self.read(
             tenant,
             _SCOPE,
@@ -296,7 +297,7 @@ class EpisodicShard(LayerShard[EpisodicMemory]):
                     return
                 for chunk in chunks:
                     content = await asyncio.to_thread(self._summarizer.summarize, summary_inputs(chunk))
-                    vector = (await self.embed([content.summary or chunk[0].text]))[0]
+                    vector = (await self.embed([summary_vector_text(content, chunk[0])]))[0]
 
                     async def store(
                         layer: EpisodicMemory,

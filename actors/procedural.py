@@ -122,6 +122,7 @@ def _hit(skill: Skill, version: int, similarity: float, score: float) -> dict[st
 
 class ProceduralShard(WholeRecordExpiry, LayerShard[ProceduralMemory]):
     layer_name = "procedural"
+    vectors_in = "procedural"
     expiring_kinds = (SKILL,)
 
     def __init__(self, settings: dict[str, Any], shard: int) -> None:
@@ -480,7 +481,7 @@ class ProceduralShard(WholeRecordExpiry, LayerShard[ProceduralMemory]):
         if vector is None:
             if query is None:
                 raise ValueError("give query or vector")
-            vector = (await self.embed([query]))[0]
+            vector = (await self.embed_query([query]))[0]
         slot = await self._tenant(tenant)
         hits = slot.layer.search(np.asarray(vector, np.float32), top_k=top_k, min_success_rate=min_success_rate)
         out = [_hit(h.skill, await self.version(tenant, h.skill.skill_id), h.similarity, h.score) for h in hits]

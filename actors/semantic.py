@@ -81,6 +81,7 @@ def _hit(hit: SemanticHit) -> dict[str, Any]:
 
 class SemanticShard(WholeRecordExpiry, LayerShard[SemanticMemory]):
     layer_name = "semantic"
+    vectors_in = "semantic"
     expiring_kinds = (DOC,)
 
     def __init__(self, settings: dict[str, Any], shard: int) -> None:
@@ -270,7 +271,7 @@ class SemanticShard(WholeRecordExpiry, LayerShard[SemanticMemory]):
         if vector is None and query is None:
             raise ValueError("give query or vector")
         if vector is None:
-            vector = (await self.embed([query or ""]))[0]
+            vector = (await self.embed_query([query or ""]))[0]
         slot = await self._tenant(tenant)
         hits = slot.layer.search(
             np.asarray(vector, dtype=np.float32),

@@ -63,6 +63,7 @@ from strata.providers.llm import LLM, LLMUsage
 from strata.store.layout import Collections, open_store
 from strata.store.records import RecordStore
 from strata.store.ttl import EXPIRES
+from strata.store.vector_models import VectorModel, check_collection, check_tenant
 from strata.store.versions import VersionStore
 
 __all__ = ["EXPIRY_KEY_ID", "LayerShard", "WholeRecordExpiry", "owner_shard"]
@@ -119,6 +120,9 @@ class LayerShard(Generic[_L]):
     layer_name = "layer"
     #: Row kinds that may carry a deadline (``payload.expires_ms``), for the sweep.
     expiring_kinds: tuple[str, ...] = ()
+    #: The :class:`Collections` field naming the collection of this layer's vectors (None: it
+    #: keeps none): checked against the configured embedder when the store is opened.
+    vectors_in: str | None = None
 
     def __init__(self, settings: dict[str, Any], shard: int) -> None:
         self.settings = StrataSettings.from_dict(settings)
@@ -178,14 +182,23 @@ class LayerShard(Generic[_L]):
         return self._embedder
 
     async def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """Stored texts (turns, summaries, chunks, skills)."""
         embedder = await asyncio.to_thread(self.embedder)
         return await asyncio.to_thread(embedder.embed, list(texts))
+
+    async def embed_query(self, texts: Sequence[str]) -> np.ndarray:
+        """Queries: what searches the stored texts."""
+        embedder = await asyncio.to_thread(self.embedder)
+        return await asyncio.to_thread(embedder.embed_query, list(texts))
 
     # -- plumbing -------------------------------------------------------------
 
     async def _backend(self) -> tuple[RecordStore, Collections, VersionStore]:
         if self._store is None or self._collections is None or self._versions is None:
             store, collections = await asyncio.to_thread(open_store, self.settings)
+            vectors = self._vector_collection(collections)
+            if vectors is not None:  # before any use: a store of another embedder's vectors is refused
+                await asyncio.to_thread(check_collection, store, collections.state, vectors, self._vector_model)
             self._store, self._collections = store, collections
             self._versions = VersionStore(store, collections.state)
         if self._evictor is None:
@@ -193,6 +206,14 @@ class LayerShard(Generic[_L]):
         if self._sweeper is None and self.expiring_kinds:
             self._sweeper = asyncio.get_running_loop().create_task(self._sweep_forever())
         return self._store, self._collections, self._versions
+
+    @property
+    def _vector_model(self) -> VectorModel:
+        return VectorModel.of(self.settings.embedding)
+
+    def _vector_collection(self, collections: Collections) -> str | None:
+        """The collection of this layer's vectors; None for a layer without."""
+        return None if self.vectors_in is None else str(getattr(collections, self.vectors_in))
 
     async def _tenant(self, tenant: str) -> _Tenant[_L]:
         """The tenant's slot, loaded, with what has expired purged (for reads: a write
@@ -239,6 +260,9 @@ class LayerShard(Generic[_L]):
         self._loading[tenant] = future
         try:
             store, collections, _ = await self._backend()
+            vectors = self._vector_collection(collections)
+            if vectors is not None:  # a tenant `strata reindex --tenant` moved to another model
+                await asyncio.to_thread(check_tenant, store, collections.state, tenant, vectors, self._vector_model)
             layer = self.make_layer(tenant, store, collections)
             await asyncio.to_thread(self.load_layer, layer)
             slot = _Tenant(layer)

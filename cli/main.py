@@ -193,6 +193,49 @@ def _cmd_eval_retrieval(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_eval_context(args: argparse.Namespace) -> int:
+    import json
+
+    from strata.providers.embedder import make_embedder
+    from strata.providers.tokens import TiktokenCounter
+    from strata_bench.evaluation.context import evaluate_context, format_context_table, limit_benchmark
+    from strata_bench.evaluation.datasets import load_benchmark
+
+    budgets = sorted({int(b) for b in args.budgets.split(",")})
+    baselines = [b.strip() for b in args.baselines.split(",") if b.strip()]
+    benchmark = limit_benchmark(load_benchmark(args.dataset, args.format), conversations=args.limit,
+                                questions=args.max_questions)
+    settings = _settings(args)
+    make_client = None
+    if not args.baselines_only:
+        from strata_actors.client import InClusterClient
+
+        stack = _running_or_new(args)
+        if not stack.healthy() or not stack.key_file.exists():
+            stack.up()
+        InClusterClient.for_running_stack("demo", data_dir=str(stack.data_dir))
+        make_client = lambda tenant: InClusterClient(tenant, stack.settings)
+        settings = stack.settings
+    document = evaluate_context(
+        benchmark, budgets=budgets, baselines=baselines, no_answer=set(args.no_answer.split(",")) - {""},
+        embedder=make_embedder(settings.embedding) if "rrf" in baselines else None,
+        counter=TiktokenCounter(settings.working.encoding), make_client=make_client, top_k=args.top_k,
+    )
+    print(f"{benchmark.name}: {document['conversations']} conversations, {document['questions']} questions")
+    print(format_context_table(document))
+    if args.json:
+        Path(args.json).write_text(json.dumps(document, indent=2))
+        print(f"\nwrote {args.json}")
+    if args.plot:
+        from strata_bench.evaluation.plot import plot_context
+
+        plot_context(document, args.plot)
+        print(f"wrote {args.plot}")
+    if make_client is not None:
+        print(_still_up(stack))
+    return 0
+
+
 def _cmd_eval_chunking(args: argparse.Namespace) -> int:
     from strata_bench.evaluation.chunking import run
 
@@ -246,6 +289,25 @@ def main(argv: list[str] | None = None) -> int:
     retrieval.add_argument("--data-dir", help="the stack's data dir (default ./.strata)")
     retrieval.add_argument("--config", default=argparse.SUPPRESS, help="YAML settings (as `strata --config`)")
     retrieval.set_defaults(fn=_cmd_eval_retrieval)
+    context = kinds.add_parser(
+        "context", help="evidence recall and tokens of the context Strata returns at several budgets, against "
+        "the whole history and a baseline packed to the same budget; starts the stack if needed and leaves it running",
+    )
+    context.add_argument("--dataset", required=True, help="LoCoMo JSON or Strata's neutral format")
+    context.add_argument("--format", choices=["locomo", "strata"], help="default: detected")
+    context.add_argument("--budgets", default="256,512,1024,2048", help="comma-separated token budgets")
+    context.add_argument("--baselines", default="bm25,rrf", help="comma-separated, of bm25 and rrf")
+    context.add_argument("--no-answer", default="adversarial",
+                         help="comma-separated categories whose answer is not in the history")
+    context.add_argument("--top-k", type=int, help="items per layer (default: the task type's configured depth)")
+    context.add_argument("--limit", type=int, help="only the first N conversations")
+    context.add_argument("--max-questions", type=int, help="only the first N questions of each conversation")
+    context.add_argument("--baselines-only", action="store_true", help="no stack: the references alone")
+    context.add_argument("--json", help="write the results here")
+    context.add_argument("--plot", help="write recall against tokens (PNG) here")
+    context.add_argument("--data-dir", help="the stack's data dir (default ./.strata)")
+    context.add_argument("--config", default=argparse.SUPPRESS, help="YAML settings (as `strata --config`)")
+    context.set_defaults(fn=_cmd_eval_context)
     from strata_bench.evaluation.chunking import add_arguments
 
     chunking = kinds.add_parser(
@@ -285,6 +347,11 @@ def main(argv: list[str] | None = None) -> int:
 
     keys = sub.add_parser("keys", help="create, list, rotate and revoke API keys")
     keys_cli.add_arguments(keys)
+    from strata_cli import reindex as reindex_cli
+
+    reindex_cli.add_arguments(sub.add_parser(
+        "reindex", help="embed every stored vector again with the configured embedder (with the stack down)"
+    ))
     args = parser.parse_args(argv)
     # Everything this command writes (data dir, logs, Ray's driver files) is owner-only.
     os.umask(0o077)

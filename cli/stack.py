@@ -487,6 +487,7 @@ class Stack:
                 "run `strata down` first to move it"
             )
         self.ensure_milvus()
+        self.check_vectors()
         self.ensure_ray()
         if self._serve_is_ours() and self._healthy_soon(15):
             # A running app reconnects to a restarted Milvus by itself.
@@ -548,6 +549,23 @@ class Stack:
             return APP_NAME in serve.status().applications
         except Exception:  # noqa: BLE001  (no Serve in this cluster yet)
             return False
+
+    def check_vectors(self) -> None:
+        """Refuse to start on vectors another embedder made: said here, not by an unhealthy deploy.
+
+        Raises:
+            StackError: the store's vectors were made by another model; the message says what to run.
+        """
+        from strata.errors import VectorModelMismatch
+        from strata.store.layout import open_store
+        from strata.store.vector_models import VectorModel, check_collection
+
+        store, names = open_store(self.settings)
+        for collection in (names.episodic, names.semantic, names.procedural):
+            try:
+                check_collection(store, names.state, collection, VectorModel.of(self.settings.embedding))
+            except VectorModelMismatch as exc:
+                raise StackError(exc.message) from None
 
     def _dev_key(self) -> str:
         from strata.access.keys import open_keys

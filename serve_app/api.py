@@ -173,12 +173,12 @@ class Api:
         self._embedding = embedding
         # The request's work runs here, not one more Serve hop away: that hop only forwarded,
         # and cost more CPU than the memory work of a context call.
-        self._flow = Orchestration(self._settings, embed=self._embed)
+        self._flow = Orchestration(self._settings, embed=self._embed, embed_query=self._embed_query)
         # A query embedded here skips a hop whose Serve overhead costs more than the embedding;
         # concurrent queries share model calls.
         self._local: EmbedBatcher | None = None
         if self._settings.serve.query_embedding == "ingress":
-            self._local = EmbedBatcher(make_embedder(self._settings.embedding).embed)
+            self._local = EmbedBatcher(make_embedder(self._settings.embedding).embed_query)
         self.max_body_bytes = self._settings.serve.max_body_bytes  # read by the BodyLimit middleware
         self.request_timeout_s = self._settings.serve.request_timeout_s  # read by Deadline
         self._gate = KeyGate(self._settings)  # also the Authenticate middleware's
@@ -191,9 +191,13 @@ class Api:
         await self._flow.aclose()
 
     async def _embed(self, texts: Sequence[str]) -> np.ndarray:
+        result: np.ndarray = await self._embedding.embed.remote(list(texts))
+        return result
+
+    async def _embed_query(self, texts: Sequence[str]) -> np.ndarray:
         if self._local is not None and len(texts) == 1:
             return (await self._local.embed(texts[0]))[None, :]
-        result: np.ndarray = await self._embedding.embed.remote(list(texts))
+        result: np.ndarray = await self._embedding.embed_query.remote(list(texts))
         return result
 
     async def idempotency_store(self) -> IdempotencyStore:

@@ -27,21 +27,32 @@ class Embedding:
         config = StrataSettings.from_dict(settings)
         self._embedder: Embedder = make_embedder(config.embedding)
         # @serve.batch adds these setters at run time; its annotations type the plain coroutine.
-        self._embed_batch.set_max_batch_size(config.serve.embedding_max_batch_size)  # type: ignore[attr-defined]
-        self._embed_batch.set_batch_wait_timeout_s(  # type: ignore[attr-defined]
-            config.serve.embedding_batch_wait_timeout_s
-        )
+        for batched in (self._embed_batch, self._embed_query_batch):
+            batched.set_max_batch_size(config.serve.embedding_max_batch_size)  # type: ignore[attr-defined]
+            batched.set_batch_wait_timeout_s(config.serve.embedding_batch_wait_timeout_s)  # type: ignore[attr-defined]
 
     @serve.batch(max_batch_size=32, batch_wait_timeout_s=0.005)
     async def _embed_batch(self, texts: list[str]) -> list[np.ndarray]:
         vectors = await asyncio.to_thread(self._embedder.embed, texts)
         return list(vectors)
 
+    @serve.batch(max_batch_size=32, batch_wait_timeout_s=0.005)
+    async def _embed_query_batch(self, texts: list[str]) -> list[np.ndarray]:
+        vectors = await asyncio.to_thread(self._embedder.embed_query, texts)
+        return list(vectors)
+
     async def embed(self, texts: Sequence[str]) -> np.ndarray:
-        """Embed texts: a single text (a query) joins a batch with other callers' texts;
-        several (a batch of turns) are embedded together, sorted by length, so each
-        batch pads to texts of like length instead of to whichever came in with them."""
+        """Embed stored texts (turns): a single one joins a batch with other callers' texts;
+        several are embedded together, sorted by length, so each batch pads to texts of
+        like length instead of to whichever came in with them."""
         if len(texts) > 1:
             return await asyncio.to_thread(self._embedder.embed, list(texts))
         rows = await asyncio.gather(*(self._embed_batch(t) for t in texts))
+        return np.stack(rows) if rows else np.zeros((0, self._embedder.dim), np.float32)
+
+    async def embed_query(self, texts: Sequence[str]) -> np.ndarray:
+        """Embed queries (``serve.query_embedding: deployment``), batched as :meth:`embed`."""
+        if len(texts) > 1:
+            return await asyncio.to_thread(self._embedder.embed_query, list(texts))
+        rows = await asyncio.gather(*(self._embed_query_batch(t) for t in texts))
         return np.stack(rows) if rows else np.zeros((0, self._embedder.dim), np.float32)

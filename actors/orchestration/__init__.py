@@ -33,7 +33,8 @@ class Orchestration(WriteFlow, SkillFlow, SearchFlow, ContextFlow):
 
     Args:
         settings: the stack's settings (the same the layer actors were made with).
-        embed: embeds texts (queries, turns) into one row per text.
+        embed: embeds stored texts (turns) into one row per text.
+        embed_query: embeds queries (a search, a context call, a task looking for skills).
         router: finds each (layer, tenant)'s actor; a new one over ``settings`` by default.
         llm: condenses a context that does not fit; by default the one ``settings.llm`` names.
     """

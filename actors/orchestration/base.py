@@ -22,6 +22,7 @@ from strata_actors.router import LayerRouter
 __all__ = ["Embed", "FlowBase", "plain_trace", "range_out", "skill_hit"]
 
 #: Embeds texts into one row per text: the Serve embedding deployment, or a local embedder.
+#: A flow takes two: one for stored text (``Embedder.embed``), one for queries (``Embedder.embed_query``).
 Embed = Callable[[Sequence[str]], Awaitable[np.ndarray]]
 
 
@@ -29,11 +30,18 @@ class FlowBase:
     """The state a request's work reads: settings, router, embedder, PII policy, LLM, audit log."""
 
     def __init__(
-        self, settings: StrataSettings, *, embed: Embed, router: LayerRouter | None = None, llm: LLM | None = None
+        self,
+        settings: StrataSettings,
+        *,
+        embed: Embed,
+        embed_query: Embed,
+        router: LayerRouter | None = None,
+        llm: LLM | None = None,
     ) -> None:
         self.settings = settings
         self.router = router or LayerRouter(settings)
         self._embed = embed
+        self._embed_query = embed_query
         self._counter = TiktokenCounter(settings.working.encoding)
         #: Refines a context that does not fit (``context.refine_with_llm``).
         self._llm = llm if llm is not None else make_llm(settings.llm)

@@ -60,7 +60,7 @@ class ContextFlow(FlowBase):
         working_budget = int(max_tokens * (ctx.working_share if fetch else 1.0))
 
         # The query is embedded once, and only if a layer needs it; every layer gets the vector.
-        vector_task = asyncio.ensure_future(self._embed([query])) if fetch else None
+        vector_task = asyncio.ensure_future(self._embed_query([query])) if fetch else None
 
         async def layer_hits(layer: str) -> tuple[list[ContextItem], int | None]:
             assert vector_task is not None

@@ -37,7 +37,7 @@ class SearchFlow(ReadFlow):
         versions: dict[str, int] = {}
 
         vector_task = (
-            asyncio.ensure_future(self._embed([query]))
+            asyncio.ensure_future(self._embed_query([query]))
             if {"episodic", "semantic", "procedural"} & set(layers)
             else None
         )

@@ -53,7 +53,7 @@ class SkillFlow(AuditFlow):
         if not task.strip():
             raise InvalidInput("task is blank", field="task")
         task = await asyncio.to_thread(self._pii.for_tenant(tenant).text, task)
-        vector = (await self._embed([task]))[0]
+        vector = (await self._embed_query([task]))[0]
         found = await procedural.search(tenant, query=task, vector=vector, top_k=top_k, min_success_rate=min_success_rate)
         return SkillList(skills=[SkillOut.model_validate(s) for s in found], total=len(found))
 

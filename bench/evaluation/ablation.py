@@ -61,7 +61,7 @@ class _Ablation:
     def _embed_queries(self, texts: list[str]) -> list[np.ndarray]:
         missing = [t for t in dict.fromkeys(texts) if t not in self.queries]
         if missing:
-            self.queries.update(zip(missing, self.embedder.embed(missing)))
+            self.queries.update(zip(missing, self.embedder.embed_query(missing)))
         return [self.queries[t] for t in texts]
 
     def run(self, settings: EpisodicSettings, *, strip_names: bool = True, time_mode: str = "soft") -> dict[str, Any]:

@@ -199,7 +199,7 @@ class DenseRetriever:
         """Ids of the ``k`` turns most similar to ``query``."""
         if not self._ids or k < 1:
             return []
-        query_vector = np.asarray(self._embedder.embed([query]), dtype=np.float32)[0]
+        query_vector = np.asarray(self._embedder.embed_query([query]), dtype=np.float32)[0]
         scores = self._vectors @ query_vector
         return [self._ids[i] for i in _top_k(scores, k, positive_only=False)]
 
@@ -221,6 +221,9 @@ class MemoEmbedder:
         if missing:
             self._seen.update(zip(missing, self._embedder.embed(missing)))
         return np.stack([self._seen[t] for t in texts]) if texts else self._embedder.embed([])
+
+    def embed_query(self, texts: Sequence[str]) -> Any:
+        return self._embedder.embed_query(texts)
 
 
 # ----------------------------------------------------------------- fusion

@@ -151,8 +151,8 @@ def _ask(
 ) -> None:
     depth = max(board.ks)
     questions = [q.question for q in corpus.queries]
-    # One batch through the memo: each question is embedded once per run, whatever it is asked against.
-    vectors = embedder.embed(questions) if questions else []
+    # One batch: each question is embedded once per corpus, as a query.
+    vectors = embedder.embed_query(questions) if questions else []
     bar = _progress(len(corpus.queries), f"ask {label} {corpus.id}", progress)
     for query, vector in zip(corpus.queries, vectors):
         started = time.perf_counter()

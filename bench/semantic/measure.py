@@ -266,13 +266,13 @@ def _build_large(
 def _latency(memory: SemanticMemory, embedder: Embedder, queries: Sequence[str], *, top_k: int) -> dict[str, Any]:
     """Per query: embed it, then run every path, interleaved so background load hits all alike."""
     for q in queries[:_WARMUP_QUERIES]:
-        memory.search(embedder.embed([q])[0], q, top_k=top_k)
+        memory.search(embedder.embed_query([q])[0], q, top_k=top_k)
     embed_ms: list[float] = []
     ms: dict[str, list[float]] = {key: [] for key, _, _ in SEARCH_PATHS}
     hits: dict[str, int] = dict.fromkeys(ms, 0)
     for q in queries:
         start = time.perf_counter()
-        vector = embedder.embed([q])[0]
+        vector = embedder.embed_query([q])[0]
         embed_ms.append((time.perf_counter() - start) * 1000)
         for key, _, weights in SEARCH_PATHS:
             start = time.perf_counter()

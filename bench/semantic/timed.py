@@ -102,6 +102,9 @@ class TimedStore:
     def ping(self) -> None:
         self._inner.ping()
 
+    def tenants(self, collection: str) -> list[str]:
+        return self._inner.tenants(collection)
+
     def expired(self, collection: str, *, now_ms: int, kinds: Sequence[str]) -> list[tuple[str, str, str]]:
         return self._inner.expired(collection, now_ms=now_ms, kinds=kinds)
 

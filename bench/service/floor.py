@@ -128,9 +128,9 @@ def measure_floor(floor: Floor, embedder: Any, queries: Sequence[str], *, top_k:
         if n == warmup:
             cpu_started = time.process_time()  # every thread of this process, the embedder's included
         t0 = time.perf_counter()
-        vector = embedder.embed([query])[0]
+        vector = embedder.embed_query([query])[0]
         dense = floor.episodic.dense_query(query)
-        dense_vector = vector if dense == query else embedder.embed([dense])[0]  # as the episodic actor does
+        dense_vector = vector if dense == query else embedder.embed_query([dense])[0]  # as the episodic actor does
         t1 = time.perf_counter()
         found = resolve_time_range(query, now)
         prefer = (found.start, found.end) if found else None

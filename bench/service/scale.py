@@ -198,7 +198,7 @@ def wait_for_summaries(stack: Any, tenants: Sequence[str], *, timeout_s: float =
         raise AssertionError("waiting for summaries embeds nothing here")
 
     async def wait() -> None:
-        flow = Orchestration(stack.settings, embed=no_embed)
+        flow = Orchestration(stack.settings, embed=no_embed, embed_query=no_embed)
         tick = Ticker("summaries", len(tenants), "tenants")
         for n, tenant in enumerate(tenants):
             while True:

@@ -28,7 +28,9 @@ __all__ = [
     "summary_from_record",
     "summary_inputs",
     "summary_payload",
+    "summary_vector_text",
     "turn_from_record",
+    "vector_texts",
 ]
 
 #: The ``kind`` of a row, and of a hit.
@@ -182,6 +184,26 @@ def summary_from_record(row: Record) -> SummaryRecord:
         content=EpisodeSummary.from_dict(p["content"]),
         expires_ms=p.get(EXPIRES),
     )
+
+
+def summary_vector_text(content: EpisodeSummary, first: Turn | None) -> str:
+    """What a summary is embedded as: its text, or its first turn's when it has none."""
+    return content.summary or (first.text if first is not None else "")
+
+
+def vector_texts(rows: Sequence[Record]) -> list[tuple[Record, str]]:
+    """The rows of one tenant that carry a vector (turns, summaries), each with the text its
+    vector is made from: what ``strata reindex`` embeds again."""
+    turns = {f"{t.session_id}/{t.turn_id}": t for t in (turn_from_record(r) for r in rows if r.kind == TURN)}
+    out: list[tuple[Record, str]] = []
+    for row in rows:
+        if row.kind == TURN:
+            out.append((row, turn_from_record(row).text))
+        elif row.kind == SUMMARY:
+            summary = summary_from_record(row)
+            first = turns.get(f"{summary.session_id}/{summary.turn_ids[0]}") if summary.turn_ids else None
+            out.append((row, summary_vector_text(summary.content, first)))
+    return out
 
 
 def summary_inputs(turns: Sequence[Turn]) -> list[SummaryInput]:

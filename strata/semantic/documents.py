@@ -8,6 +8,7 @@ and ``child`` (a chunk that is matched, with its embedding and entities).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -33,6 +34,7 @@ __all__ = [
     "public_child_id",
     "public_id",
     "titled",
+    "vector_texts",
 ]
 
 #: The ``kind`` of each row.
@@ -190,3 +192,11 @@ def passage_from(row: Record) -> Passage:
 def child_from(row: Record) -> Child:
     p = row.payload
     return Child(row.pk, row.session, str(p["parent"]), int(p["start"]), int(p["end"]))
+
+
+def vector_texts(rows: Sequence[Record]) -> list[tuple[Record, str]]:
+    """The rows of one tenant that carry a vector (child chunks), each with the text its
+    vector is made from (as :meth:`PreparedDocument.embed_texts`): what ``strata reindex``
+    embeds again."""
+    titles = {row.session: Document.from_record(row).title for row in rows if row.kind == DOC}
+    return [(row, titled(titles.get(row.session), row.text)) for row in rows if row.kind == CHILD]

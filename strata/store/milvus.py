@@ -305,6 +305,11 @@ class MilvusRecordStore:
     def ping(self) -> None:
         self._call("answer", lambda c: c.list_collections(timeout=self._timeout_s))
 
+    def tenants(self, collection: str) -> list[str]:
+        """Walks every row's tenant field: for ``strata reindex`` and a first open, not requests."""
+        rows = self._query_all(collection, f"tenant != {literal(SYSTEM_TENANT, field='tenant')}", ["tenant"])
+        return sorted({row["tenant"] for row in rows})
+
     def expired(self, collection: str, *, now_ms: int, kinds: Sequence[str]) -> list[tuple[str, str, str]]:
         """The sweeper's read across tenants: ids only, never text or payload.
 

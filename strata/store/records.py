@@ -16,6 +16,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from strata.ids import SYSTEM_TENANT
+
 __all__ = ["InMemoryRecordStore", "Record", "RecordStore"]
 
 
@@ -73,6 +75,11 @@ class RecordStore(Protocol):
 
     def ping(self) -> None:
         """Raise StoreUnavailable unless the backend answers."""
+        ...
+
+    def tenants(self, collection: str) -> list[str]:
+        """The tenants with rows in ``collection``, sorted (Strata's own rows left out): a
+        read across tenants, for ``strata reindex`` and the embedder check; ids only."""
         ...
 
     def expired(self, collection: str, *, now_ms: int, kinds: Sequence[str]) -> list[tuple[str, str, str]]:
@@ -148,6 +155,10 @@ class InMemoryRecordStore:
 
     def ping(self) -> None:
         return None
+
+    def tenants(self, collection: str) -> list[str]:
+        with self._lock:
+            return sorted({r.tenant for r in self._rows[collection].values() if r.tenant != SYSTEM_TENANT})
 
     def expired(self, collection: str, *, now_ms: int, kinds: Sequence[str]) -> list[tuple[str, str, str]]:
         with self._lock:

