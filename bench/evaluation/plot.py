@@ -1,4 +1,5 @@
-"""A grouped bar chart of retrieval results, one bar per retriever per category."""
+"""Charts of evaluation results: retrieval recall per category (a grouped bar chart), and the
+context evaluation's recall against tokens."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["plot_k", "plot_results"]
+__all__ = ["plot_context", "plot_k", "plot_results"]
 
 _RECALL_KEY = re.compile(r"recall@(\d+)")
 
@@ -77,5 +78,44 @@ def plot_results(results: Mapping[str, Any], out_path: str | os.PathLike[str]) -
     axes.set_title(f"Turn-level {key} by category")
     axes.legend(fontsize=8, loc="upper left")
     axes.grid(axis="y", alpha=0.3)
+    figure.tight_layout()
+    figure.savefig(os.fspath(out_path), dpi=120)
+
+
+def plot_context(results: Mapping[str, Any], out_path: str | os.PathLike[str]) -> None:
+    """Write a PNG of evidence recall against mean tokens returned, one line per method,
+    each point labelled with its budget.
+
+    Args:
+        results: The document :func:`~strata_bench.evaluation.context.evaluate_context` returns.
+        out_path: Where to write the image; its suffix picks the format.
+
+    Raises:
+        ValueError: If there are no methods.
+    """
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    methods: Mapping[str, Any] = results.get("methods", {})
+    if not methods:
+        raise ValueError("no methods to plot")
+    figure = Figure(figsize=(6.5, 4.5))
+    FigureCanvasAgg(figure)
+    axes = figure.add_subplot()
+    for name, report in methods.items():
+        rows = report["budgets"]
+        xs, ys = [r["tokens_mean"] for r in rows], [r["recall"] for r in rows]
+        axes.plot(xs, ys, marker="o", label=name)
+        for row, x, y in zip(rows, xs, ys):
+            axes.annotate(f"{row['budget_tokens']:,}", (x, y), fontsize=7, textcoords="offset points", xytext=(3, -9))
+    history = results.get("history_tokens", {}).get("mean")
+    axes.set_xscale("log", base=2)
+    axes.set_ylim(0, 1.05)
+    axes.set_xlabel("tokens returned (mean per question; labels: the budget)")
+    axes.set_ylabel("evidence recall in the context")
+    axes.set_title(f"Context: recall against tokens (full history: {history:,.0f} tokens)" if history
+                   else "Context: recall against tokens", fontsize=10)
+    axes.legend(fontsize=8, loc="lower right")
+    axes.grid(alpha=0.3)
     figure.tight_layout()
     figure.savefig(os.fspath(out_path), dpi=120)
