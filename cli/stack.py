@@ -134,10 +134,24 @@ def _stop_processes_naming(marker: str, timeout_s: float = 15.0) -> int:
     return len(found)
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+def _free_ports(count: int, taken: Sequence[int] = ()) -> list[int]:
+    """``count`` distinct ports, free now and not in ``taken``. Every probe stays bound
+    until all are chosen, or the kernel may hand one port out twice (seen in CI: two
+    stacks planned before either listened got the same GCS port)."""
+    probes: list[socket.socket] = []
+    ports: list[int] = []
+    try:
+        while len(ports) < count:
+            probe = socket.socket()
+            probes.append(probe)
+            probe.bind(("127.0.0.1", 0))
+            port = int(probe.getsockname()[1])
+            if port not in taken:
+                ports.append(port)
+        return ports
+    finally:
+        for probe in probes:
+            probe.close()
 
 
 def owner_only_dir(path: Path, *, follow_symlinks: bool = True) -> None:
@@ -263,15 +277,16 @@ class Stack:
             except ValueError:  # written by another version: start afresh
                 before = None
         m, r, s = self.settings.milvus, self.settings.ray, self.settings.serve
+        fresh = iter(_free_ports(3, taken=(m.port, r.gcs_port, s.port)))
         if not m.uri and "port" not in m.model_fields_set:
-            m = m.model_copy(update={"port": before.milvus.port if before else _free_port()})
+            m = m.model_copy(update={"port": before.milvus.port if before else next(fresh)})
         if not r.address and "gcs_port" not in r.model_fields_set:
-            r = r.model_copy(update={"gcs_port": before.ray.gcs_port if before else _free_port()})
+            r = r.model_copy(update={"gcs_port": before.ray.gcs_port if before else next(fresh)})
         if "port" not in s.model_fields_set:
             if isinstance(recorded.get("serve_port"), int):
                 s = s.model_copy(update={"port": recorded["serve_port"]})
             elif _port_open(s.host, s.port):  # no stack of this data dir runs: another program's port
-                s = s.model_copy(update={"port": _free_port()})
+                s = s.model_copy(update={"port": next(fresh)})
         self.settings = self.settings.model_copy(update={"milvus": m, "ray": r, "serve": s})
 
     # -- milvus-lite ----------------------------------------------------------
@@ -429,7 +444,11 @@ class Stack:
                 f"--object-store-memory={r.object_store_memory_mb * 1024 * 1024}",
                 "--disable-usage-stats", f"--temp-dir={self.ray_temp_dir}",
                 # Ray's fixed defaults (10001, 52365) would collide with a second stack's.
-                f"--ray-client-server-port={_free_port()}", f"--dashboard-agent-listen-port={_free_port()}",
+                *(f"--{flag}={port}" for flag, port in zip(
+                    ("ray-client-server-port", "dashboard-agent-listen-port"),
+                    _free_ports(2, taken=(r.gcs_port, self.settings.milvus.port, self.settings.serve.port)),
+                    strict=True,
+                )),
             ]
             env = dict(os.environ)
             if self.settings.serve.throughput_optimized:  # read by Serve's processes, which Ray starts

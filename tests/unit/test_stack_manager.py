@@ -49,10 +49,15 @@ def _record(stack: Stack) -> None:
 def test_two_data_dirs_get_distinct_ports_kept_while_they_run(tmp_path: Path) -> None:
     first = Stack(_settings(tmp_path / "a"), say=lambda _: None)
     second = Stack(_settings(tmp_path / "b"), say=lambda _: None)
+    listening: list[socket.socket] = []
     for stack in (first, second):
         stack.data_dir.mkdir()
         stack.plan_ports()
         _record(stack)
+        for port in (stack.settings.milvus.port, stack.settings.ray.gcs_port):  # as its servers would
+            listening.append(socket.create_server(("127.0.0.1", port)))
+    for sock in listening:
+        sock.close()
     ports = [(s.settings.milvus.port, s.settings.ray.gcs_port) for s in (first, second)]
     assert len({p for pair in ports for p in pair}) == 4, ports
     assert first.ray_temp_dir != second.ray_temp_dir
@@ -215,3 +220,13 @@ def test_demo_says_last_that_the_stack_is_still_up_and_how_to_stop_it(
         os.umask(umask)  # the command sets its process's umask
     last = capsys.readouterr().out.strip().splitlines()[-1]
     assert last == f"The stack is still up at http://127.0.0.1:8123; stop it with: strata down --data-dir '{data_dir}'"
+
+
+def test_ports_chosen_together_are_distinct_and_avoid_the_taken_ones() -> None:
+    from strata_cli.stack import _free_ports
+
+    for _ in range(50):
+        first = _free_ports(3)
+        again = _free_ports(3, taken=first)
+        assert len(set(first)) == 3 and len(set(again)) == 3
+        assert not set(first) & set(again)
