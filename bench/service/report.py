@@ -6,7 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["TARGETS", "format_report", "plot", "summarize"]
+from strata_bench.service.floor import BASELINE_EMBEDDER
+
+__all__ = ["TARGETS", "embedder_lines", "format_report", "plot", "summarize"]
 
 TARGETS: dict[str, tuple[str, float]] = {
     "context_p50_ms": ("<=", 40.0),
@@ -74,6 +76,8 @@ def summarize(raw: dict[str, Any], *, machine: dict[str, Any] | None = None) -> 
         "stack_rss_mib": max(memories) if memories else None,
         "cold_tenant_p95_ms": scale.get("cold", {}).get("p95_ms"),
         "warm_tenant_p95_ms": scale.get("warm", {}).get("p95_ms"),
+        # Each local embedding model's ingest and query latency, to choose one (none from a run before them).
+        "embedders": raw.get("embedders"),
     }
     cores = (machine or {}).get("cpu_count") or 1
     floor_cpu = doc["floor_cpu_ms_per_call"]
@@ -124,6 +128,42 @@ def _cpu_by_process_lines(lat: dict[str, Any]) -> list[str]:
     lines = [f"CPU ms per context call by process{'':22}{'one client':>11}{str(lat['clients']) + ' clients':>11}"]
     for name in sorted({*one, *many}, key=lambda n: -(one.get(n) or many.get(n) or 0.0)):
         lines.append(f"  {name:54}{_f(one.get(name)):>11}{_f(many.get(name)):>11}")
+    return lines
+
+
+def _against_baseline(row: dict[str, Any]) -> str:
+    """How much slower (or faster) a model is than the baseline: ingest as a factor, a query in ms."""
+    slowdown, extra = row.get("ingest_slowdown"), row.get("query_extra_ms")
+    parts = []
+    if slowdown:
+        parts.append(f"{slowdown:.1f}x slower ingest" if slowdown >= 1 else f"{1 / slowdown:.1f}x faster ingest")
+    if extra is not None:
+        parts.append(f"{extra:+.1f} ms per query")
+    return ", ".join(parts) or "-"
+
+
+def embedder_lines(embedders: dict[str, dict[str, Any]] | None) -> list[str]:
+    """The table of local embedding models (:func:`~strata_bench.service.floor.compare_embedders`):
+    passages/s on one thread and on all cores, one query's p50 / p95 ms, and the slowdown against
+    the baseline; the configured model marked ``*``. No lines for a run that did not measure them."""
+    if not embedders:
+        return []
+    cores = next((r["all_cores_threads"] for r in embedders.values() if "all_cores_threads" in r), "all")
+    lines = [f"{'model':38}{'passages/s':>12}{'passages/s':>12}{'query ms':>15}   against {BASELINE_EMBEDDER}",
+             f"{'':38}{'1 thread':>12}{f'{cores} cores':>12}{'p50 / p95':>15}"]
+    for provider, row in embedders.items():
+        label = f"{provider} ({row['model']}){' *' if row.get('configured') else ''}"
+        if "not_installed" in row:
+            lines.append(f"{label:38}  not installed ({row['not_installed']})")
+            continue
+        query = " / ".join("-" if v is None else f"{v:.1f}" for v in (row["query_p50_ms"], row["query_p95_ms"]))
+        versus = "baseline" if provider == BASELINE_EMBEDDER else _against_baseline(row)
+        lines.append(f"{label:38}{_f(row['one_thread_passages_per_s']):>12}{_f(row['all_cores_passages_per_s']):>12}"
+                     f"{query:>15}   {versus}")
+    measured = next((r for r in embedders.values() if "texts" in r), None)
+    if measured:
+        lines.append(f"({measured['texts']} turn texts embedded as stored text; {measured['queries']} queries, one per "
+                     f"call, on {measured['query_threads']} thread(s); * the configured model)")
     return lines
 
 
@@ -180,6 +220,8 @@ def format_report(doc: dict[str, Any]) -> str:
         (f"read-your-writes (a turn with a unique marker ranked first by the very next search, "
          f"{len(raw['read_your_writes']['trials'])} trials): {str(doc['read_your_writes']).lower()} (ranks "
          f"{', '.join(str(o.get('rank')) for o in raw['read_your_writes']['trials'])})"),
+        *(["\n== embedding models: ingest and query latency, in this process ==", *embedder_lines(raw["embedders"])]
+          if raw.get("embedders") else []),
         "\n== scale ==",
     ]
     scale = raw["scale"]
