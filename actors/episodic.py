@@ -45,6 +45,7 @@ def _hit(hit: EpisodicHit) -> dict[str, Any]:
         "id": hit.id,
         "text": hit.text,
         "score": hit.score,
+        "relevance": hit.relevance,
         "timestamp": hit.timestamp,
         "session_id": hit.session_id,
         "turn_ids": list(hit.turn_ids),

@@ -68,6 +68,7 @@ class Hit(TypedDict):
     id: str
     text: str
     score: float
+    relevance: NotRequired[float | None]
     timestamp: NotRequired[datetime | None]
     session_id: NotRequired[str | None]
     turn_ids: NotRequired[list[str]]
@@ -93,6 +94,7 @@ class FoundSkill(TypedDict):
     brief: str
     similarity: float
     score: float
+    relevance: float
     updated_at: datetime
 
 

@@ -116,8 +116,9 @@ def _extract(extractor: SkillExtractor, job: _Job) -> SkillDraft:
     return draft
 
 
-def _hit(skill: Skill, version: int, similarity: float, score: float) -> dict[str, Any]:
-    return {**skill.to_dict(), "version": version, "similarity": similarity, "score": score, "brief": skill.brief()}
+def _hit(skill: Skill, version: int, similarity: float, score: float, relevance: float) -> dict[str, Any]:
+    return {**skill.to_dict(), "version": version, "similarity": similarity, "score": score, "relevance": relevance,
+            "brief": skill.brief()}
 
 
 class ProceduralShard(WholeRecordExpiry, LayerShard[ProceduralMemory]):
@@ -484,7 +485,7 @@ class ProceduralShard(WholeRecordExpiry, LayerShard[ProceduralMemory]):
             vector = (await self.embed_query([query]))[0]
         slot = await self._tenant(tenant)
         hits = slot.layer.search(np.asarray(vector, np.float32), top_k=top_k, min_success_rate=min_success_rate)
-        out = [_hit(h.skill, await self.version(tenant, h.skill.skill_id), h.similarity, h.score) for h in hits]
+        out = [_hit(h.skill, await self.version(tenant, h.skill.skill_id), h.similarity, h.score, h.relevance) for h in hits]
         return {"skills": out}
 
     async def history(self, tenant: str, skill_id: str) -> dict[str, Any]:

@@ -73,6 +73,7 @@ def _hit(hit: SemanticHit) -> dict[str, Any]:
         "id": hit.id,
         "text": hit.text,
         "score": hit.score,
+        "relevance": hit.relevance,
         "ranks": hit.ranks,
         "source": {"doc_id": hit.doc_id, "title": hit.title, "start": hit.start, "end": hit.end},
         "matched": hit.matched,

@@ -64,7 +64,7 @@ def run_demo(url: str, api_key: str, *, say: Callable[[str], None] = print, max_
             episodic = next((s for s in result.sections if s.layer == "episodic"), None)
             for item in (episodic.items if episodic else [])[:2]:
                 text = " ".join(item.text.split())
-                say(f"   best match {item.score:.2f}  [{item.session_id}, {item.timestamp:%a %H:%M}] {text[:100]}")
+                say(f"   relevance {item.relevance or 0:.2f}  [{item.session_id}, {item.timestamp:%a %H:%M}] {text[:100]}")
             say(f"   --- context returned: {result.token_count} tokens (budget {result.max_tokens}) ---")
             for line in result.context.splitlines():
                 say(f"   | {line[:160]}")

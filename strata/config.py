@@ -84,6 +84,45 @@ class EmbeddingSettings(_Section):
     threads: int = Field(default=1, ge=1, le=64)
     batch_size: int = Field(default=32, ge=1, le=1024)
     max_tokens: int = Field(default=256, ge=16, le=512)
+    #: The cosines that mean relevance 0 and 1 with this model (see ``relevance_span``);
+    #: unset: the provider's own, measured by ``python -m strata_bench.scripts.relevance_range``.
+    cosine_span: tuple[float, float] | None = None
+    #: Whether the model embeds CJK text as well as Latin; unset: the provider's (MiniLM no,
+    #: e5 and OpenAI-compatible models yes). Sets the CJK dense weights when they are unset.
+    multilingual: bool | None = None
+
+    @model_validator(mode="after")
+    def _check_span(self) -> EmbeddingSettings:
+        if self.cosine_span is not None and not -1 <= self.cosine_span[0] < self.cosine_span[1] <= 1:
+            raise ValueError(f"embedding.cosine_span must be two cosines lo < hi in [-1, 1], got {self.cosine_span}")
+        return self
+
+    @property
+    def relevance_span(self) -> tuple[float, float]:
+        """Cosines of a query with an unrelated text (relevance 0) and with the text that
+        answers it (relevance 1): the medians over everyday question/answer pairs written
+        for the purpose (``strata_bench.scripts.relevance_range``), not over a benchmark.
+        Models differ widely (MiniLM: 0.06 and 0.62; e5 packs everything into 0.78-0.88),
+        so a cosine alone says nothing across models; this span makes it a relevance."""
+        if self.cosine_span is not None:
+            return self.cosine_span
+        return _COSINE_SPANS.get(self.provider, _COSINE_SPANS["openai"])
+
+    @property
+    def knows_cjk(self) -> bool:
+        return self.multilingual if self.multilingual is not None else self.provider != "onnx-minilm"
+
+
+#: Per provider: measured with ``python -m strata_bench.scripts.relevance_range`` (the
+#: ``openai`` row is for text-embedding-3-*; measure yours and set embedding.cosine_span).
+_COSINE_SPANS: dict[str, tuple[float, float]] = {
+    "onnx-minilm": (0.055, 0.617),
+    "e5": (0.781, 0.881),
+    "openai": (0.1, 0.6),
+}
+#: The dense weight of a CJK query when the embedder does not know CJK (the packaged MiniLM:
+#: dense R@10 0.18 on MemSim); a multilingual one keeps its Latin weight.
+_DENSE_WEIGHT_CJK_ENGLISH_ONLY = 0.05
 
 
 class LLMSettings(_Section):
@@ -220,9 +259,17 @@ class EpisodicSettings(_Section):
     #: Weighted RRF of the dense and the lexical (BM25) rankings.
     fusion_dense_weight: float = Field(default=0.6, ge=0)
     fusion_lexical_weight: float = Field(default=0.4, ge=0)
-    #: Dense weight for a query written in CJK: the packaged MiniLM knows English
-    #: only; set it to fusion_dense_weight for a multilingual embedder.
-    fusion_dense_weight_cjk: float = Field(default=0.05, ge=0)
+    #: Dense weight for a query written in CJK. Unset: 0.05 when the embedder knows English
+    #: only (the packaged MiniLM), ``fusion_dense_weight`` when it is multilingual.
+    fusion_dense_weight_cjk: float | None = Field(default=None, ge=0)
+    #: Cosines meaning relevance 0 and 1: ``embedding.relevance_span``, filled in by StrataSettings.
+    cosine_span: tuple[float, float] = _COSINE_SPANS["onnx-minilm"]
+
+    @property
+    def dense_weight_cjk(self) -> float:
+        """``fusion_dense_weight_cjk``, or (unset, outside StrataSettings) the English-only default."""
+        w = self.fusion_dense_weight_cjk
+        return _DENSE_WEIGHT_CJK_ENGLISH_ONLY if w is None else w
     #: Weight of the graph path: turns that mention the entities a query names.
     #: 0 by default: with rule-extracted entities it cost LoCoMo recall at every
     #: weight measured, and MemSim's at 0.2 and up (docs/retrieval-ablation.md).
@@ -308,9 +355,18 @@ class SemanticSettings(_Section):
     fusion_weights: dict[str, float] = Field(
         default_factory=lambda: {"dense": 0.4, "lexical": 0.4, "graph": 0.2}
     )
-    #: Dense weight for a CJK query (scaled by its share of CJK text): the
-    #: packaged MiniLM knows English only; raise it for a multilingual embedder.
-    fusion_dense_weight_cjk: float = Field(default=0.05, ge=0)
+    #: Dense weight for a CJK query (scaled by its share of CJK text). Unset: 0.05 when the
+    #: embedder knows English only (the packaged MiniLM), the dense fusion weight when it is
+    #: multilingual.
+    fusion_dense_weight_cjk: float | None = Field(default=None, ge=0)
+    #: Cosines meaning relevance 0 and 1: ``embedding.relevance_span``, filled in by StrataSettings.
+    cosine_span: tuple[float, float] = _COSINE_SPANS["onnx-minilm"]
+
+    @property
+    def dense_weight_cjk(self) -> float:
+        """``fusion_dense_weight_cjk``, or (unset, outside StrataSettings) the English-only default."""
+        w = self.fusion_dense_weight_cjk
+        return _DENSE_WEIGHT_CJK_ENGLISH_ONLY if w is None else w
     #: RRF's k. A tenant's paths each rank about all of its children, so k = 60
     #: flattens a rank-1 hit (1/61) against rank 90 (1/150) and rewards being in
     #: many lists over ranking well in one.
@@ -347,6 +403,8 @@ class ProceduralSettings(_Section):
     success_weight: float = Field(default=0.5, ge=0, le=1)
     #: Skills less similar than this to the task are not returned.
     min_similarity: float = Field(default=0.3, ge=-1, le=1)
+    #: Cosines meaning relevance 0 and 1: ``embedding.relevance_span``, filled in by StrataSettings.
+    cosine_span: tuple[float, float] = _COSINE_SPANS["onnx-minilm"]
     #: A new skill this similar to an existing one updates it instead of adding a copy.
     merge_similarity: float = Field(default=0.9, ge=0, le=1)
     #: Task types whose successful interactions teach a skill.
@@ -475,11 +533,14 @@ class LayerPolicy(_Section):
 
 class ContextSettings(_Section):
     default_max_tokens: int = Field(default=2000, ge=64, le=200_000)
-    default_top_k: int = Field(default=8, ge=1, le=100)
+    default_top_k: int = Field(default=12, ge=1, le=100)
     #: Share of the budget working memory may take when other layers have hits.
     working_share: float = Field(default=0.5, gt=0, le=1)
     #: Items scoring below this share of their layer's best hit stay out of the context.
     min_relative_score: float = Field(default=0.4, ge=0, le=1)
+    #: Items less relevant than this (0-1, comparable across queries: the hit's
+    #: ``relevance``) stay out of the context, however much budget is left.
+    min_relevance: float = Field(default=0.3, ge=0, le=1)
     #: A layer that has not answered after this long is left out (the context says so).
     layer_timeout_s: float = Field(default=2.0, gt=0, le=60)
     #: Per-layer deadlines that differ from ``layer_timeout_s``.
@@ -556,6 +617,19 @@ class StrataSettings(BaseSettings):
     def _check(self) -> StrataSettings:
         if self.embedding.provider == "openai" and not self.embedding.base_url:
             raise ValueError("embedding.base_url is required for the openai provider")
+        # What the layers must know of the embedder: what its cosines mean, and whether
+        # its dense path can be trusted on CJK text.
+        span, knows_cjk = self.embedding.relevance_span, self.embedding.knows_cjk
+        e, m = self.episodic, self.semantic
+        cjk_e = e.fusion_dense_weight_cjk
+        cjk_m = m.fusion_dense_weight_cjk
+        if cjk_e is None:
+            cjk_e = e.fusion_dense_weight if knows_cjk else _DENSE_WEIGHT_CJK_ENGLISH_ONLY
+        if cjk_m is None:
+            cjk_m = m.fusion_weights.get("dense", 0.0) if knows_cjk else _DENSE_WEIGHT_CJK_ENGLISH_ONLY
+        object.__setattr__(self, "episodic", e.model_copy(update={"fusion_dense_weight_cjk": cjk_e, "cosine_span": span}))
+        object.__setattr__(self, "semantic", m.model_copy(update={"fusion_dense_weight_cjk": cjk_m, "cosine_span": span}))
+        object.__setattr__(self, "procedural", self.procedural.model_copy(update={"cosine_span": span}))
         return self
 
     def to_dict(self) -> dict[str, Any]:

@@ -63,6 +63,7 @@ def skill_hit(skill: FoundSkill) -> Hit:
         "id": skill["skill_id"],
         "text": skill["brief"],
         "score": skill["score"],
+        "relevance": skill["relevance"],
         "timestamp": skill.get("updated_at"),
     }
 

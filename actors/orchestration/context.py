@@ -113,6 +113,7 @@ class ContextFlow(FlowBase):
             max_tokens=max_tokens,
             counter=self._counter,
             min_relative_score=ctx.min_relative_score,
+            min_relevance=ctx.min_relevance,
             layer_weights=weights,
         )
         refined, refine_error = False, None

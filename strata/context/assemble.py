@@ -164,13 +164,16 @@ def assemble_context(
     max_tokens: int,
     counter: TokenCounter,
     min_relative_score: float = 0.0,
+    min_relevance: float = 0.0,
     layer_weights: Mapping[str, float] | None = None,
 ) -> AssembledContext:
     """Select and render items so the rendered text has at most ``max_tokens`` tokens.
 
-    An item scoring below ``min_relative_score`` × its layer's best score is
-    left out even when it would fit: a spare budget is no reason to pad the
-    context with what barely relates to the message.
+    An item whose relevance (comparable across queries, :mod:`strata.retrieval.relevance`)
+    is below ``min_relevance``, or whose score is below ``min_relative_score`` × its
+    layer's best score, is left out even when it would fit: a spare budget is no
+    reason to pad the context with what barely relates to the message. Items that
+    carry no relevance are judged by score alone.
 
     Working messages are kept newest first; only when they alone exceed the
     budget is the oldest dropped. The rest is split among the layers that
@@ -195,7 +198,8 @@ def assemble_context(
         best = max((i.score for i in items), default=0.0)
         # Cosine scores may be negative: a floor relative to them means nothing.
         floor = min_relative_score * best if min_relative_score > 0 and best > 0 else float("-inf")
-        ranked = sorted((p for p in enumerate(items) if p[1].score >= floor), key=lambda p: (-p[1].score, p[0]))
+        relevant = (p for p in enumerate(items) if p[1].relevance is None or p[1].relevance >= min_relevance)
+        ranked = sorted((p for p in relevant if p[1].score >= floor), key=lambda p: (-p[1].score, p[0]))
         top = ranked[0][1].score if ranked else 0.0
         per_layer[layer] = [
             _Candidate(layer, rank, item, _normalised(item.score, top, weights[layer]))

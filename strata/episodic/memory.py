@@ -397,21 +397,26 @@ class EpisodicMemory:
         found = ranked(
             self._turn_index, self._turn_lexical, query, query_text, top_k, turn_matches, weights,
             factor=factor if use_factor else None, graph=self._graph, lexical_top=self._lexical_top,
+            span=self._settings.cosine_span,
         )
-        for key, score, ranks in found:
+        for key, score, ranks, relevance in found:
             t = self._turns[key]
-            hits.append(EpisodicHit(TURN, t.turn_id, t.session_id, t.text, t.timestamp, score, (t.turn_id,), ranks=ranks))
+            hits.append(EpisodicHit(
+                TURN, t.turn_id, t.session_id, t.text, t.timestamp, score, (t.turn_id,), ranks=ranks, relevance=relevance,
+            ))
         if include_summaries:
             def summary_matches(key: str) -> bool:
                 s = self._summaries[key]
                 return (not session_id or s.session_id == session_id) and in_range(to_ms(s.start), to_ms(s.end))
 
             index, lexical = self._summary_index, self._summary_lexical
-            for key, score, ranks in ranked(index, lexical, query, query_text, top_k, summary_matches, weights):
+            found = ranked(index, lexical, query, query_text, top_k, summary_matches, weights,
+                           span=self._settings.cosine_span)
+            for key, score, ranks, relevance in found:
                 s = self._summaries[key]
-                hits.append(
-                    EpisodicHit(SUMMARY, s.summary_id, s.session_id, s.text, s.start, score, s.turn_ids, s.end, ranks)
-                )
+                hits.append(EpisodicHit(
+                    SUMMARY, s.summary_id, s.session_id, s.text, s.start, score, s.turn_ids, s.end, ranks, relevance,
+                ))
         hits.sort(key=lambda h: -h.score)
         return hits[:top_k]
 
@@ -465,7 +470,7 @@ class EpisodicMemory:
         if not query_text:
             return {"dense": 1.0}
         configured = {"dense": s.fusion_dense_weight, "lexical": s.fusion_lexical_weight, "graph": s.fusion_graph_weight}
-        return language_weights(configured, query_text, dense_cjk=s.fusion_dense_weight_cjk)
+        return language_weights(configured, query_text, dense_cjk=s.dense_weight_cjk)
 
     # -- internals ----------------------------------------------------------
 

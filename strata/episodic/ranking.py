@@ -16,6 +16,7 @@ import numpy as np
 
 from strata.retrieval.graph import KnowledgeGraph
 from strata.retrieval.lexical import LexicalIndex, cjk_share, rrf_fuse
+from strata.retrieval.relevance import combined, dense_relevance
 from strata.retrieval.vectors import VectorIndex, best
 
 __all__ = ["ranked", "speakers_named", "without_speakers"]
@@ -33,17 +34,24 @@ def ranked(
     factor: Callable[[str], float] | None = None,
     graph: KnowledgeGraph | None = None,
     lexical_top: Callable[[str, int, Callable[[str], bool]], list[str]] | None = None,
-) -> list[tuple[str, float, dict[str, int]]]:
+    span: tuple[float, float] = (0.0, 1.0),
+) -> list[tuple[str, float, dict[str, int], float]]:
     """The ``top_k`` best keys that ``keep`` accepts: by cosine alone, or fused with
-    BM25 and (given ``graph``) the entities the text names.
+    BM25 and (given ``graph``) the entities the text names; each with its fused score,
+    its rank per path and its relevance (:mod:`strata.retrieval.relevance`, the cosine
+    placed on ``span``).
 
     ``factor`` (at least 1) reweighs candidates before the cut; scores are divided
     by its largest value, so they stay in the range of the unweighted ones."""
     depth = max(top_k * 4, 50)  # rank deeper than we return, so agreement or a factor can lift an item
+    cosines = index.scores(vector)
     if "lexical" not in weights or not text:
-        fused = [(key, score, {"dense": n}) for n, (key, score) in enumerate(best(index, vector, depth, keep), 1)]
+        text = None
+    if text is None:
+        found = best(index, vector, depth, keep, scores=cosines)
+        fused = [(key, score, {"dense": n}) for n, (key, score) in enumerate(found, 1)]
     else:
-        dense = [key for key, _ in best(index, vector, depth, keep)]
+        dense = [key for key, _ in best(index, vector, depth, keep, scores=cosines)]
         words = (lexical_top or lexical.top)(text, depth, keep)
         rankings = {"dense": dense, "lexical": words}
         if graph is not None and weights.get("graph", 0) > 0:
@@ -57,7 +65,17 @@ def ranked(
         fused = sorted(
             ((key, score * factors[key] / top, ranks) for key, score, ranks in fused), key=lambda h: (-h[1], h[0])
         )
-    return fused[:top_k]
+    fused = fused[:top_k]
+    keys = [key for key, _, _ in fused]
+    rows = [index.position(key) for key in keys]
+    indexed = [(key, row) for key, row in zip(keys, rows, strict=True) if row is not None]
+    placed = dense_relevance(cosines[[row for _, row in indexed]], span) if indexed else np.zeros(0)
+    by_dense = {key: float(value) for (key, _), value in zip(indexed, placed, strict=True)}
+    by_words = lexical.relevance(text, keys) if text is not None else {}
+    return [
+        (key, score, ranks, combined(by_dense.get(key), by_words.get(key)))
+        for key, score, ranks in fused
+    ]
 
 
 def speakers_named(speakers: Iterable[str], text: str) -> set[str]:

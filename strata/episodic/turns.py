@@ -139,6 +139,9 @@ class EpisodicHit:
     end: datetime | None = None
     #: 1-based rank on each retrieval path that found it ("dense", "lexical").
     ranks: dict[str, int] = field(default_factory=dict)
+    #: How well it matches the query, in [0, 1] and comparable across queries
+    #: (:mod:`strata.retrieval.relevance`); ``score`` only orders one query's hits.
+    relevance: float = 0.0
 
 
 def summary_payload(record: SummaryRecord) -> dict[str, Any]:

@@ -33,6 +33,7 @@ from strata.config import ProceduralSettings, TTLSettings
 from strata.errors import InvalidInput, NotFound
 from strata.ids import validate_id
 from strata.procedural.extractors import SkillDraft, merge_drafts, skill_search_text
+from strata.retrieval.relevance import dense_relevance
 from strata.retrieval.vectors import VectorIndex
 from strata.store.records import Record, RecordStore
 from strata.store.ttl import EXPIRES, Expiries, expires_ms
@@ -171,6 +172,8 @@ class SkillHit:
     skill: Skill
     similarity: float
     score: float
+    #: The similarity on the embedder's calibrated span, in [0, 1] (:mod:`strata.retrieval.relevance`).
+    relevance: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -276,7 +279,8 @@ class ProceduralMemory:
             if skill.uses >= self.settings.min_uses and (skill.success_rate or 0.0) < rate:
                 continue
             factor = (1 - weight) + weight * skill.confidence
-            hits.append(SkillHit(skill, float(sim), float(sim) * factor))
+            relevance = round(float(dense_relevance(sim, self.settings.cosine_span)), 4)
+            hits.append(SkillHit(skill, float(sim), float(sim) * factor, relevance))
         hits.sort(key=lambda h: (-h.score, h.skill.skill_id))
         return hits[:top_k]
 

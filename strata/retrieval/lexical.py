@@ -183,6 +183,24 @@ class LexicalIndex:
             del slots, tf  # release the views: the arrays may grow again
         return scores
 
+    def relevance(self, query: str, doc_ids: Iterable[str]) -> dict[str, float]:
+        """Each document's BM25 score over the query's maximum, clipped to [0, 1]
+        (:mod:`strata.retrieval.relevance`): the maximum is the sum of the query's
+        terms' idf, unseen terms included, so a query about what memory never heard
+        of is a weak match for everything."""
+        n = len(self._slot)
+        terms = lexical_terms(query)
+        if not n or not terms:
+            return dict.fromkeys(doc_ids, 0.0)
+        most = sum(math.log(1 + (n - self._df.get(t, 0) + 0.5) / (self._df.get(t, 0) + 0.5)) for t in terms)
+        scores = self._score_array(query)
+        out: dict[str, float] = {}
+        for doc_id in doc_ids:
+            slot = self._slot.get(doc_id)
+            score = float(scores[slot]) if scores is not None and slot is not None else 0.0
+            out[doc_id] = min(1.0, score / most) if most > 0 else 0.0
+        return out
+
     def scores(self, query: str) -> dict[str, float]:
         """BM25 score of every document sharing a term with ``query`` (others score 0)."""
         scores = self._score_array(query)

@@ -59,6 +59,10 @@ class VectorIndex:
         assert self._matrix is not None
         self._matrix[self._pos[item_id]] = vector
 
+    def position(self, item_id: str) -> int | None:
+        """The row of ``item_id`` in :meth:`scores`' result (None: not indexed)."""
+        return self._pos.get(item_id)
+
     def scores(self, query: np.ndarray) -> np.ndarray:
         if self._matrix is None or not self.ids:
             return np.zeros(0, dtype=np.float32)
@@ -66,10 +70,16 @@ class VectorIndex:
 
 
 def best(
-    index: VectorIndex, query: np.ndarray, top_k: int, keep: Callable[[str], bool] | None = None
+    index: VectorIndex,
+    query: np.ndarray,
+    top_k: int,
+    keep: Callable[[str], bool] | None = None,
+    *,
+    scores: np.ndarray | None = None,
 ) -> list[tuple[str, float]]:
-    """The ``top_k`` best-scoring ids of ``index`` that ``keep`` accepts (filter, then cut)."""
-    scores = index.scores(query)
+    """The ``top_k`` best-scoring ids of ``index`` that ``keep`` accepts (filter, then cut);
+    ``scores``: ``index.scores(query)`` when the caller has it already."""
+    scores = index.scores(query) if scores is None else scores
     if keep is None:
         if top_k < len(scores):
             top = np.argpartition(-scores, top_k)[:top_k]

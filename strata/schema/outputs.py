@@ -143,7 +143,12 @@ class SearchHit(_Out):
     kind: str
     id: str
     text: str
-    score: float
+    score: float = Field(description="Orders one query's hits (fused ranks); not comparable across queries")
+    relevance: float | None = Field(
+        default=None,
+        description="How well it matches the query, 0-1, comparable across queries: the cosine on the embedder's"
+        " calibrated span and the share of the query's BM25 weight matched, either vouching (docs/evaluation.md)",
+    )
     timestamp: datetime | None = None
     session_id: str | None = None
     turn_ids: list[str] = Field(default_factory=list)
@@ -293,6 +298,7 @@ class SkillOut(_Out):
     merged: bool | None = Field(default=None, description="Extraction: it updated a near-duplicate skill")
     similarity: float | None = Field(default=None, description="Search: cosine to the task")
     score: float | None = Field(default=None, description="Search: similarity x confidence factor")
+    relevance: float | None = Field(default=None, description="Search: the similarity on the embedder's calibrated span, 0-1")
     expires_at: datetime | None = _expires()
 
 

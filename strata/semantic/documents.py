@@ -167,6 +167,8 @@ class SemanticHit:
     ranks: dict[str, int] = field(default_factory=dict)
     #: Children that matched, best first: their ids and spans.
     matched: list[dict[str, Any]] = field(default_factory=list)
+    #: Its best child's relevance to the query, in [0, 1] (:mod:`strata.retrieval.relevance`).
+    relevance: float = 0.0
 
 
 def titled(title: str | None, text: str) -> str:

@@ -45,6 +45,7 @@ from strata.limits import RECORD_TEXT_BYTES_MAX
 from strata.retrieval.entities import EntityExtractor, Extraction
 from strata.retrieval.graph import KnowledgeGraph
 from strata.retrieval.lexical import LexicalIndex, language_weights, rrf_fuse
+from strata.retrieval.relevance import combined, dense_relevance
 from strata.retrieval.vectors import VectorIndex, best
 from strata.semantic.chunking import Chunker
 from strata.semantic.documents import (
@@ -303,7 +304,7 @@ class SemanticMemory:
         """
         if weights is None:  # the tenant's configured fusion, shifted away from dense for CJK queries
             weights = language_weights(
-                self._weights, query_text or "", dense_cjk=self._settings.fusion_dense_weight_cjk
+                self._weights, query_text or "", dense_cjk=self._settings.dense_weight_cjk
             )
         weights = dict(weights)
         unknown = set(weights) - set(RETRIEVAL_PATHS)
@@ -320,8 +321,10 @@ class SemanticMemory:
 
         depth = max(self._settings.candidates, top_k * 4)
         rankings: dict[str, list[str]] = {}
+        cosines = self._dense.scores(np.asarray(vector, dtype=np.float32)) if vector is not None else None
         if weights.get("dense", 0) > 0 and vector is not None:
-            found = best(self._dense, np.asarray(vector, dtype=np.float32), depth, keep if wanted is not None else None)
+            found = best(self._dense, np.asarray(vector, dtype=np.float32), depth, keep if wanted is not None else None,
+                         scores=cosines)
             rankings["dense"] = [pk for pk, score in found if min_cosine is None or score >= min_cosine]
         if weights.get("lexical", 0) > 0 and query_text:
             rankings["lexical"] = self._lexical.top(query_text, depth, keep if wanted is not None else None)
@@ -330,6 +333,7 @@ class SemanticMemory:
             rankings["graph"] = [pk for pk, _ in ranked if pk in self._children and keep(pk)][:depth]
         fused = rrf_fuse(rankings, weights, k=self._settings.rrf_k)
         hits: dict[str, SemanticHit] = {}
+        matched: dict[str, list[str]] = {}  # parent -> its children that matched
         for pk, score, ranks in fused:
             child = self._children[pk]
             hit = hits.get(child.parent)
@@ -349,7 +353,25 @@ class SemanticMemory:
             for path, rank in ranks.items():
                 hit.ranks[path] = min(rank, hit.ranks.get(path, rank))
             hit.matched.append({"id": public_child_id(pk), "start": child.start, "end": child.end, "score": score})
+            matched.setdefault(child.parent, []).append(pk)
+        self._relevance(hits, matched, cosines, query_text if weights.get("lexical", 0) > 0 else None)
         return list(hits.values())
+
+    def _relevance(
+        self,
+        hits: Mapping[str, SemanticHit],
+        matched: Mapping[str, list[str]],
+        cosines: np.ndarray | None,
+        query_text: str | None,
+    ) -> None:
+        """Each passage's relevance: its best matched child's (:mod:`strata.retrieval.relevance`)."""
+        words = self._lexical.relevance(query_text, [pk for pks in matched.values() for pk in pks]) if query_text else {}
+        span = self._settings.cosine_span
+        for parent, hit in hits.items():
+            for pk in matched.get(parent, ()):
+                row = self._dense.position(pk)
+                dense = float(dense_relevance(cosines[row], span)) if cosines is not None and row is not None else None
+                hit.relevance = max(hit.relevance, combined(dense, words.get(pk)))
 
     # -- helpers ------------------------------------------------------------
 

@@ -48,7 +48,8 @@ def _yaml(tmp_path: Path, text: str) -> Path:
 
 def test_defaults_without_any_source() -> None:
     s = load_settings()
-    assert s.episodic == EpisodicSettings()
+    # The one default filled in from another section: the CJK dense weight follows the embedder.
+    assert s.episodic == EpisodicSettings(fusion_dense_weight_cjk=0.05)
     assert s.episodic.raw_window == 20
     assert s.serve.port == 8000
     assert s.llm.enabled is False

@@ -253,3 +253,12 @@ def test_tenant_overrides_chunking_and_weights() -> None:
     assert settings.weights_for("acme") == {"dense": 0.4, "lexical": 0.4, "graph": 0.2}
     with pytest.raises(ValueError, match="unknown retrieval path"):
         SemanticSettings(fusion_weights={"vector": 1.0})
+
+
+def test_each_passage_carries_its_best_childs_relevance(memory: SemanticMemory, embedder: OnnxMiniLMEmbedder) -> None:
+    asked = ask(memory, embedder, "why do checkout calls get connection resets?", top_k=3)
+    unrelated = ask(memory, embedder, "Which football team won the league last season?", top_k=3)
+    assert all(0.0 <= h.relevance <= 1.0 for h in asked + unrelated)
+    assert asked[0].doc_id == "runbook" and asked[0].relevance > 0.5
+    # Both have a best hit; only the one that answers is relevant.
+    assert unrelated and max(h.relevance for h in unrelated) < 0.3 < asked[0].relevance
