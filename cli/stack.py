@@ -474,13 +474,29 @@ class Stack:
 
     def deploy(self) -> None:
         from ray import serve
+        from ray.exceptions import RayError
 
         from strata_serve.app import APP_NAME, build_app
 
         s = self.settings.serve
-        serve.start(http_options={"host": s.host, "port": s.port,
-                                  "request_timeout_s": s.request_timeout_s + PROXY_TIMEOUT_MARGIN_S})
-        serve.run(build_app({"settings": self.settings.to_dict()}), name=APP_NAME, route_prefix="/", blocking=False)
+        options = {"host": s.host, "port": s.port, "request_timeout_s": s.request_timeout_s + PROXY_TIMEOUT_MARGIN_S}
+        for attempt in (1, 2):
+            try:
+                serve.start(http_options=options)
+                serve.run(build_app({"settings": self.settings.to_dict()}), name=APP_NAME, route_prefix="/",
+                          blocking=False)
+                return
+            except RayError as exc:
+                # Seen on a loaded 2-core machine: Serve's controller killed its own proxy
+                # before it started (ActorDiedError). Once more; then a message, not a traceback.
+                first = (str(exc).strip().splitlines() or [""])[0][:200]
+                if attempt == 2:
+                    raise StackError(
+                        f"Ray Serve did not start ({type(exc).__name__}: {first}); Serve's logs are in "
+                        f"{self.ray_temp_dir}/session_latest/logs/serve. Run the command again (the rest of the "
+                        "stack is up); on a busy machine, wait for the load to drop"
+                    ) from exc
+                self.say(f"Ray Serve did not start ({type(exc).__name__}); trying once more")
 
     # -- the whole stack --------------------------------------------------------
 
