@@ -35,6 +35,7 @@ from strata.layers import RETRIEVAL_PATHS
 from strata.limits import DOCUMENT_CHARS_MAX, MESSAGE_CHARS_MAX, TTL_MAX_S
 
 __all__ = [
+    "COSINE_SPANS",
     "LAYER_NAMES",
     "PII_TYPES",
     "RETRIEVAL_PATHS",
@@ -106,7 +107,7 @@ class EmbeddingSettings(_Section):
         so a cosine alone says nothing across models; this span makes it a relevance."""
         if self.cosine_span is not None:
             return self.cosine_span
-        return _COSINE_SPANS.get(self.provider, _COSINE_SPANS["openai"])
+        return COSINE_SPANS.get(self.provider, COSINE_SPANS["openai"])
 
     @property
     def knows_cjk(self) -> bool:
@@ -115,7 +116,7 @@ class EmbeddingSettings(_Section):
 
 #: Per provider: measured with ``python -m strata_bench.scripts.relevance_range`` (the
 #: ``openai`` row is for text-embedding-3-*; measure yours and set embedding.cosine_span).
-_COSINE_SPANS: dict[str, tuple[float, float]] = {
+COSINE_SPANS: dict[str, tuple[float, float]] = {
     "onnx-minilm": (0.055, 0.617),
     "e5": (0.781, 0.881),
     "openai": (0.1, 0.6),
@@ -263,7 +264,7 @@ class EpisodicSettings(_Section):
     #: only (the packaged MiniLM), ``fusion_dense_weight`` when it is multilingual.
     fusion_dense_weight_cjk: float | None = Field(default=None, ge=0)
     #: Cosines meaning relevance 0 and 1: ``embedding.relevance_span``, filled in by StrataSettings.
-    cosine_span: tuple[float, float] = _COSINE_SPANS["onnx-minilm"]
+    cosine_span: tuple[float, float] = COSINE_SPANS["onnx-minilm"]
 
     @property
     def dense_weight_cjk(self) -> float:
@@ -360,7 +361,7 @@ class SemanticSettings(_Section):
     #: multilingual.
     fusion_dense_weight_cjk: float | None = Field(default=None, ge=0)
     #: Cosines meaning relevance 0 and 1: ``embedding.relevance_span``, filled in by StrataSettings.
-    cosine_span: tuple[float, float] = _COSINE_SPANS["onnx-minilm"]
+    cosine_span: tuple[float, float] = COSINE_SPANS["onnx-minilm"]
 
     @property
     def dense_weight_cjk(self) -> float:
@@ -401,10 +402,12 @@ class ProceduralSettings(_Section):
     min_uses: int = Field(default=3, ge=1)
     #: Rank = similarity x ((1 - w) + w x Wilson lower bound of the success rate).
     success_weight: float = Field(default=0.5, ge=0, le=1)
-    #: Skills less similar than this to the task are not returned.
+    #: Skills less similar than this to the task are not returned. This and ``merge_similarity``
+    #: are cosines on the packaged MiniLM's scale, moved to the configured embedder's span
+    #: (``strata.retrieval.relevance.on_span``): e5 puts unrelated texts at 0.78.
     min_similarity: float = Field(default=0.3, ge=-1, le=1)
     #: Cosines meaning relevance 0 and 1: ``embedding.relevance_span``, filled in by StrataSettings.
-    cosine_span: tuple[float, float] = _COSINE_SPANS["onnx-minilm"]
+    cosine_span: tuple[float, float] = COSINE_SPANS["onnx-minilm"]
     #: A new skill this similar to an existing one updates it instead of adding a copy.
     merge_similarity: float = Field(default=0.9, ge=0, le=1)
     #: Task types whose successful interactions teach a skill.

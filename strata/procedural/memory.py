@@ -33,7 +33,7 @@ from strata.config import ProceduralSettings, TTLSettings
 from strata.errors import InvalidInput, NotFound
 from strata.ids import validate_id
 from strata.procedural.extractors import SkillDraft, merge_drafts, skill_search_text
-from strata.retrieval.relevance import dense_relevance
+from strata.retrieval.relevance import dense_relevance, on_span
 from strata.retrieval.vectors import VectorIndex
 from strata.store.records import Record, RecordStore
 from strata.store.ttl import EXPIRES, Expiries, expires_ms
@@ -268,7 +268,8 @@ class ProceduralMemory:
             min_similarity: cosine floor; default ``settings.min_similarity``.
         """
         rate = self.settings.min_success_rate if min_success_rate is None else min_success_rate
-        floor = self.settings.min_similarity if min_similarity is None else min_similarity
+        span = self.settings.cosine_span
+        floor = on_span(self.settings.min_similarity, span) if min_similarity is None else min_similarity
         weight = self.settings.success_weight
         sims = self._index.scores(np.asarray(vector, dtype=np.float32))
         hits = []
@@ -290,7 +291,8 @@ class ProceduralMemory:
         if len(sims) == 0:
             return None
         best = int(np.argmax(sims))
-        return self._index.ids[best] if sims[best] >= self.settings.merge_similarity else None
+        threshold = on_span(self.settings.merge_similarity, self.settings.cosine_span)
+        return self._index.ids[best] if sims[best] >= threshold else None
 
     def history(self, skill_id: str) -> list[HistoryEntry]:
         """Every version of a skill, oldest first."""

@@ -126,3 +126,14 @@ def test_the_cjk_dense_weight_and_the_span_follow_the_embedder() -> None:
 def test_a_span_that_is_not_two_ordered_cosines_is_refused() -> None:
     with pytest.raises(ValueError, match="cosine_span"):
         EmbeddingSettings(cosine_span=(0.7, 0.2))
+
+
+def test_skill_thresholds_set_on_minilms_scale_keep_their_meaning_on_another_span() -> None:
+    from strata.retrieval.relevance import MINILM_SPAN, on_span
+
+    assert on_span(0.3, MINILM_SPAN) == pytest.approx(0.3)
+    e5 = StrataSettings(embedding=EmbeddingSettings(provider="e5")).embedding.relevance_span
+    # e5's unrelated texts reach 0.78: MiniLM's floor 0.3 must not let them all through,
+    # and its merge threshold 0.9 must sit above e5's answering pairs (0.88).
+    assert on_span(0.3, e5) > e5[0]
+    assert on_span(0.9, e5) > e5[1]
