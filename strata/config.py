@@ -536,7 +536,7 @@ class LayerPolicy(_Section):
 
 class ContextSettings(_Section):
     default_max_tokens: int = Field(default=2000, ge=64, le=200_000)
-    default_top_k: int = Field(default=12, ge=1, le=100)
+    default_top_k: int = Field(default=16, ge=1, le=100)
     #: Share of the budget working memory may take when other layers have hits.
     working_share: float = Field(default=0.5, gt=0, le=1)
     #: Items scoring below this share of their layer's best hit stay out of the context.
