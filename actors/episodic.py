@@ -286,7 +286,10 @@ class EpisodicShard(LayerShard[EpisodicMemory]):
     def _schedule_summaries(self, tenant: str) -> None:
         running = self._summarising.get(tenant)
         if running is None or running.done():
-            self._summarising[tenant] = asyncio.get_running_loop().create_task(self._summarise(tenant))
+            task = asyncio.get_running_loop().create_task(self._summarise(tenant))
+            self._summarising[tenant] = task
+            # Gone once done: a shard serving thousands of tenants keeps no task per tenant ever seen.
+            task.add_done_callback(lambda done: self._summarising.pop(tenant, None) if self._summarising.get(tenant) is done else None)
 
     async def _summarise(self, tenant: str) -> None:
         try:

@@ -47,7 +47,7 @@ from strata.procedural.memory import SKILL, ProceduralMemory, Skill, new_skill_i
 from strata.providers.llm import make_llm
 from strata.store.layout import Collections
 from strata.store.records import Record, RecordStore
-from strata_actors.shard import LayerShard, WholeRecordExpiry
+from strata_actors.shard import KeyedLocks, LayerShard, WholeRecordExpiry
 
 __all__ = ["ProceduralShard"]
 
@@ -131,7 +131,7 @@ class ProceduralShard(WholeRecordExpiry, LayerShard[ProceduralMemory]):
         self.llm = make_llm(self.settings.llm)
         self._extractor = make_skill_extractor(self.llm)
         self._rules = RuleSkillExtractor()
-        self._learning: dict[str, asyncio.Lock] = {}
+        self._learning = KeyedLocks()
         self._jobs: dict[str, _Job] = {}
         self._jobs_loop: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
@@ -310,7 +310,7 @@ class ProceduralShard(WholeRecordExpiry, LayerShard[ProceduralMemory]):
         vector = (await self.embed([skill_search_text(draft)]))[0]
         # One learning at a time per tenant: two near-duplicates learned at once
         # must find each other instead of both creating a skill.
-        async with self._learning.setdefault(tenant, asyncio.Lock()):
+        async with self._learning.hold(tenant):
             slot = await self._tenant(tenant)
             target = slot.layer.duplicate_of(vector)
             skill_id = target or new_skill_id()

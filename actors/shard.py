@@ -66,7 +66,7 @@ from strata.store.ttl import EXPIRES
 from strata.store.vector_models import VectorModel, check_collection, check_tenant
 from strata.store.versions import VersionStore
 
-__all__ = ["EXPIRY_KEY_ID", "LayerShard", "WholeRecordExpiry", "owner_shard"]
+__all__ = ["EXPIRY_KEY_ID", "KeyedLocks", "LayerShard", "WholeRecordExpiry", "owner_shard"]
 
 #: The audit history's key id of a purge by TTL (no key made that change).
 EXPIRY_KEY_ID = "ttl"
@@ -79,6 +79,29 @@ _log = logging.getLogger(__name__)
 def owner_shard(tenant: str, shards: int) -> int:
     """The shard of a layer with ``shards`` actors that owns ``tenant``."""
     return zlib.crc32(tenant.encode()) % shards
+
+
+class KeyedLocks:
+    """One asyncio lock per key (a tenant), held in the map only while someone holds or
+    awaits it: a shard that serves thousands of tenants keeps no lock per tenant ever seen."""
+
+    def __init__(self) -> None:
+        self._locks: dict[str, tuple[asyncio.Lock, list[int]]] = {}
+
+    def __len__(self) -> int:
+        return len(self._locks)
+
+    @asynccontextmanager
+    async def hold(self, key: str) -> AsyncIterator[None]:
+        lock, users = self._locks.setdefault(key, (asyncio.Lock(), [0]))
+        users[0] += 1
+        try:
+            async with lock:
+                yield
+        finally:
+            users[0] -= 1
+            if not users[0]:
+                del self._locks[key]
 
 
 @dataclass

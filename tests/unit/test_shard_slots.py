@@ -155,3 +155,25 @@ async def test_work_begun_before_a_forget_is_refused_after_it() -> None:
     assert shard.store.scan(_ROWS, tenant=T) == []
     assert await shard.add("new", generation=shard.generation(T)) == 3  # the refused write claimed nothing
     assert [r.text for r in shard.store.scan(_ROWS, tenant=T)] == ["new"]
+
+
+def test_keyed_locks_exclude_per_key_and_keep_nothing_once_released() -> None:
+    from strata_actors.shard import KeyedLocks
+
+    locks = KeyedLocks()
+    inside: dict[str, int] = {}
+    most: dict[str, int] = {}
+
+    async def work(key: str) -> None:
+        async with locks.hold(key):
+            inside[key] = inside.get(key, 0) + 1
+            most[key] = max(most.get(key, 0), inside[key])
+            await asyncio.sleep(0.001)
+            inside[key] -= 1
+
+    async def run() -> None:
+        await asyncio.gather(*(work(f"tenant-{n % 50}") for n in range(500)))
+
+    asyncio.run(run())
+    assert most == {f"tenant-{n}": 1 for n in range(50)}  # one holder per key at a time
+    assert len(locks) == 0  # 50 tenants served, no lock left behind
