@@ -368,7 +368,7 @@
       ? `${hit.source.title || hit.source.doc_id}, characters ${hit.source.start}–${hit.source.end}`
       : hit.session_id ? `session ${hit.session_id}` : "";
     return el("li", { class: "hit", data: { hit: hit.id } },
-      el("div", { class: "meta" }, `${hit.layer} · ${hit.kind} · score ${hit.score.toFixed(3)}${where ? ` · ${where}` : ""}`, " ", ranks(hit)),
+      el("div", { class: "meta" }, `${hit.layer} · ${hit.kind} · score ${hit.score.toFixed(3)}${hit.relevance == null ? "" : ` · relevance ${hit.relevance.toFixed(2)}`}${where ? ` · ${where}` : ""}`, " ", ranks(hit)),
       el("pre", { class: "text" }, hit.text));
   }
 

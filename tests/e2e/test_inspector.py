@@ -203,6 +203,7 @@ def test_a_person_finds_what_was_recorded(page: Page, tenants: Tenants, agents_s
     ranks = {r.get_attribute("data-path"): r.text for r in hit.find_elements(By.CSS_SELECTOR, ".rank")}
     assert set(ranks) >= {"dense", "lexical", "graph"}
     assert ranks["dense"].startswith("dense #") and ranks["lexical"].startswith("BM25 #"), ranks
+    assert "relevance 0." in hit.text or "relevance 1.00" in hit.text, hit.text
     context = page.shows("context-summary", "tokens used of a budget of")
     used, budget = [int(w) for w in context.split() if w.isdigit()][:2]
     assert 0 < used <= budget
