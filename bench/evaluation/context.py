@@ -27,6 +27,7 @@ import statistics
 import sys
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
@@ -247,6 +248,7 @@ async def run_strata_context(
 ) -> dict[str, Any]:
     """Ingest each conversation into a fresh tenant, ask every question at every budget, forget."""
     tallies = {b: BudgetTally(b) for b in budgets}
+    kinds: dict[int, Counter[str]] = {b: Counter() for b in budgets}  # items placed, by layer/kind
     ingest_s, turns, calls_ms = 0.0, 0, []
     for conversation in benchmark.conversations:
         client = make_client(f"eval-{uuid.uuid4().hex[:10]}")
@@ -267,13 +269,19 @@ async def run_strata_context(
             for budget, result in zip(budgets, results):
                 tallies[budget].add(q.category, _evidence(q, no_answer), context_turn_ids(result, original),
                                     result.token_count)
+                kinds[budget].update(f"{s.layer}/{i.kind}" for s in result.sections if s.layer != "working"
+                                     for i in s.items)
             bar.update()
         bar.close()
         for session_id in sessions:
             with contextlib.suppress(Exception):  # a session that had no turns has nothing to forget
                 await client.forget_session(session_id)
+    asked = sum(len(c.questions) for c in benchmark.conversations) or 1
     return {
-        "budgets": [tallies[b].report() for b in budgets],
+        # Per question, the items of each layer and kind the context held (summaries and
+        # passages take places that turns, the only items recall counts, then do not).
+        "budgets": [{**tallies[b].report(), "items_per_question": {k: round(n / asked, 2) for k, n in
+                                                                  sorted(kinds[b].items())}} for b in budgets],
         "ingest_turns_per_s": round(turns / ingest_s, 1) if ingest_s else None,
         "question_ms_mean": round(_mean(calls_ms), 1),
     }
@@ -383,5 +391,7 @@ def format_context_table(document: dict[str, Any]) -> str:
                 f"{row['budget_tokens']:>8}{row['questions']:>6}{row['recall']:>8.3f}{row['tokens_mean']:>8.0f}"
                 f"{row['budget_share']:>7.2f}{row['no_answer_questions']:>10}"
                 + (f"{na_tokens:>8.0f}{na_share:>7.2f}" if na_tokens is not None else f"{'–':>8}{'–':>7}")
+                + ("  items: " + ", ".join(f"{k} {v}" for k, v in row["items_per_question"].items())
+                   if row.get("items_per_question") else "")
             )
     return "\n".join(lines)

@@ -202,6 +202,9 @@ def test_the_run_asks_every_budget_and_maps_turn_ids_back() -> None:
         assert row["tokens_mean"] <= row["budget_tokens"]
     assert small["recall"] < large["recall"]
     assert large["recall"] >= 2 / 3  # the cat and the marathon are found by name; ids map back ("D1 1")
+    # What held the places: per question asked (4), the items of each layer and kind.
+    assert set(large["items_per_question"]) == {"episodic/turn"}
+    assert small["items_per_question"].get("episodic/turn", 0) < large["items_per_question"]["episodic/turn"]
 
 
 def test_evaluate_context_reports_every_method_and_the_history() -> None:
@@ -213,5 +216,6 @@ def test_evaluate_context_reports_every_method_and_the_history() -> None:
     assert document["history_tokens"]["per_conversation"] == {"c1": COUNTER.count(history_text(benchmark.conversations[0]))}
     table = format_context_table(document)
     assert "strata" in table and "bm25 packed" in table and "(best baseline)" in table
+    assert "items: episodic/turn" in table
     with pytest.raises(ValueError, match="embedder"):
         evaluate_context(benchmark, baselines=["rrf"], counter=COUNTER, make_client=None)
