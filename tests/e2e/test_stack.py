@@ -432,6 +432,12 @@ def test_demo_answers_from_earlier_sessions(stack: Running) -> None:
     assert demo.returncode == 0, demo.stdout + demo.stderr
     out = demo.stdout
     assert "vegetarian" in out and "120 seconds" in out and "龙井" in out and "Alfama" in out
+    # Each answer holds the turns that answer it and leaves the unrelated ones out.
+    answers = {block.splitlines()[0]: block for block in out.split("Q: ")[1:]}
+    food = answers["What should I keep in mind about food for our trip?"]
+    assert "vegetarian" in food and "ERR_CONN_RESET" not in food and "150 euros" not in food
+    tea = answers["我喜欢什么茶？"]
+    assert "龙井" in tea and "Alfama" not in tea and "deploy" not in tea
     assert json.loads((stack.data_dir / "stack.json").read_text())["serve_port"] == stack.port
     assert out.strip().splitlines()[-1] == (
         f"The stack is still up at {stack.url}; stop it with: strata down --data-dir {stack.data_dir}"
@@ -455,3 +461,21 @@ def test_every_file_the_stack_wrote_is_owner_only(stack: Running) -> None:
                 if not stat.S_ISLNK(mode) and stat.S_IMODE(mode) & 0o077 and not name.endswith(callers):
                     offenders.append(f"{oct(stat.S_IMODE(mode))} {path}")
     assert not offenders, "readable by other users:\n" + "\n".join(offenders)
+
+
+def test_hits_carry_a_relevance_and_the_context_leaves_the_unrelated_out(stack: Running) -> None:
+    for said in ("Our cat is called Miso and she is four years old.",
+                 "The nightly build broke on the ARM runners after the compiler upgrade."):
+        assert stack.post("/v1/sessions/relevance-check/turns", {"user": said}).status_code == 201
+    hits = stack.post("/v1/search", {"query": "What is our cat called?", "layers": ["episodic"],
+                                     "session_id": "relevance-check"}).json()["hits"]
+    by_text = {h["text"]: h for h in hits}
+    cat = next(h for t, h in by_text.items() if "Miso" in t)
+    build = next(h for t, h in by_text.items() if "ARM" in t)
+    assert all(0.0 <= h["relevance"] <= 1.0 for h in hits)
+    assert cat["relevance"] > 0.3 > build["relevance"], (cat, build)
+    context = stack.post("/v1/context", {"message": "What is our cat called?", "session_id": "asking-about-the-cat",
+                                         "max_tokens": 2000}).json()
+    assert "Miso" in context["context"] and "ARM runners" not in context["context"]
+    items = [i for s in context["sections"] if s["layer"] == "episodic" for i in s["items"]]
+    assert items and all(i["relevance"] >= 0.3 for i in items)
