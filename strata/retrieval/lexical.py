@@ -86,6 +86,10 @@ class LexicalIndex:
         self._df: dict[str, int] = {}  # term -> live documents
         self._total_length = 0.0
         self._dead = 0
+        # The last query's scores: a search scores one query twice (its ranking, then each
+        # hit's relevance), and nothing changes the index in between.
+        self._last: tuple[str, int, np.ndarray | None] | None = None
+        self._changes = 0
 
     def __len__(self) -> int:
         return len(self._slot)
@@ -101,6 +105,7 @@ class LexicalIndex:
 
     def add(self, doc_id: str, text: str) -> None:
         self.remove([doc_id])
+        self._changes += 1
         counts = self._count(text)
         slot = len(self._ids)
         if slot == len(self._lengths):
@@ -120,6 +125,7 @@ class LexicalIndex:
             self._df[term] = self._df.get(term, 0) + 1
 
     def remove(self, doc_ids: Iterable[str]) -> None:
+        self._changes += 1
         for doc_id in doc_ids:
             slot = self._slot.pop(doc_id, None)
             if slot is None:
@@ -161,6 +167,14 @@ class LexicalIndex:
         self._dead = 0
 
     def _score_array(self, query: str) -> np.ndarray | None:
+        last = self._last
+        if last is not None and last[0] == query and last[1] == self._changes:
+            return last[2]
+        scores = self._scores_now(query)
+        self._last = (query, self._changes, scores)
+        return scores
+
+    def _scores_now(self, query: str) -> np.ndarray | None:
         n = len(self._slot)
         if not n:
             return None

@@ -179,3 +179,15 @@ def test_numpy_scoring_matches_plain_bm25_through_removals_and_compaction() -> N
     best = sorted(expected, key=lambda d: (-round(expected[d], 4), d))[:10]
     assert index.top(query, 10)[:5] == best[:5]
     assert index.top(query, 5, keep=lambda d: d.endswith("7")) == [d for d in sorted(got, key=lambda d: (-got[d], d)) if d.endswith("7")][:5]
+
+
+def test_a_query_scored_again_after_a_change_sees_the_change() -> None:
+    """The last query's scores are reused only while the index is unchanged."""
+    index = LexicalIndex()
+    index.add("a", "the staging deploy failed")
+    assert index.top("deploy", 5) == ["a"]
+    index.add("b", "deploy deploy to production")
+    assert set(index.top("deploy", 5)) == {"a", "b"}
+    index.remove(["a"])
+    assert index.top("deploy", 5) == ["b"]
+    assert index.relevance("deploy", ["a", "b"])["a"] == 0.0
