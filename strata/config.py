@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_settings import (
@@ -253,15 +253,12 @@ class WorkingSettings(_Section):
     system_prompt: str | None = None
 
 
-class EpisodicSettings(_Section):
-    raw_window: int = Field(default=20, ge=1)
-    summary_threshold: int = Field(default=10, ge=1)
-    max_turn_chars: int = Field(default=MESSAGE_CHARS_MAX, ge=100)
-    #: Weighted RRF of the dense and the lexical (BM25) rankings.
-    fusion_dense_weight: float = Field(default=0.6, ge=0)
-    fusion_lexical_weight: float = Field(default=0.4, ge=0)
-    #: Dense weight for a query written in CJK. Unset: 0.05 when the embedder knows English
-    #: only (the packaged MiniLM), ``fusion_dense_weight`` when it is multilingual.
+class _FusedLayer(_Section):
+    """What a layer that fuses a dense path with others must know of the embedder."""
+
+    #: Dense weight for a query written in CJK (scaled by its share of CJK text). Unset: 0.05
+    #: when the embedder knows English only (the packaged MiniLM), the layer's Latin dense
+    #: weight when it is multilingual.
     fusion_dense_weight_cjk: float | None = Field(default=None, ge=0)
     #: Cosines meaning relevance 0 and 1: ``embedding.relevance_span``, filled in by StrataSettings.
     cosine_span: tuple[float, float] = COSINE_SPANS["onnx-minilm"]
@@ -271,6 +268,25 @@ class EpisodicSettings(_Section):
         """``fusion_dense_weight_cjk``, or (unset, outside StrataSettings) the English-only default."""
         w = self.fusion_dense_weight_cjk
         return _DENSE_WEIGHT_CJK_ENGLISH_ONLY if w is None else w
+
+    def _latin_dense_weight(self) -> float:
+        raise NotImplementedError
+
+    def for_embedder(self, embedding: EmbeddingSettings) -> Self:
+        """These settings with the embedder's span, and the CJK weight it implies when unset."""
+        cjk = self.fusion_dense_weight_cjk
+        if cjk is None:
+            cjk = self._latin_dense_weight() if embedding.knows_cjk else _DENSE_WEIGHT_CJK_ENGLISH_ONLY
+        return self.model_copy(update={"fusion_dense_weight_cjk": cjk, "cosine_span": embedding.relevance_span})
+
+
+class EpisodicSettings(_FusedLayer):
+    raw_window: int = Field(default=20, ge=1)
+    summary_threshold: int = Field(default=10, ge=1)
+    max_turn_chars: int = Field(default=MESSAGE_CHARS_MAX, ge=100)
+    #: Weighted RRF of the dense and the lexical (BM25) rankings.
+    fusion_dense_weight: float = Field(default=0.6, ge=0)
+    fusion_lexical_weight: float = Field(default=0.4, ge=0)
     #: Weight of the graph path: turns that mention the entities a query names.
     #: 0 by default: with rule-extracted entities it cost LoCoMo recall at every
     #: weight measured, and MemSim's at 0.2 and up (docs/retrieval-ablation.md).
@@ -287,6 +303,9 @@ class EpisodicSettings(_Section):
     speaker_boost: float = Field(default=0.3, ge=0, le=5)
     #: Score factor 1 + this for turns inside a time range read off the query.
     time_boost: float = Field(default=1.0, ge=0, le=10)
+
+    def _latin_dense_weight(self) -> float:
+        return self.fusion_dense_weight
 
 
 ChunkingStrategy = Literal["fixed", "recursive", "sentence", "semantic", "parent_child"]
@@ -346,7 +365,7 @@ class SemanticTenantSettings(_Section):
         return self
 
 
-class SemanticSettings(_Section):
+class SemanticSettings(_FusedLayer):
     chunking: ChunkingSettings = ChunkingSettings()
     #: Weighted RRF of the paths: dense = vector search, lexical = BM25, graph = entities.
     #: Not the seed's 0.5 / 0.3 / 0.2 with k = 60: on the packaged MiniLM's
@@ -356,18 +375,6 @@ class SemanticSettings(_Section):
     fusion_weights: dict[str, float] = Field(
         default_factory=lambda: {"dense": 0.4, "lexical": 0.4, "graph": 0.2}
     )
-    #: Dense weight for a CJK query (scaled by its share of CJK text). Unset: 0.05 when the
-    #: embedder knows English only (the packaged MiniLM), the dense fusion weight when it is
-    #: multilingual.
-    fusion_dense_weight_cjk: float | None = Field(default=None, ge=0)
-    #: Cosines meaning relevance 0 and 1: ``embedding.relevance_span``, filled in by StrataSettings.
-    cosine_span: tuple[float, float] = COSINE_SPANS["onnx-minilm"]
-
-    @property
-    def dense_weight_cjk(self) -> float:
-        """``fusion_dense_weight_cjk``, or (unset, outside StrataSettings) the English-only default."""
-        w = self.fusion_dense_weight_cjk
-        return _DENSE_WEIGHT_CJK_ENGLISH_ONLY if w is None else w
     #: RRF's k. A tenant's paths each rank about all of its children, so k = 60
     #: flattens a rank-1 hit (1/61) against rank 90 (1/150) and rewards being in
     #: many lists over ranking well in one.
@@ -384,6 +391,9 @@ class SemanticSettings(_Section):
     def _check(self) -> SemanticSettings:
         _check_weights(self.fusion_weights)
         return self
+
+    def _latin_dense_weight(self) -> float:
+        return self.fusion_weights.get("dense", 0.0)
 
     def chunking_for(self, tenant: str) -> ChunkingSettings:
         override = self.tenants.get(tenant)
@@ -622,16 +632,9 @@ class StrataSettings(BaseSettings):
             raise ValueError("embedding.base_url is required for the openai provider")
         # What the layers must know of the embedder: what its cosines mean, and whether
         # its dense path can be trusted on CJK text.
-        span, knows_cjk = self.embedding.relevance_span, self.embedding.knows_cjk
-        e, m = self.episodic, self.semantic
-        cjk_e = e.fusion_dense_weight_cjk
-        cjk_m = m.fusion_dense_weight_cjk
-        if cjk_e is None:
-            cjk_e = e.fusion_dense_weight if knows_cjk else _DENSE_WEIGHT_CJK_ENGLISH_ONLY
-        if cjk_m is None:
-            cjk_m = m.fusion_weights.get("dense", 0.0) if knows_cjk else _DENSE_WEIGHT_CJK_ENGLISH_ONLY
-        object.__setattr__(self, "episodic", e.model_copy(update={"fusion_dense_weight_cjk": cjk_e, "cosine_span": span}))
-        object.__setattr__(self, "semantic", m.model_copy(update={"fusion_dense_weight_cjk": cjk_m, "cosine_span": span}))
+        object.__setattr__(self, "episodic", self.episodic.for_embedder(self.embedding))
+        object.__setattr__(self, "semantic", self.semantic.for_embedder(self.embedding))
+        span = self.embedding.relevance_span
         object.__setattr__(self, "procedural", self.procedural.model_copy(update={"cosine_span": span}))
         return self
 
