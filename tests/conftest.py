@@ -1,4 +1,5 @@
-"""Shared fixtures: a real milvus-lite server and a local Ray instance per module."""
+"""Shared fixtures: a real Milvus per module (milvus-lite, or the Milvus standalone server
+for modules that name it in ``STORES``) and a local Ray instance per module."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import os
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -17,6 +19,7 @@ from typing import Any
 import pytest
 
 from strata.config import StrataSettings, load_settings
+from strata.errors import StoreUnavailable
 from strata.store.milvus_lite import COMMAND as MILVUS_LITE
 
 
@@ -34,16 +37,18 @@ def port_open(port: int) -> bool:
         return False
 
 
-def wait_for_milvus(port: int, process: subprocess.Popen[bytes] | None = None, timeout_s: float = 60) -> None:
+def wait_for_milvus(
+    port: int, process: subprocess.Popen[bytes] | None = None, timeout_s: float = 60, *, token: str = ""
+) -> None:
     """Until the server answers an RPC (its port opens ~1 s before it does)."""
     from strata.errors import StoreUnavailable
     from strata.store.milvus import MilvusRecordStore
 
-    store = MilvusRecordStore(f"http://127.0.0.1:{port}", timeout_s=2)
+    store = MilvusRecordStore(f"http://127.0.0.1:{port}", token=token, timeout_s=2)
     deadline = time.monotonic() + timeout_s
     while True:
         if process is not None and process.poll() is not None:
-            raise RuntimeError(f"milvus-lite on {port} exited with {process.returncode}")
+            raise RuntimeError(f"Milvus on {port} exited with {process.returncode}")
         try:
             store.ping()
             return
@@ -55,9 +60,18 @@ def wait_for_milvus(port: int, process: subprocess.Popen[bytes] | None = None, t
 
 @dataclass
 class MilvusServer:
+    """The embedded store: a milvus-lite server of the module's own."""
+
     data_dir: Path
     port: int
     process: subprocess.Popen[bytes] | None = None
+    #: Which store this is, as the test ids name it.
+    kind = "lite"
+    token = ""
+
+    @property
+    def uri(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
 
     def start(self) -> None:
         # The handle outlives this call: the child writes its log there until it is killed.
@@ -74,18 +88,128 @@ class MilvusServer:
             self.process.wait(10)
 
 
+@dataclass
+class MilvusStandalone(MilvusServer):
+    """A Milvus server: the standalone binary the ``milvus`` package ships (2.3.5), with
+    authorization on, so a client without ``token`` is refused as by a deployed server.
+
+    Unlike milvus-lite its reads are not read-your-writes unless asked to be: the store
+    Strata must also run on. It starts in 10-60 s, so one serves the whole test session.
+    """
+
+    kind = "server"
+    token = "root:Milvus"  # the server's first user; authorization on refuses any other
+    #: Its embedded etcd listens on these whatever the config says: one server per machine.
+    ETCD_PORTS = (2379, 2380)
+    _launcher: Any = None
+
+    def start(self) -> None:
+        from milvus import MilvusServer as Standalone
+        from milvus import MilvusServerConfig
+
+        _wait_until_free(self.ETCD_PORTS, timeout_s=60, what="another Milvus server's embedded etcd")
+        server = Standalone(MilvusServerConfig(), wait_for_started=False)
+        server.set_base_dir(str(self.data_dir))
+        server.config.update(proxy_port=self.port)  # ports are taken from here,
+        server.config.set("authorization_enabled", True)  # the other settings from here
+        server.start()  # unpacks the binary into the data dir, starts it as our child
+        self._launcher = server  # kept: it stops the server when it is collected
+        self.process = server.server_proc
+        try:
+            # Its RPC port answers before its coordinators do ("find no available rootcoord"):
+            # ready is what its health endpoint says.
+            _wait_healthy(f"http://127.0.0.1:{server.webservice_port}/healthz", self.process, timeout_s=180)
+            wait_for_milvus(self.port, self.process, timeout_s=30, token=self.token)
+        except (RuntimeError, TimeoutError, StoreUnavailable):
+            log = self.data_dir / "logs" / "milvus-stderr.log"
+            tail = log.read_text(errors="replace")[-2000:] if log.exists() else ""
+            self.kill()
+            raise RuntimeError(f"the Milvus server did not start; {log}:\n{tail}") from None
+
+    def kill(self) -> None:
+        # Its graceful stop takes minutes: a moment for it, then SIGKILL.
+        if self.process and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(10)
+
+
+def _wait_healthy(url: str, process: subprocess.Popen[bytes] | None, *, timeout_s: float) -> None:
+    import urllib.request
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if process is not None and process.poll() is not None:
+            raise RuntimeError(f"exited with {process.returncode}")
+        try:
+            with urllib.request.urlopen(url, timeout=2) as answer:
+                if b"OK" in answer.read():
+                    return
+        except OSError:
+            pass
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{url} not OK after {timeout_s:.0f} s")
+        time.sleep(0.5)
+
+
+def _wait_until_free(ports: tuple[int, ...], *, timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while busy := [p for p in ports if port_open(p)]:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"127.0.0.1:{busy} still taken by {what} after {timeout_s:.0f} s")
+        time.sleep(0.5)
+
+
+#: The stores a module's tests run against, unless the module names its own in ``STORES``.
+DEFAULT_STORES = ("lite",)
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """A module with ``STORES = ("lite", "server")`` runs each test on milvus-lite and on a
+    Milvus server (ids ``[lite]`` and ``[server]``)."""
+    if "milvus" in metafunc.fixturenames:
+        stores = getattr(metafunc.module, "STORES", DEFAULT_STORES)
+        metafunc.parametrize("milvus", stores, indirect=True, scope="module")
+
+
+@pytest.fixture(scope="session")
+def milvus_server() -> Iterator[MilvusStandalone]:
+    """One Milvus server for the session, on a free port in a temp dir of its own."""
+    with tempfile.TemporaryDirectory(prefix="strata-milvus-server-") as root:
+        server = MilvusStandalone(Path(root), free_port())
+        try:
+            server.start()
+            yield server
+        finally:
+            server.kill()
+
+
 @pytest.fixture(scope="module")
-def milvus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MilvusServer]:
+def milvus(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[MilvusServer]:
+    if getattr(request, "param", "lite") == "server":
+        yield request.getfixturevalue("milvus_server")
+        return
     server = MilvusServer(tmp_path_factory.mktemp("milvus") / "data", free_port())
     server.start()
     yield server
     server.kill()
 
 
+def milvus_settings(milvus: MilvusServer) -> dict[str, Any]:
+    """The ``milvus`` settings that reach the test's store: the embedded one by port, a
+    server by URI and token."""
+    if milvus.kind == "server":
+        return {"uri": milvus.uri, "token": milvus.token}
+    return {"port": milvus.port}
+
+
 def settings_for(milvus: MilvusServer, **overrides: Any) -> StrataSettings:
     """Settings pointing at the test's Milvus, with collections of their own."""
     base: dict[str, Any] = {
-        "milvus": {"port": milvus.port, "collection_prefix": "t" + uuid.uuid4().hex[:10], "timeout_s": 3.0},
+        "milvus": {**milvus_settings(milvus), "collection_prefix": "t" + uuid.uuid4().hex[:10], "timeout_s": 3.0},
         "ray": {"namespace": "test-" + uuid.uuid4().hex[:8]},
     }
     for key, value in overrides.items():

@@ -6,6 +6,31 @@ milvus-lite has no filter templating). pymilvus errors are mapped here to
 :class:`~strata.errors.StoreUnavailable`; a collection that a restarted
 server has not loaded yet is loaded and the call retried once, and a call
 whose channel lost the server is retried on a new connection.
+
+**How fresh a read is.** milvus-lite answers every read with every acknowledged write.
+A Milvus server does not, unless asked: its default ("Bounded") may leave out the last
+few seconds of writes, so a key created a moment ago answered 401 and a query right after
+an insert found nothing. Strata's layer actors never read back their own writes (their
+memory is the truth for a tenant they hold), so what the store is read for decides:
+
+- :data:`FRESH` ("Strong") for every read that must see another process's writes: a
+  tenant loaded by a shard (written by the incarnation before it, or by ``strata keys``),
+  a key looked up, an idempotent answer kept by another replica, a version counter or an
+  embedder mark, the rows a delete by key removes, the tenants ``strata reindex`` walks.
+  On a server it waits for the write timestamps to settle: about 200 ms with the server's
+  default 200 ms time tick, whatever the row's age; on milvus-lite it costs nothing.
+- :data:`SWEEP` ("Bounded") for the TTL sweeper's read across tenants: a row written in
+  the last seconds is not yet due anyway, and the next sweep takes what this one missed.
+
+Nothing is read "Session": its read-your-writes holds per client process, and the writer
+Strata must see is always another process.
+
+**Milvus servers before 2.3.10 misplace upserted rows** (milvus-io/milvus#30607, fixed by
+#30772): an upsert into a partition-key collection hashes the wrong field, so a filter
+``tenant == "t"``, which the server prunes to ``t``'s partition, finds none of them, and a
+delete by that filter deletes none (forgetting a tenant would leave its memory). On such a
+server the tenant term is written as a range (``tenant >= "t" and tenant <= "t"``), which
+matches the same rows and is never pruned (:meth:`MilvusRecordStore._tenant_term`).
 """
 
 from __future__ import annotations
@@ -25,7 +50,7 @@ from strata.ids import SYSTEM_TENANT, in_list, literal
 from strata.store.records import Record
 from strata.store.ttl import EXPIRES
 
-__all__ = ["MilvusRecordStore"]
+__all__ = ["FRESH", "SWEEP", "MilvusRecordStore"]
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -46,6 +71,12 @@ _QUERY_LIMIT = 16384
 _LITE_BUCKET = re.compile(r"_pk_(\d+)")
 # The kind (and session) of the row that says a collection holds rows with deadlines.
 _DEADLINES = "deadlines"
+#: The consistency levels of Strata's reads on a Milvus server (the module's docstring).
+FRESH = "Strong"
+SWEEP = "Bounded"
+#: The first Milvus release whose upserts put a row in its partition key's partition.
+_UPSERT_PLACES_BY_KEY = (2, 3, 10)
+_VERSION = re.compile(r"v?(\d+)\.(\d+)\.(\d+)")
 
 
 class MilvusRecordStore:
@@ -62,6 +93,7 @@ class MilvusRecordStore:
         self._dims: dict[str, int] = {}
         self._buckets: dict[str, int] = {}  # collection -> milvus-lite's partition-key buckets (0: none)
         self._deadlines: set[str] = set()  # collections known to hold rows with deadlines
+        self._prunable: bool | None = None  # whether the server's partition-key pruning finds upserted rows
         self._lock = threading.Lock()
         _quiet_pymilvus()
 
@@ -197,7 +229,7 @@ class MilvusRecordStore:
         kinds: Sequence[str] | None = None,
         with_vectors: bool = True,
     ) -> list[Record]:
-        expr = self._scope(tenant, session=session)
+        expr = self._scope(collection, tenant, session=session)
         if kinds is not None:
             expr += f" and kind in {in_list(list(kinds), field='kind')}"
         fields = ["pk", "tenant", "session", "kind", "ts", "text", "payload"]
@@ -225,7 +257,9 @@ class MilvusRecordStore:
         rows = self._get_rows(collection, pks, ["pk", "tenant", "session", "kind", "ts", "text", "payload", "vec"])
         return [self._record(row) for row in rows if row["tenant"] == tenant]
 
-    def _get_rows(self, collection: str, pks: Sequence[str], fields: list[str]) -> list[dict[str, Any]]:
+    def _get_rows(
+        self, collection: str, pks: Sequence[str], fields: list[str], *, consistency: str = FRESH
+    ) -> list[dict[str, Any]]:
         """Rows by primary key, of any tenant: callers keep their tenant's.
 
         The filter is ``pk in [...]`` alone, which milvus-lite answers with a point read
@@ -239,7 +273,8 @@ class MilvusRecordStore:
         def read(batch: Sequence[str]) -> Callable[[Any], list[dict[str, Any]]]:
             expr = f"pk in {_pk_list(batch)}"
             return lambda c: list(
-                c.query(collection, filter=expr, output_fields=fields, limit=len(batch), timeout=self._timeout_s)
+                c.query(collection, filter=expr, output_fields=fields, limit=len(batch), timeout=self._timeout_s,
+                        consistency_level=consistency)
             )
 
         rows: list[dict[str, Any]] = []
@@ -277,7 +312,7 @@ class MilvusRecordStore:
                 collection=collection,
             )
             return len(mine)
-        expr = self._scope(tenant, session=session)
+        expr = self._scope(collection, tenant, session=session)
         if kinds is not None:
             expr += f" and kind in {in_list(list(kinds), field='kind')}"
         bucket = self._partitions(collection, tenant)
@@ -320,16 +355,22 @@ class MilvusRecordStore:
         point read) is not walked at all.
         """
         if collection not in self._deadlines:
-            if not self._get_rows(collection, [_deadlines_pk(collection)], ["pk"]):
+            if not self._get_rows(collection, [_deadlines_pk(collection)], ["pk"], consistency=SWEEP):
                 return []
             self._deadlines.add(collection)
         expr = f'kind in {in_list(list(kinds), field="kind")} and payload["{EXPIRES}"] <= {int(now_ms)}'
 
-        rows = self._query_all(collection, expr, ["pk", "tenant", "session"])
+        rows = self._query_all(collection, expr, ["pk", "tenant", "session"], consistency=SWEEP)
         return [(r["tenant"], r["session"], r["pk"]) for r in rows]
 
     def _query_all(
-        self, collection: str, expr: str, fields: list[str], *, partitions: list[str] | None = None
+        self,
+        collection: str,
+        expr: str,
+        fields: list[str],
+        *,
+        partitions: list[str] | None = None,
+        consistency: str = FRESH,
     ) -> list[dict[str, Any]]:
         """Every row matching ``expr``: one query, and an iterator only when that one is full.
 
@@ -342,14 +383,14 @@ class MilvusRecordStore:
             return list(
                 client.query(
                     collection, filter=expr, output_fields=fields, limit=_QUERY_LIMIT, partition_names=partitions,
-                    timeout=self._timeout_s,
+                    timeout=self._timeout_s, consistency_level=consistency,
                 )
             )
 
         def run(client: Any) -> list[dict[str, Any]]:
             iterator = client.query_iterator(
                 collection, batch_size=_QUERY_LIMIT, filter=expr, output_fields=fields, partition_names=partitions,
-                timeout=self._timeout_s,
+                timeout=self._timeout_s, consistency_level=consistency,
             )
             rows: list[dict[str, Any]] = []
             try:
@@ -366,12 +407,21 @@ class MilvusRecordStore:
 
     # -- helpers ------------------------------------------------------------
 
-    @staticmethod
-    def _scope(tenant: str, *, session: str | None = None) -> str:
-        expr = f"tenant == {literal(tenant, field='tenant')}"
+    def _scope(self, collection: str, tenant: str, *, session: str | None = None) -> str:
+        expr = self._tenant_term(collection, literal(tenant, field="tenant"))
         if session is not None:
             expr += f" and session == {literal(session, field='session_id')}"
         return expr
+
+    def _tenant_term(self, collection: str, tenant: str) -> str:
+        """``tenant == t``, or on a server that misplaces upserted rows (the module's
+        docstring) the range that matches the same rows without being pruned."""
+        if self._buckets.get(collection, 0):  # milvus-lite: its buckets are named, not pruned by key
+            return f"tenant == {tenant}"
+        if self._prunable is None:
+            version = str(self._call("answer", lambda c: c.get_server_version(timeout=self._timeout_s)))
+            self._prunable = _places_upserts_by_key(version)
+        return f"tenant == {tenant}" if self._prunable else f"tenant >= {tenant} and tenant <= {tenant}"
 
     @staticmethod
     def _record(row: dict[str, Any]) -> Record:
@@ -440,6 +490,13 @@ def _lite_buckets(partitions: Sequence[str]) -> int:
     if others != ["_default"] or numbers != list(range(len(numbers))):
         return 0
     return len(numbers)
+
+
+def _places_upserts_by_key(version: str) -> bool:
+    """Whether a Milvus server of ``version`` (``"v2.4.5"``, ``"v2.3.5-lite"``) puts an
+    upserted row in its partition key's partition; an unreadable version is taken as not."""
+    found = _VERSION.match(version.strip())
+    return found is not None and tuple(int(n) for n in found.groups()) >= _UPSERT_PLACES_BY_KEY
 
 
 def _deadlines_pk(collection: str) -> str:
