@@ -196,6 +196,7 @@ class KeyGate:
         )
         self._admin_digest = hash_key(auth.admin_key) if auth.admin_key else None
         self._reading: dict[str, asyncio.Future[KeyInfo | None]] = {}  # one store read per key at a time
+        self._refreshing: set[asyncio.Future[None]] = set()  # reads ahead of time, kept until done
 
     async def key_store(self) -> KeyStore:
         if self._keys is None:
@@ -234,6 +235,8 @@ class KeyGate:
             return _CONFIGURED_ADMIN
         cached = self._cache.get(digest)
         if cached is not None and cached.info is not None:
+            if self._cache.due(cached) and digest not in self._reading:
+                self._refresh(key, digest)
             return cached.info
         if address is not None and not self._cache.known(digest):  # a good key is re-read from anywhere
             self._failures.check(address)
@@ -242,6 +245,17 @@ class KeyGate:
             with suppress(RateLimited):  # this one is answered 401; the next ones 429
                 self._failures.take(address)
         return info
+
+    def _refresh(self, key: str, digest: str) -> None:
+        """Read a key in use again while its cached answer still holds (:meth:`KeyCache.due`)."""
+
+        async def read() -> None:
+            with suppress(StrataError):  # the next request past the answer's time reads and reports it
+                await self._read(key, digest)
+
+        task = asyncio.ensure_future(read())
+        self._refreshing.add(task)
+        task.add_done_callback(self._refreshing.discard)
 
     async def _read(self, key: str, digest: str) -> KeyInfo | None:
         reading = self._reading.get(digest)

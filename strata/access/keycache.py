@@ -1,7 +1,7 @@
 """What the key store last said of each bearer key, kept a moment per API replica.
 
 A known key is kept ``known_ttl_s`` (1 s by default) after its read *started*, then read
-again: a key revoked on any replica, or by ``strata keys revoke``, is refused everywhere
+again (ahead of time, once it is :meth:`KeyCache.due`, so a key in use never waits for it): a key revoked on any replica, or by ``strata keys revoke``, is refused everywhere
 within that time, and a replica that revokes a key itself forgets it at once
 (:meth:`KeyCache.drop`). An unknown key is kept as unknown ``unknown_ttl_s``, so a flood of
 one wrong key costs one store read a second, and a key created a moment ago works within
@@ -60,6 +60,12 @@ class KeyCache:
             return None
         self._entries.move_to_end(digest)
         return entry
+
+    def due(self, entry: CachedKey) -> bool:
+        """Whether a live entry is past half its time: read it again now, in the background,
+        and its next answer is there before this one expires (a strong read of a Milvus
+        server takes about 200 ms)."""
+        return entry.until - self._clock() < self._known_ttl_s / 2
 
     def known(self, digest: str) -> bool:
         """Whether the store's last answer for this key hash, however old, was an active key:

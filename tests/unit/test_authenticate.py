@@ -206,6 +206,28 @@ async def test_a_known_key_is_read_once_per_ttl() -> None:
     assert world.store.key_reads == 2
 
 
+async def test_a_key_in_use_is_read_again_ahead_of_time_and_never_waits_for_it() -> None:
+    # On a Milvus server a key's read is strong, about 200 ms: a key in use is read again in
+    # the background once half its time has passed, so no request waits for that read.
+    world = World()
+    async with world.client() as client:
+        start = world.clock.now
+        assert (await client.get("/v1/documents", headers=bearer(world.key))).status_code == 200
+        world.clock.now = start + 0.6  # past half its time: answered from the cache, read again behind it
+        assert (await client.get("/v1/documents", headers=bearer(world.key))).status_code == 200
+        await asyncio.sleep(0.05)
+        assert world.store.key_reads == 2
+        world.store.down = True  # any read now would fail the request: none is made
+        world.clock.now = start + 1.15  # the first answer has expired; the second, read at +0.6, holds
+        assert (await client.get("/v1/documents", headers=bearer(world.key))).status_code == 200
+        await asyncio.sleep(0.05)  # it was due again: that read failed, quietly, and changed nothing
+        assert world.store.key_reads == 3
+        world.store.down = False
+        KeyStore(world.store, "keys").revoke(world.key_id)
+        world.clock.now = start + 1.6  # the answer read at +0.6 has expired: read now, and refused
+        assert (await client.get("/v1/documents", headers=bearer(world.key))).status_code == 401
+
+
 async def test_a_wrong_key_is_remembered_as_wrong_and_read_once_at_a_time() -> None:
     world = World(failed_auth_per_s=0)  # no limit on failures: the cache alone
     async with world.client() as client:
