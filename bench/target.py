@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import argparse
 import tempfile
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:
+    from strata.config import StrataSettings
     from strata_cli.stack import Stack
 
 __all__ = ["Target", "add_arguments", "scratch_stack", "target"]
@@ -41,17 +43,24 @@ class Target(NamedTuple):
 
 
 @contextmanager
-def scratch_stack(config: str | None) -> Iterator[Target]:
-    """A stack on free ports in a temporary directory, stopped (``down``) on exit."""
+def scratch_stack(config: str | None, milvus: dict[str, Any] | None = None) -> Iterator[Target]:
+    """A stack on free ports in a temporary directory, stopped (``down``) on exit.
+
+    ``milvus``: settings of a Milvus server to store in (``--milvus-uri``), where the run's
+    rows go to collections of their own (``bench_<random>``), dropped afterwards: a server
+    may hold a deployment's collections under the default prefix."""
     from strata.config import load_settings
     from strata_cli.stack import Stack
 
+    server = dict(milvus or {})
+    if server:
+        server["collection_prefix"] = "bench_" + uuid.uuid4().hex[:8]
     with tempfile.TemporaryDirectory(prefix="strata-bench-") as tmp:
         settings = load_settings(
             config,
             data_dir=Path(tmp) / "data",
             serve={"port": _free_port()},
-            milvus={"port": _free_port()},
+            milvus={"port": _free_port(), **server},
             ray={"gcs_port": _free_port()},
         )
         stack = Stack(settings, say=lambda m: print(f"  {m}", flush=True))
@@ -61,6 +70,22 @@ def scratch_stack(config: str | None) -> Iterator[Target]:
             yield Target(stack.url, key, stack, True)
         finally:
             stack.down()
+            if server:
+                _drop_collections(settings)
+
+
+def _drop_collections(settings: StrataSettings) -> None:
+    """The scratch run's collections on the server, dropped."""
+    from pymilvus import MilvusClient
+
+    m = settings.milvus
+    client = MilvusClient(uri=m.address, token=m.token, db_name=m.db_name, timeout=m.timeout_s)
+    try:
+        for name in client.list_collections():
+            if name.startswith(m.collection_prefix + "_"):
+                client.drop_collection(name)
+    finally:
+        client.close()
 
 
 @contextmanager
@@ -81,7 +106,9 @@ def target(args: argparse.Namespace) -> Iterator[Target]:
             print(f"measuring the stack at {recorded.url}", flush=True)
             yield Target(recorded.url, recorded.up(), recorded, False)
             return
-    with scratch_stack(args.config) as found:
+    from strata_cli.options import store_overrides
+
+    with scratch_stack(args.config, store_overrides(args).get("milvus")) as found:
         yield found
 
 
@@ -93,3 +120,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--api-key", help="its API key")
     parser.add_argument("--data-dir", help="the data dir of a stack `strata up` started")
     parser.add_argument("--json", help="write the results here")
+    from strata_cli.options import add_store_arguments
+
+    add_store_arguments(parser)

@@ -14,8 +14,9 @@ __all__ = ["main"]
 
 def _settings(args: argparse.Namespace) -> Any:
     from strata.config import load_settings
+    from strata_cli.options import store_overrides
 
-    overrides: dict[str, Any] = {}
+    overrides: dict[str, Any] = store_overrides(args)
     if getattr(args, "data_dir", None):
         overrides["data_dir"] = Path(args.data_dir)
     settings = load_settings(args.config, **overrides)
@@ -243,6 +244,8 @@ def _cmd_eval_chunking(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from strata_cli.options import add_store_arguments
+
     parser = argparse.ArgumentParser(prog="strata", description="Strata: a four-layer memory runtime for AI agents")
     parser.add_argument("--config", help="YAML settings file (default: $STRATA_CONFIG, else built-in defaults)")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -257,6 +260,7 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--data-dir", help="where data and logs live (default ./.strata)")
         if name in ("up", "demo"):
             p.add_argument("--port", type=int, help="HTTP port (default 8000)")
+            add_store_arguments(p)
         p.set_defaults(fn=fn)
     importing = sub.add_parser("import", help="index files and folders (Markdown, text) as documents")
     importing.add_argument("paths", nargs="+", help="files, or folders searched for .md .markdown .txt .rst .adoc")
