@@ -443,10 +443,11 @@ class Stack:
                 f"--num-cpus={r.num_cpus}", "--include-dashboard=false",
                 f"--object-store-memory={r.object_store_memory_mb * 1024 * 1024}",
                 "--disable-usage-stats", f"--temp-dir={self.ray_temp_dir}",
-                # Ray's fixed defaults (10001, 52365) would collide with a second stack's.
+                # Ray's fixed defaults (10001, 52365, and 8265 for the API server it starts
+                # even without the dashboard) would collide with a second stack's.
                 *(f"--{flag}={port}" for flag, port in zip(
-                    ("ray-client-server-port", "dashboard-agent-listen-port"),
-                    _free_ports(2, taken=(r.gcs_port, self.settings.milvus.port, self.settings.serve.port)),
+                    ("ray-client-server-port", "dashboard-agent-listen-port", "dashboard-port"),
+                    _free_ports(3, taken=(r.gcs_port, self.settings.milvus.port, self.settings.serve.port)),
                     strict=True,
                 )),
             ]

@@ -167,11 +167,17 @@ def _wait_until_free(ports: tuple[int, ...], *, timeout_s: float, what: str) -> 
 DEFAULT_STORES = ("lite",)
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "stores(*kinds): the stores this test runs on, instead of its module's STORES")
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """A module with ``STORES = ("lite", "server")`` runs each test on milvus-lite and on a
-    Milvus server (ids ``[lite]`` and ``[server]``)."""
+    Milvus server (ids ``[lite]`` and ``[server]``); ``@pytest.mark.stores("lite")`` keeps one
+    test of such a module on milvus-lite (what it checks does not depend on the store)."""
     if "milvus" in metafunc.fixturenames:
-        stores = getattr(metafunc.module, "STORES", DEFAULT_STORES)
+        marker = metafunc.definition.get_closest_marker("stores")
+        stores = marker.args if marker else getattr(metafunc.module, "STORES", DEFAULT_STORES)
         metafunc.parametrize("milvus", stores, indirect=True, scope="module")
 
 

@@ -22,8 +22,12 @@ STRATA = [sys.executable, "-m", "strata_cli.main"]
 
 
 class Running:
-    def __init__(self, data_dir: Path, port: int, env: dict[str, str], key: str = "") -> None:
+    def __init__(
+        self, data_dir: Path, port: int, env: dict[str, str], key: str = "", up_args: tuple[str, ...] = ()
+    ) -> None:
         self.data_dir, self.port, self.env, self.key = data_dir, port, env, key
+        #: What ``strata up`` was given beyond the data dir and port (``--milvus-uri`` ...).
+        self.up_args = up_args
         self.url = f"http://127.0.0.1:{port}"
 
     @property
@@ -72,12 +76,14 @@ class Running:
 
 
 @contextmanager
-def started(tmp_path_factory: pytest.TempPathFactory, name: str, **env: str) -> Iterator[Running]:
-    """``strata up`` on free ports in a fresh data dir, ``strata down`` afterwards."""
+def started(
+    tmp_path_factory: pytest.TempPathFactory, name: str, *, up_args: tuple[str, ...] = (), **env: str
+) -> Iterator[Running]:
+    """``strata up [up_args]`` on free ports in a fresh data dir, ``strata down`` afterwards."""
     data_dir = tmp_path_factory.mktemp(name) / "data"
     environ = {**os.environ, "STRATA_MILVUS__PORT": str(free_port()), "STRATA_RAY__GCS_PORT": str(free_port()), **env}
-    running = Running(data_dir, free_port(), environ)
-    up = running.cli("up")
+    running = Running(data_dir, free_port(), environ, up_args=up_args)
+    up = running.cli("up", *up_args)
     assert up.returncode == 0, up.stdout + up.stderr
     running.key = up.stdout.strip().splitlines()[-1]
     try:

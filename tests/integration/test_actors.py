@@ -19,6 +19,8 @@ from tests.conftest import MilvusServer, settings_for
 from tests.integration.layers import until_up
 from tests.llm_server import hang, llm_server
 
+#: Each test runs on milvus-lite and on a Milvus server (tests/conftest.py).
+STORES = ("lite", "server")
 pytestmark = pytest.mark.usefixtures("ray_local")
 
 T0 = datetime(2024, 3, 4, 10, 0, tzinfo=UTC)  # a Monday
@@ -49,6 +51,7 @@ async def test_turns_are_searchable_and_versions_increase(alice: InClusterClient
     assert found.versions["episodic"] == second.versions["episodic"]
 
 
+@pytest.mark.stores("lite")  # not a property of the store
 async def test_time_expression_prefers_its_range(alice: InClusterClient) -> None:
     """A range read off the query ranks its turns first; an explicit time_range filters."""
     await alice.record_turn("later", "I adopted a cat named Miso.", timestamp=T0 + timedelta(days=8))
@@ -75,6 +78,7 @@ async def test_stale_expected_version_conflicts(alice: InClusterClient) -> None:
         await alice.record_turn("trip", "late write", expected_version=0)
 
 
+@pytest.mark.stores("lite")  # not a property of the store
 async def test_bad_input_is_rejected(alice: InClusterClient) -> None:
     with pytest.raises(InvalidInput):
         await alice.record_turn('bad" or 1==1', "x")
@@ -118,6 +122,7 @@ async def test_tenants_never_see_each_other(settings: Any, alice: InClusterClien
     assert (await alice.search("cat named Miso", layers=["episodic"])).hits[0].session_id == "later"
 
 
+@pytest.mark.stores("lite")  # not a property of the store
 async def test_context_fits_budget_and_reads_layers_concurrently(settings: Any, alice: InClusterClient) -> None:
     for budget in (64, 120, 400):
         context = await alice.build_context("Where am I flying and what is my talk about?", "trip", max_tokens=budget)
@@ -136,6 +141,7 @@ async def test_context_fits_budget_and_reads_layers_concurrently(settings: Any, 
     assert not [s for s in debugging.sections if s.layer in ("semantic", "procedural") and s.items]
 
 
+@pytest.mark.stores("lite")  # not a property of the store
 async def test_summaries_cover_each_turn_once(settings: Any, alice: InClusterClient) -> None:
     turns = [{"user": f"Day {n}: I practiced piano scales for {n * 10} minutes."} for n in range(9)]
     await alice.record_turns("piano", turns)
@@ -200,6 +206,7 @@ async def test_forget_session_leaves_nothing(settings: Any, alice: InClusterClie
         await alice.forget_session("forgettable")
 
 
+@pytest.mark.stores("lite")  # not a property of the store
 @pytest.mark.parametrize("behaviour", ["malformed", "hanging", "refusal", "good"])
 async def test_llm_summaries_fall_back_and_never_lose_turns(milvus: MilvusServer, behaviour: str) -> None:
     def script(n: int) -> Any:
@@ -262,6 +269,7 @@ def _tiny_benchmark(tmp_path: Any) -> Any:
     return load_benchmark(path, "strata")
 
 
+@pytest.mark.stores("lite")  # not a property of the store
 def test_eval_harness_runs_strata_and_baselines_side_by_side(settings: Any, tmp_path: Any) -> None:
     """`strata eval retrieval`'s core on a tiny neutral-format benchmark, Strata included."""
 
@@ -282,6 +290,7 @@ def test_eval_harness_runs_strata_and_baselines_side_by_side(settings: Any, tmp_
     assert "strata" in format_table(document, [1, 2])
 
 
+@pytest.mark.stores("lite")  # not a property of the store
 def test_eval_harness_counts_llm_calls_and_tokens_per_turn(milvus: MilvusServer, tmp_path: Any) -> None:
     from strata.providers.embedder import make_embedder
     from strata_bench.evaluation.retrieval import evaluate, format_table

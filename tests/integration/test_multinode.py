@@ -27,8 +27,10 @@ from strata.schema import LAYERS
 from strata.store.layout import open_store
 from strata_actors.client import InClusterClient
 from strata_actors.router import LayerRouter
-from tests.conftest import MilvusServer, free_port, settings_for
+from tests.conftest import MilvusServer, free_port, milvus_settings, settings_for
 
+#: Each test runs on milvus-lite and on a Milvus server (tests/conftest.py).
+STORES = ("lite", "server")
 ROOT = Path(__file__).resolve().parents[2]
 MIB = 1024 * 1024
 #: Ray's floor is ~75 MiB; nothing here puts large objects in the store.
@@ -281,8 +283,9 @@ def test_serve_config_deploys_on_the_cluster(settings: Any, milvus: MilvusServer
     raw["http_options"].update(host="127.0.0.1", port=port)
     raw["proxy_location"] = "HeadOnly"
     [app] = raw["applications"]
+    store = {f"STRATA_MILVUS__{name.upper()}": str(value) for name, value in milvus_settings(milvus).items()}
     app["runtime_env"] = {"env_vars": {
-        "STRATA_MILVUS__PORT": str(milvus.port),
+        **store,
         "STRATA_MILVUS__COLLECTION_PREFIX": settings.milvus.collection_prefix,
         "STRATA_RAY__NAMESPACE": settings.ray.namespace,
         "STRATA_AUTH__ADMIN_KEY": ADMIN,  # /healthz names the layers to an admin key only

@@ -18,6 +18,8 @@ from strata_actors.router import LayerRouter
 from tests.conftest import MilvusServer, settings_for
 from tests.integration.layers import restart_layer_actors
 
+#: Each test runs on milvus-lite and on a Milvus server (tests/conftest.py).
+STORES = ("lite", "server")
 pytestmark = pytest.mark.usefixtures("ray_local")
 
 GONE = "Tamarind-Heron"  # written with a short TTL
@@ -151,6 +153,7 @@ async def test_expiry_holds_across_a_restart_and_summaries_follow_their_turns(se
     assert len(summarised) >= 4  # what remains is summarised again
 
 
+@pytest.mark.stores("lite")  # not a property of the store
 async def test_configured_ttl_is_a_ceiling_per_tenant(settings: Any) -> None:
     retained, other = InClusterClient("retained", settings), InClusterClient("unretained", settings)
     start = time.time()
