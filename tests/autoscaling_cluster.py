@@ -12,7 +12,7 @@ the processes that name that dir (worker nodes included: the autoscaler starts t
 children, in the head's temp dir) and nothing else.
 
 The cluster runs with Ray's token authentication, as ``cluster.yaml`` starts one; so must the
-driver that joins it (:func:`ray_token_auth`).
+driver that joins it (:func:`tests.conftest.ray_token_auth`).
 """
 
 from __future__ import annotations
@@ -25,8 +25,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,13 +32,12 @@ from typing import Any
 from strata_cli.stack import processes_naming
 from tests.conftest import free_port
 
-__all__ = ["LocalAutoscalingCluster", "WorkerType", "ray_token_auth"]
+__all__ = ["LocalAutoscalingCluster", "WorkerType"]
 
 #: The fake provider's name for the head's node type (``FAKE_HEAD_NODE_TYPE``).
 _HEAD_NODE_TYPE = "ray.head.default"
 #: Ray's floor is ~75 MiB; nothing here puts large objects in the store.
 OBJECT_STORE_BYTES = 78 * 1024 * 1024
-_AUTH_ENV = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")
 
 
 @dataclass(frozen=True)
@@ -50,38 +47,6 @@ class WorkerType:
     name: str = "cpu_worker"
     cpus: int = 1
     max_workers: int = 1
-
-
-def _set_ray_auth(env: dict[str, str | None]) -> None:
-    """Set Ray's auth variables in this process and have Ray read them again."""
-    from ray._raylet import AuthenticationTokenLoader, Config  # type: ignore[attr-defined]
-
-    for name, value in env.items():
-        if value is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = value
-    Config.initialize("")
-    AuthenticationTokenLoader.instance().reset_cache()
-
-
-@contextmanager
-def ray_token_auth(token_file: Path) -> Iterator[dict[str, str]]:
-    """This process in Ray's token auth mode with the token in ``token_file`` (made, 0600,
-    if missing); yields the variables that say so, for the processes it starts. Restored
-    on exit."""
-    if not token_file.exists():
-        import secrets
-
-        token_file.write_text(secrets.token_hex(32))
-    token_file.chmod(0o600)
-    env = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token_file)}
-    before = {name: os.environ.get(name) for name in _AUTH_ENV}
-    _set_ray_auth({**env, "RAY_AUTH_TOKEN": None})
-    try:
-        yield env
-    finally:
-        _set_ray_auth(before)
 
 
 def _free_ports(count: int) -> list[int]:

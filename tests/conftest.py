@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -12,6 +13,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -243,3 +245,36 @@ def ray_local() -> Iterator[None]:
             time.sleep(3)
     yield
     ray.shutdown()
+
+
+RAY_AUTH_ENV = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")
+
+
+def _set_ray_auth(env: dict[str, str | None]) -> None:
+    """Set Ray's auth variables in this process and have Ray read them again."""
+    from ray._raylet import AuthenticationTokenLoader, Config  # type: ignore[attr-defined]
+
+    for name, value in env.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+    Config.initialize("")
+    AuthenticationTokenLoader.instance().reset_cache()
+
+
+@contextmanager
+def ray_token_auth(token_file: Path) -> Iterator[dict[str, str]]:
+    """This process in Ray's token auth mode with the token in ``token_file`` (made, 0600,
+    if missing), as cluster.yaml sets every node up; yields the variables that say so, for
+    the processes it starts. Restored on exit."""
+    if not token_file.exists():
+        token_file.write_text(secrets.token_hex(32))
+    token_file.chmod(0o600)
+    env = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token_file)}
+    before = {name: os.environ.get(name) for name in RAY_AUTH_ENV}
+    _set_ray_auth({**env, "RAY_AUTH_TOKEN": None})
+    try:
+        yield env
+    finally:
+        _set_ray_auth(before)

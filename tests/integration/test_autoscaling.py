@@ -40,8 +40,8 @@ from strata.store.layout import open_store
 from strata_actors.router import LayerRouter
 from strata_serve.app import APP_NAME
 from strata_serve.client import AsyncStrataClient
-from tests.autoscaling_cluster import LocalAutoscalingCluster, WorkerType, ray_token_auth
-from tests.conftest import MilvusServer, free_port, settings_for
+from tests.autoscaling_cluster import LocalAutoscalingCluster, WorkerType
+from tests.conftest import MilvusServer, free_port, ray_token_auth, settings_for
 
 ROOT = Path(__file__).resolve().parents[2]
 ADMIN = "sk-strata-autoscaling-admin"

@@ -27,7 +27,7 @@ from strata.schema import LAYERS
 from strata.store.layout import open_store
 from strata_actors.client import InClusterClient
 from strata_actors.router import LayerRouter
-from tests.conftest import MilvusServer, free_port, milvus_settings, settings_for
+from tests.conftest import RAY_AUTH_ENV, MilvusServer, free_port, milvus_settings, ray_token_auth, settings_for
 
 #: Each test runs on milvus-lite and on a Milvus server (tests/conftest.py).
 STORES = ("lite", "server")
@@ -62,35 +62,13 @@ def _start_cluster() -> Cluster:
     raise AssertionError("unreachable")
 
 
-_AUTH_ENV = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")
-
-
-def _set_ray_auth(env: dict[str, str | None]) -> None:
-    """Set Ray's auth variables in this process and have Ray read them again."""
-    from ray._raylet import AuthenticationTokenLoader, Config  # type: ignore[attr-defined]
-
-    for name, value in env.items():
-        if value is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = value
-    Config.initialize("")
-    AuthenticationTokenLoader.instance().reset_cache()
-
-
 @pytest.fixture(scope="module")
 def ray_token(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """Token auth for every node and this driver, as cluster.yaml sets it up: a token file
     (0600) named by RAY_AUTH_TOKEN_PATH and RAY_AUTH_MODE=token; restored afterwards."""
     path = tmp_path_factory.mktemp("ray-auth") / "auth_token"
-    path.write_text(secrets.token_hex(32))
-    path.chmod(0o600)
-    before = {name: os.environ.get(name) for name in _AUTH_ENV}
-    _set_ray_auth({"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(path), "RAY_AUTH_TOKEN": None})
-    try:
+    with ray_token_auth(path):
         yield path
-    finally:
-        _set_ray_auth(before)
 
 
 @pytest.fixture(scope="module")
@@ -108,7 +86,7 @@ def _join(address: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]
     """A fresh driver process that tries to join the cluster and run a task there."""
     code = (f"import ray; ray.init(address={address!r}, logging_level='ERROR', log_to_driver=False);"
             " print('JOINED', ray.get(ray.remote(lambda: 1 + 1).remote()))")
-    clean = {k: v for k, v in os.environ.items() if k not in _AUTH_ENV}
+    clean = {k: v for k, v in os.environ.items() if k not in RAY_AUTH_ENV}
     return subprocess.run([sys.executable, "-c", code], env=clean | env, capture_output=True, text=True, timeout=120,
                           check=False)
 
