@@ -51,7 +51,6 @@ async def test_turns_are_searchable_and_versions_increase(alice: InClusterClient
     assert found.versions["episodic"] == second.versions["episodic"]
 
 
-@pytest.mark.stores("lite")  # not a property of the store
 async def test_time_expression_prefers_its_range(alice: InClusterClient) -> None:
     """A range read off the query ranks its turns first; an explicit time_range filters."""
     await alice.record_turn("later", "I adopted a cat named Miso.", timestamp=T0 + timedelta(days=8))

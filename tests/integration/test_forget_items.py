@@ -21,8 +21,6 @@ from strata_actors.client import InClusterClient
 from tests.conftest import MilvusServer, settings_for
 from tests.integration.layers import restart_layer_actors
 
-#: Each test runs on milvus-lite and on a Milvus server (tests/conftest.py).
-STORES = ("lite", "server")
 pytestmark = [pytest.mark.usefixtures("ray_local"), pytest.mark.asyncio(loop_scope="module")]
 
 # One distinctive marker per item; the first of each pair is forgotten, the second is its control.

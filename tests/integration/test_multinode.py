@@ -72,7 +72,8 @@ def ray_token(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 
 
 @pytest.fixture(scope="module")
-def cluster(ray_token: Path) -> Iterator[Cluster]:
+def cluster(ray_token: Path, milvus: MilvusServer) -> Iterator[Cluster]:
+    # A cluster per store: a test kills one of its nodes.
     cluster = _start_cluster()
     try:
         ray.init(address=cluster.address, logging_level="ERROR", log_to_driver=False)
