@@ -1,7 +1,8 @@
 """What the key store last said of each bearer key, kept a moment per API replica.
 
 A known key is kept ``known_ttl_s`` (1 s by default) after its read *started*, then read
-again (ahead of time, once it is :meth:`KeyCache.due`, so a key in use never waits for it): a key revoked on any replica, or by ``strata keys revoke``, is refused everywhere
+again (a key in use ahead of time, once it is :meth:`KeyCache.due`, so that no request waits
+for the read): a key revoked on any replica, or by ``strata keys revoke``, is refused everywhere
 within that time, and a replica that revokes a key itself forgets it at once
 (:meth:`KeyCache.drop`). An unknown key is kept as unknown ``unknown_ttl_s``, so a flood of
 one wrong key costs one store read a second, and a key created a moment ago works within
