@@ -26,6 +26,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from strata.config import EmbeddingSettings
+from strata.providers.batching import length_groups
 
 __all__ = [
     "E5_DIM",
@@ -44,6 +45,8 @@ __all__ = [
 
 MINILM_DIM = 384
 E5_DIM = 384
+#: Tokens under which a text's length does not decide its model call (padding costs less than a call).
+_PAD_SLACK_TOKENS = 16
 #: The model each local provider runs, as recorded with the vectors it made.
 MINILM_MODEL = "all-MiniLM-L6-v2-int8"
 E5_MODEL = "multilingual-e5-small-q4"
@@ -88,7 +91,8 @@ def minilm_files() -> tuple[Path, Path]:
 class OnnxMiniLMEmbedder:
     """all-MiniLM-L6-v2 (int8 ONNX) on onnxruntime, offline.
 
-    Inputs are sorted by length and padded only to the longest in each batch:
+    Inputs are sorted by length and padded only to the longest in each batch, and a batch
+    holds no text over twice its shortest (:func:`~strata.providers.batching.length_groups`):
     the shipped tokenizer.json pads to 128 tokens, which costs ~5x.
     """
 
@@ -122,9 +126,8 @@ class OnnxMiniLMEmbedder:
         if not texts:
             return out
         encodings = self._tokenizer.encode_batch([t if t.strip() else " " for t in texts])
-        order = sorted(range(len(texts)), key=lambda i: len(encodings[i].ids))
-        for start in range(0, len(order), self._batch_size):
-            batch = order[start : start + self._batch_size]
+        lengths = [len(e.ids) for e in encodings]
+        for batch in length_groups(lengths, max_batch=self._batch_size, slack=_PAD_SLACK_TOKENS):
             width = max(len(encodings[i].ids) for i in batch)
             ids = np.zeros((len(batch), width), dtype=np.int64)
             mask = np.zeros((len(batch), width), dtype=np.int64)

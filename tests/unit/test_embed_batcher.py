@@ -8,9 +8,11 @@ from collections.abc import Sequence
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from strata.config import EmbeddingSettings
-from strata.providers.batching import EmbedBatcher
+from strata.providers.batching import EmbedBatcher, length_groups
 from strata.providers.embedder import make_embedder
 
 
@@ -82,3 +84,43 @@ async def test_a_cancelled_caller_does_not_break_the_batch(embed: object) -> Non
     await asyncio.sleep(0)
     third.cancel()
     assert (await first).shape == (384,) and (await second).shape == (384,)
+
+
+async def test_a_long_query_gets_its_own_call_and_the_short_ones_are_answered_first() -> None:
+    """One query at the maximum length among short ones: padded together, every short query
+    would cost what the long one costs (the hostile neighbour's 16,000-character search)."""
+    calls: list[list[str]] = []
+    answered: list[str] = []
+
+    def model(texts: Sequence[str]) -> np.ndarray:
+        calls.append(list(texts))
+        return np.zeros((len(texts), 3), np.float32)
+
+    async def ask(batcher: EmbedBatcher, text: str) -> None:
+        await batcher.embed(text)
+        answered.append(text)
+
+    batcher = EmbedBatcher(model)
+    long = "a_" * 8000
+    short = [f"what did I say about trip {n}?" for n in range(7)]
+    await asyncio.gather(ask(batcher, long), *(ask(batcher, t) for t in short))
+    assert calls == [sorted(short, key=len), [long]]
+    assert answered[-1] == long
+
+
+def test_the_real_model_gives_the_same_vectors_however_a_batch_is_cut(embed: object) -> None:
+    texts = ["hi", "a_" * 8000, "where did we go in May?", "word " * 120, "ok", "the deploy failed with error 137"]
+    together = embed(texts)  # type: ignore[operator]
+    alone = np.vstack([embed([t]) for t in texts])  # type: ignore[operator]
+    np.testing.assert_allclose(together, alone, atol=1e-4)
+
+
+@given(st.lists(st.integers(min_value=1, max_value=400), max_size=60), st.integers(min_value=1, max_value=8))
+def test_length_groups_cover_every_text_once_within_twice_their_shortest(lengths: list[int], max_batch: int) -> None:
+    groups = length_groups(lengths, max_batch=max_batch, slack=16)
+    assert sorted(i for g in groups for i in g) == list(range(len(lengths)))
+    for group in groups:
+        sizes = [lengths[i] for i in group]
+        assert len(group) <= max_batch and sizes == sorted(sizes)
+        assert sizes[-1] <= max(2 * sizes[0], sizes[0] + 16)
+        assert sum(sizes[-1] for _ in sizes) <= 2 * sum(sizes) + 16 * len(sizes)  # padding at most doubles the work
