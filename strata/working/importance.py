@@ -17,6 +17,7 @@ from strata.retrieval.terms import LATIN_WORD, extract_terms, normalise
 __all__ = [
     "BACK_REFERENCE_MARKERS_EN",
     "BACK_REFERENCE_MARKERS_ZH",
+    "BackReference",
     "CAPS_ACRONYMS",
     "EMOTION_WORDS_EN",
     "EMOTION_WORDS_ZH",
@@ -141,6 +142,14 @@ class ImportanceSignal:
 
 
 @dataclass(frozen=True)
+class BackReference:
+    """A new text as the back-reference rule sees it: whether it says "as I said" and its terms."""
+
+    explicit: bool
+    terms: frozenset[str]
+
+
+@dataclass(frozen=True)
 class ImportanceRules:
     """Tunable lexical importance rules.
 
@@ -257,6 +266,22 @@ class ImportanceRules:
         """Return whether ``text`` contains an explicit "as I said"-style marker."""
         return bool(_BACKREF_EN.search(normalise(text)) or _BACKREF_ZH.search(text))
 
+    def back_reference(self, later_text: str) -> BackReference:
+        """What ``later_text`` brings to the back-reference rule: worked out once per new
+        item, then set against every earlier item's terms (:meth:`boost_from`)."""
+        # The marker's own words ("之前", "刚才") must not count as shared content.
+        stripped = _BACKREF_ZH.sub(" ", _BACKREF_EN.sub(" ", normalise(later_text)))
+        return BackReference(explicit=self.has_back_reference_marker(later_text), terms=extract_terms(stripped))
+
+    def boost_from(self, earlier_terms: frozenset[str], later: BackReference) -> float:
+        """How much ``later`` raises an earlier item of terms ``earlier_terms`` (:meth:`back_reference_boost`)."""
+        shared = len(earlier_terms & later.terms)
+        if later.explicit and shared >= self.back_reference_explicit_min_shared:
+            return self.back_reference_step
+        if shared >= self.back_reference_min_shared:
+            return self.back_reference_step
+        return 0.0
+
     def back_reference_boost(self, earlier_text: str, later_text: str) -> float:
         """Return how much ``later_text`` referring back raises ``earlier_text``.
 
@@ -265,15 +290,7 @@ class ImportanceRules:
         ``back_reference_min_shared`` shared terms alone, yields
         ``back_reference_step``; otherwise 0.  The caller caps the sum at 1.0.
         """
-        explicit = self.has_back_reference_marker(later_text)
-        # The marker's own words ("之前", "刚才") must not count as shared content.
-        stripped = _BACKREF_ZH.sub(" ", _BACKREF_EN.sub(" ", normalise(later_text)))
-        shared = len(extract_terms(earlier_text) & extract_terms(stripped))
-        if explicit and shared >= self.back_reference_explicit_min_shared:
-            return self.back_reference_step
-        if shared >= self.back_reference_min_shared:
-            return self.back_reference_step
-        return 0.0
+        return self.boost_from(extract_terms(earlier_text), self.back_reference(later_text))
 
 
 def _clamp01(value: float) -> float:

@@ -21,6 +21,7 @@ from typing import Any, get_args
 
 from strata.layers import Role
 from strata.providers.tokens import MESSAGE_OVERHEAD_TOKENS, TokenCounter, count_message_tokens
+from strata.retrieval.terms import extract_terms
 from strata.working.importance import ImportanceRules
 
 __all__ = [
@@ -218,6 +219,9 @@ class WorkingMemory:
         # Insertion sequence per id: the tie-breaker after created_at.
         self._seq_of: dict[str, int] = {}
         self._next_seq = 0
+        # Each item's terms for the back-reference rule, by id, with the content they are of:
+        # worked out once, not once per later item (that made adding an item O(items x text)).
+        self._terms: dict[str, tuple[str, frozenset[str]]] = {}
 
     @property
     def items(self) -> tuple[WorkingItem, ...]:
@@ -313,10 +317,11 @@ class WorkingMemory:
         bisect.insort(self._items, item, key=lambda it: (it.created_at, self._seq_of[it.id]))
 
     def _boost_referenced(self, later_text: str) -> None:
+        later = self._rules.back_reference(later_text)
         for index, earlier in enumerate(self._items):
             if earlier.importance >= 1.0:
                 continue
-            boost = self._rules.back_reference_boost(earlier.content, later_text)
+            boost = self._rules.boost_from(self._terms_of(earlier), later)
             if boost <= 0:
                 continue
             reasons = earlier.reasons
@@ -325,10 +330,17 @@ class WorkingMemory:
             new_importance = min(1.0, earlier.importance + boost)
             self._items[index] = replace(earlier, importance=new_importance, reasons=reasons)
 
+    def _terms_of(self, item: WorkingItem) -> frozenset[str]:
+        cached = self._terms.get(item.id)
+        if cached is None or cached[0] != item.content:  # a summary keeps its item's id
+            cached = self._terms[item.id] = (item.content, extract_terms(item.content))
+        return cached[1]
+
     def remove(self, item_id: str) -> bool:
         """Remove the item with ``item_id``; return whether it existed."""
         if self._seq_of.pop(item_id, None) is None:
             return False
+        self._terms.pop(item_id, None)
         self._items = [item for item in self._items if item.id != item_id]
         return True
 
@@ -336,6 +348,7 @@ class WorkingMemory:
         """Remove every item; the system prompt stays."""
         self._items.clear()
         self._seq_of.clear()
+        self._terms.clear()
 
     def compress(self, *, now: datetime, budget_tokens: int | None = None) -> CompressionReport:
         """Shrink the items to ``keep_ratio * (budget - system prompt tokens)``.
@@ -358,6 +371,7 @@ class WorkingMemory:
         dropped = tuple(it.id for it in self._items if it.id not in chosen)
         for item_id in dropped:
             del self._seq_of[item_id]
+            self._terms.pop(item_id, None)
         self._items = [chosen[it.id] for it in self._items if it.id in chosen]
         return CompressionReport(
             kept_ids=tuple(it.id for it in self._items if it.id not in summarized),

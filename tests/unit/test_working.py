@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -407,3 +408,37 @@ def test_constructor_validation(counter: TiktokenCounter) -> None:
         make(counter, keep_ratio=1.5)
     with pytest.raises(ValueError):
         make(counter, max_tokens=5, system_prompt="a system prompt that is too long for it")
+
+
+def test_each_items_terms_are_worked_out_once_not_once_per_later_item(
+    counter: TiktokenCounter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The back-reference rule sets a new item against every earlier one: with each earlier
+    item's terms extracted again, adding n items cost O(n^2) extractions (8x the CPU per add
+    at 215 items in a session)."""
+    import strata.working.importance as importance
+    import strata.working.memory as memory
+
+    calls = [0]
+    real = memory.extract_terms
+
+    def counted(text: str) -> frozenset[str]:
+        calls[0] += 1
+        return real(text)
+
+    monkeypatch.setattr(memory, "extract_terms", counted)
+    monkeypatch.setattr(importance, "extract_terms", counted)
+    wm = make(counter, max_tokens=100_000)
+    for n in range(200):
+        wm.add("user", f"note {n}: the deploy of service {n} failed with error {n * 7}", now=hours(0))
+    assert len(wm.items) == 200
+    assert calls[0] <= 2 * 200  # the new item's own terms, and each item's once
+
+
+def test_an_item_summarised_in_place_is_matched_by_its_new_terms(counter: TiktokenCounter) -> None:
+    wm = make(counter, max_tokens=100_000)
+    first = wm.add("user", "the staging cluster runs kubernetes on three nodes", now=hours(0))
+    wm.add("user", "unrelated: lunch was good", now=hours(0))
+    assert wm._rules.boost_from(wm._terms_of(first), wm._rules.back_reference("staging kubernetes nodes")) > 0
+    wm._items[0] = replace(first, content="a cluster of lisbon photographs")  # what a summary does
+    assert wm._rules.boost_from(wm._terms_of(wm._items[0]), wm._rules.back_reference("staging kubernetes nodes")) == 0
