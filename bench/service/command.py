@@ -99,7 +99,7 @@ def measure(found: Target, sizes: Sizes, source: TextSource, *, admin_key: str |
     print(f"\n[2/4] ingest over HTTP: {sizes.turns} turns in batches of {SESSION_TURNS}, "
           f"then {sizes.documents} documents", flush=True)
     with phase("ingest"):
-        out["ingest"] = asyncio.run(ingest(found.url, found.key, sessions, documents))
+        out["ingest"] = asyncio.run(ingest(found.url, found.key, sessions, documents, pids=stack_pids(stack)))
         probes = list(dict.fromkeys(u for u, _ in source.turns(40)))[:3]  # three different sentences
         out["read_your_writes"] = asyncio.run(read_your_writes(found.url, found.key, f"bench-{run_id}-ryw", probes))
         sessions_written = [s for s, _ in sessions] + [f"bench-{run_id}-ryw"]

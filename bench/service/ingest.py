@@ -7,9 +7,10 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
+from strata_bench.service.latency import cpu_ms_per_unit, stack_cpu_s
 from strata_bench.service.sizes import SESSION_TURNS
 from strata_bench.service.timing import Ticker, pool
 from strata_serve.client import AsyncStrataClient
@@ -18,7 +19,10 @@ __all__ = ["ingest", "read_your_writes"]
 
 
 async def ingest(url: str, key: str, sessions: list[tuple[str, list[dict[str, Any]]]],
-                 documents: list[tuple[str, str, str]], *, writers: int = 2) -> dict[str, Any]:
+                 documents: list[tuple[str, str, str]], *, writers: int = 2,
+                 pids: Callable[[], Sequence[int]] | None = None) -> dict[str, Any]:
+    """``sessions``' turns over ``writers`` concurrent batch writers, then ``documents``; with
+    ``pids`` (the stack's processes), the CPU the turns cost the stack, per turn and by process."""
     total = sum(len(t) for _, t in sessions)
     done = [0, 0]
     clients = [AsyncStrataClient(url, key, timeout_s=300) for _ in range(writers)]
@@ -29,9 +33,10 @@ async def ingest(url: str, key: str, sessions: list[tuple[str, list[dict[str, An
         done[0] += len(item[1])
         tick(done[0])
 
-    started = time.perf_counter()
+    before, started = stack_cpu_s(pids), time.perf_counter()
     await pool(sessions, writers, write)
     turn_s = time.perf_counter() - started
+    cpu_per_turn, by_process = cpu_ms_per_unit(before, stack_cpu_s(pids), total)
     doc_tick = Ticker("documents", len(documents), "documents")
 
     async def index(doc: tuple[str, str, str], n: int) -> None:
@@ -45,7 +50,8 @@ async def ingest(url: str, key: str, sessions: list[tuple[str, list[dict[str, An
     await asyncio.gather(*(c.aclose() for c in clients))
     return {"turns": total, "seconds": round(turn_s, 2), "turns_per_s": round(total / turn_s, 1),
             "batch_turns": SESSION_TURNS, "writers": writers, "documents": len(documents),
-            "documents_seconds": round(doc_s, 2)}
+            "documents_seconds": round(doc_s, 2), "stack_cpu_ms_per_turn": cpu_per_turn,
+            "cpu_ms_per_turn_by_process": by_process}
 
 
 async def read_your_writes(url: str, key: str, session: str, sentences: Sequence[str]) -> dict[str, Any]:

@@ -15,7 +15,7 @@ from strata_bench.service.timing import Ticker, pool, summary
 from strata_bench.stats import cpu_s, process_name
 from strata_serve.client import AsyncStrataClient
 
-__all__ = ["measure_latency"]
+__all__ = ["cpu_ms_per_unit", "measure_latency", "stack_cpu_s"]
 
 
 async def _timed(calls: list[Callable[[], Awaitable[Any]]], clients: int, label: str) -> tuple[list[float], int]:
@@ -36,7 +36,7 @@ async def _timed(calls: list[Callable[[], Awaitable[Any]]], clients: int, label:
     return ms, missing[0]
 
 
-def _stack_cpu_s(pids: Callable[[], Sequence[int]] | None) -> dict[int, float] | None:
+def stack_cpu_s(pids: Callable[[], Sequence[int]] | None) -> dict[int, float] | None:
     """CPU seconds used so far by each process of the stack (None when they are not ours to see)."""
     if pids is None:
         return None
@@ -51,17 +51,24 @@ async def _cpu_per_call(run: Awaitable[tuple[list[float], int]], pids: Callable[
                         ) -> tuple[list[float], int, float | None, dict[str, float]]:
     """``run``'s latencies and missing count, the stack's CPU ms per call over it, and that
     CPU by kind of process (the ``where a context call's time goes`` table)."""
-    before = _stack_cpu_s(pids)
+    before = stack_cpu_s(pids)
     ms, missing = await run
-    after = _stack_cpu_s(pids)
-    if before is None or after is None or not ms:
-        return ms, missing, None, {}
+    total, per_process = cpu_ms_per_unit(before, stack_cpu_s(pids), len(ms))
+    return ms, missing, total, per_process
+
+
+def cpu_ms_per_unit(before: dict[int, float] | None, after: dict[int, float] | None, units: int,
+                    ) -> tuple[float | None, dict[str, float]]:
+    """The stack's CPU ms per unit of work (a call, a turn) between two :func:`stack_cpu_s`
+    readings, in all and by kind of process (None and {} when unread or no unit was done)."""
+    if before is None or after is None or not units:
+        return None, {}
     by_name: dict[str, float] = {}
     for pid, used in after.items():
         name = process_name(pid)
-        by_name[name] = by_name.get(name, 0.0) + (used - before.get(pid, 0.0)) * 1000 / len(ms)
+        by_name[name] = by_name.get(name, 0.0) + (used - before.get(pid, 0.0)) * 1000 / units
     per_process = {n: round(v, 2) for n, v in sorted(by_name.items(), key=lambda kv: -kv[1]) if v >= 0.05}
-    return ms, missing, round(sum(by_name.values()), 2), per_process
+    return round(sum(by_name.values()), 2), per_process
 
 
 async def measure_latency(url: str, key: str, queries: list[str], session: str, sizes: Sizes, *,

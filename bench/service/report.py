@@ -131,6 +131,16 @@ def _cpu_by_process_lines(lat: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _ingest_cpu_lines(ingest: dict[str, Any]) -> list[str]:
+    """Where a turn's CPU goes in batch ingest: ms per turn by kind of stack process."""
+    by_process = ingest.get("cpu_ms_per_turn_by_process") or {}
+    if not by_process:
+        return []
+    lines = [f"CPU ms per ingested turn, every stack process: {_f(ingest.get('stack_cpu_ms_per_turn'))}; by process"]
+    lines += [f"  {name:54}{_f(ms):>11}" for name, ms in by_process.items()]
+    return lines
+
+
 def _against_baseline(row: dict[str, Any]) -> str:
     """How much slower (or faster) a model is than the baseline: ingest as a factor, a query in ms."""
     slowdown, extra = row.get("ingest_slowdown"), row.get("query_extra_ms")
@@ -214,6 +224,7 @@ def format_report(doc: dict[str, Any]) -> str:
          f"{raw['embed_floor'].get('all_cores_threads', '?')} cores {_f(doc['embed_all_cores_turns_per_s'])} turns/s; "
          f"ingest / all-cores embedder = {_f(t['ingest_over_all_cores_floor']['value'])}x: "
          f"{_mark(t['ingest_over_all_cores_floor'])}"),
+        *_ingest_cpu_lines(ingest),
         (f"counting the background summaries (waited {_f(ingest.get('summaries_wait_s'))} s after the last batch): "
          f"{_f(doc['ingest_with_summaries_turns_per_s'])} turns/s; {ingest['documents']} documents in "
          f"{ingest['documents_seconds']} s"),
