@@ -17,12 +17,12 @@ from strata.retrieval.terms import LATIN_WORD, extract_terms, normalise
 __all__ = [
     "BACK_REFERENCE_MARKERS_EN",
     "BACK_REFERENCE_MARKERS_ZH",
-    "BackReference",
     "CAPS_ACRONYMS",
     "EMOTION_WORDS_EN",
     "EMOTION_WORDS_ZH",
     "EXPLICIT_PHRASES_EN",
     "EXPLICIT_PHRASES_ZH",
+    "BackReference",
     "ImportanceRules",
     "ImportanceSignal",
 ]

@@ -416,8 +416,7 @@ def test_each_items_terms_are_worked_out_once_not_once_per_later_item(
     """The back-reference rule sets a new item against every earlier one: with each earlier
     item's terms extracted again, adding n items cost O(n^2) extractions (8x the CPU per add
     at 215 items in a session)."""
-    import strata.working.importance as importance
-    import strata.working.memory as memory
+    from strata.working import importance, memory
 
     calls = [0]
     real = memory.extract_terms
