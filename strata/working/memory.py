@@ -14,7 +14,7 @@ import json
 import math
 import re
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
 from datetime import UTC, datetime
 from typing import Any, get_args
@@ -219,9 +219,12 @@ class WorkingMemory:
         # Insertion sequence per id: the tie-breaker after created_at.
         self._seq_of: dict[str, int] = {}
         self._next_seq = 0
-        # Each item's terms for the back-reference rule, by id, with the content they are of:
-        # worked out once, not once per later item (that made adding an item O(items x text)).
+        # What is worked out of an item's text, by id, with the content it is of (a summary
+        # keeps its item's id): its terms for the back-reference rule, once and not once per
+        # later item (that made adding an item O(items x text)); its summary, once and not at
+        # every read that fits the session to a budget (most of a context call's working CPU).
         self._terms: dict[str, tuple[str, frozenset[str]]] = {}
+        self._summaries: dict[str, tuple[str, str]] = {}
 
     @property
     def items(self) -> tuple[WorkingItem, ...]:
@@ -332,15 +335,20 @@ class WorkingMemory:
 
     def _terms_of(self, item: WorkingItem) -> frozenset[str]:
         cached = self._terms.get(item.id)
-        if cached is None or cached[0] != item.content:  # a summary keeps its item's id
+        if cached is None or cached[0] != item.content:
             cached = self._terms[item.id] = (item.content, extract_terms(item.content))
         return cached[1]
+
+    def _forget_derived(self, item_ids: Iterable[str]) -> None:
+        for item_id in item_ids:
+            self._terms.pop(item_id, None)
+            self._summaries.pop(item_id, None)
 
     def remove(self, item_id: str) -> bool:
         """Remove the item with ``item_id``; return whether it existed."""
         if self._seq_of.pop(item_id, None) is None:
             return False
-        self._terms.pop(item_id, None)
+        self._forget_derived([item_id])
         self._items = [item for item in self._items if item.id != item_id]
         return True
 
@@ -349,6 +357,7 @@ class WorkingMemory:
         self._items.clear()
         self._seq_of.clear()
         self._terms.clear()
+        self._summaries.clear()
 
     def compress(self, *, now: datetime, budget_tokens: int | None = None) -> CompressionReport:
         """Shrink the items to ``keep_ratio * (budget - system prompt tokens)``.
@@ -371,7 +380,7 @@ class WorkingMemory:
         dropped = tuple(it.id for it in self._items if it.id not in chosen)
         for item_id in dropped:
             del self._seq_of[item_id]
-            self._terms.pop(item_id, None)
+        self._forget_derived(dropped)
         self._items = [chosen[it.id] for it in self._items if it.id in chosen]
         return CompressionReport(
             kept_ids=tuple(it.id for it in self._items if it.id not in summarized),
@@ -417,17 +426,24 @@ class WorkingMemory:
         return head + [_as_message(chosen[it.id]) for it in self._items if it.id in chosen]
 
     def _summarize(self, item: WorkingItem) -> WorkingItem | None:
-        if self._summarizer is not None:
-            # A custom summarizer may overshoot; the budget is ours to keep.
-            raw = self._summarizer(item.content, self._summary_tokens) or ""
-            text = self._counter.truncate(raw, self._summary_tokens).strip()
+        cached = self._summaries.get(item.id)
+        if cached is not None and cached[0] == item.content:
+            text = cached[1]
         else:
-            text = extractive_summary(item.content, self._summary_tokens, counter=self._counter)
+            text = self._summary_text(item.content)
+            self._summaries[item.id] = (item.content, text)
         tokens = self._counter.count(text)
         if not text or tokens >= item.tokens:
             return None
         original = item.original_tokens if item.summarized else item.tokens
         return replace(item, content=text, tokens=tokens, summarized=True, original_tokens=original)
+
+    def _summary_text(self, content: str) -> str:
+        if self._summarizer is not None:
+            # A custom summarizer may overshoot; the budget is ours to keep.
+            raw = self._summarizer(content, self._summary_tokens) or ""
+            return self._counter.truncate(raw, self._summary_tokens).strip()
+        return extractive_summary(content, self._summary_tokens, counter=self._counter)
 
     def _select(
         self, *, now: datetime, target: int, overhead: Callable[[WorkingItem], int]
