@@ -145,7 +145,8 @@ def measure(found: Target, sizes: Sizes, source: TextSource, *, admin_key: str |
 
 
 def _key_lookup_ms(store: tuple[Any, Any] | None, key: str) -> float | None:
-    """Median ms of the API-key lookup every request makes (the same store call), from here."""
+    """Median ms of one API-key store read, from here: what a replica's key cache pays about once a
+    second per key in use (in the background once the key is cached), not every request."""
     if store is None:
         return None
     from strata.access.keys import open_keys

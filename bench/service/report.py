@@ -271,7 +271,7 @@ def format_report(doc: dict[str, Any]) -> str:
             lines.append(f"  cold tenants: {scale['cold']['skipped']}")
     lookups = raw.get("key_lookup_ms") or {}
     if any(v is not None for v in lookups.values()):
-        lines.append(f"API-key lookup (one store read, made by every request): "
+        lines.append(f"API-key store read (a replica reads each key at most about once a second, refreshed ahead of use): "
                      f"{_f(lookups.get('after_one_tenant'))} ms after the latency tenant, "
                      f"{_f(lookups.get('after_scale'))} ms after the scale tenants (median, from this process)")
     lines.append("phases (s): " + ", ".join(f"{k} {v:g}" for k, v in raw["phase_seconds"].items()))
