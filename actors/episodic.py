@@ -200,7 +200,7 @@ class EpisodicShard(LayerShard[EpisodicMemory]):
         if vector is None and query is None:
             raise ValueError("give query or vector")
         if query is not None:
-            slot = await self._tenant(tenant)
+            slot = await self._tenant(tenant, scope=_SCOPE)  # the read below needs its version
             dense_text = slot.layer.dense_query(query)
             if vector is None or dense_text != query:
                 vector = (await self.embed_query([dense_text]))[0]

@@ -238,10 +238,11 @@ class LayerShard(Generic[_L]):
         """The collection of this layer's vectors; None for a layer without."""
         return None if self.vectors_in is None else str(getattr(collections, self.vectors_in))
 
-    async def _tenant(self, tenant: str) -> _Tenant[_L]:
+    async def _tenant(self, tenant: str, *, scope: str | None = None) -> _Tenant[_L]:
         """The tenant's slot, loaded, with what has expired purged (for reads: a write
-        takes :meth:`_locked`)."""
-        slot = await self._load(tenant)
+        takes :meth:`_locked`). ``scope``: a version scope the caller reads next, read
+        from the store with the tenant's load when the tenant is cold (:meth:`_load`)."""
+        slot = await self._load(tenant, scope=scope)
         if self._expired(slot):
             if slot.holder is asyncio.current_task():
                 await self._expire_locked(tenant, slot)
@@ -270,7 +271,15 @@ class LayerShard(Generic[_L]):
                 yield slot
                 return
 
-    async def _load(self, tenant: str) -> _Tenant[_L]:
+    async def _load(self, tenant: str, *, scope: str | None = None) -> _Tenant[_L]:
+        """The tenant's slot, loading it if it is not in memory.
+
+        A load's store reads run at once, not one after the other: the tenant's vector-model
+        mark, its rows, and the durable version of ``scope`` when given. On a Milvus server
+        each is a strong read that waits for the server's next time tick (~200 ms by
+        default), so a cold tenant cost three ticks a layer. Reading the version beside the
+        rows is safe because no one else writes this tenant: this shard owns it, and its
+        own writes wait for the load (they go through this slot)."""
         validate_id(tenant, field="tenant")
         slot = self._tenants.get(tenant)
         if slot is not None:
@@ -282,13 +291,24 @@ class LayerShard(Generic[_L]):
         future: asyncio.Future[_Tenant[_L]] = asyncio.get_running_loop().create_future()
         self._loading[tenant] = future
         try:
-            store, collections, _ = await self._backend()
+            store, collections, versions = await self._backend()
             vectors = self._vector_collection(collections)
-            if vectors is not None:  # a tenant `strata reindex --tenant` moved to another model
-                await asyncio.to_thread(check_tenant, store, collections.state, tenant, vectors, self._vector_model)
             layer = self.make_layer(tenant, store, collections)
-            await asyncio.to_thread(self.load_layer, layer)
+            reads: list[Awaitable[Any]] = []
+            if vectors is not None:  # a tenant `strata reindex --tenant` moved to another model
+                reads.append(
+                    asyncio.to_thread(check_tenant, store, collections.state, tenant, vectors, self._vector_model)
+                )
+            reads.append(asyncio.to_thread(self.load_layer, layer))
+            if scope is not None:
+                reads.append(asyncio.to_thread(versions.get, tenant, self.layer_name, scope))
+            done = await asyncio.gather(*reads, return_exceptions=True)
+            for result in done:  # the model check's error first: it says why the rows may not load
+                if isinstance(result, BaseException):
+                    raise result
             slot = _Tenant(layer)
+            if scope is not None:
+                slot.versions[scope] = int(cast(int, done[-1]))
             self._make_room()
             self._tenants[tenant] = slot
             future.set_result(slot)
@@ -379,7 +399,7 @@ class LayerShard(Generic[_L]):
 
     async def version(self, tenant: str, scope: str) -> int:
         """The current version of (tenant, scope)."""
-        return await self._version(tenant, await self._tenant(tenant), scope)
+        return await self._version(tenant, await self._tenant(tenant, scope=scope), scope)
 
     async def _version(self, tenant: str, slot: _Tenant[_L], scope: str) -> int:
         if scope not in slot.versions:
@@ -395,7 +415,7 @@ class LayerShard(Generic[_L]):
         the version read. Layers whose mutations change memory in a worker thread
         read through :meth:`run_locked` instead."""
         while True:
-            slot = await self._tenant(tenant)
+            slot = await self._tenant(tenant, scope=scope)
             version = await self._version(tenant, slot, scope)
             if not slot.dead:  # forgotten while the version was read: read the current slot
                 return fn(slot.layer), version

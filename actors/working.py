@@ -88,9 +88,11 @@ class WorkingShard(LayerShard[WorkingSessions]):
         """The session's items and its messages (fitted to ``budget_tokens`` if given)."""
 
         async def view(sessions: WorkingSessions) -> dict[str, Any]:
-            # The first read of a session loads it from the store: off the event loop.
-            await self._load_session(tenant, sessions, session_id)
-            # Read under the same lock as the view, so the two belong together.
+            # The first read of a session loads it from the store, off the event loop, and its
+            # durable version beside it: two strong reads at once on a Milvus server, not in turn.
+            await asyncio.gather(self._load_session(tenant, sessions, session_id), self.version(tenant, session_id))
+            # Read under the same lock as the view, so the two belong together (the version
+            # is the one now in memory: a purge of expired items may have moved it).
             return {**self._view(sessions, session_id, budget_tokens), "version": await self.version(tenant, session_id)}
 
         return await self.run_locked(tenant, view)

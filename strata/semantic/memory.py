@@ -31,6 +31,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from typing import Any
 
@@ -110,9 +111,15 @@ class SemanticMemory:
 
     def load(self) -> None:
         """Rebuild the in-memory indexes from the durable rows; drop orphaned chunks."""
-        # Documents and parents carry no vector: read them without, children with.
-        rows = self._store.scan(self._collection, tenant=self.tenant, kinds=[DOC, PARENT], with_vectors=False)
-        rows += self._store.scan(self._collection, tenant=self.tenant, kinds=[CHILD])
+        # Documents and parents carry no vector: read them without, children with. The two
+        # scans run at once: on a Milvus server each is a strong read that waits for its next
+        # time tick (~200 ms by default).
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            texts = pool.submit(
+                self._store.scan, self._collection, tenant=self.tenant, kinds=[DOC, PARENT], with_vectors=False
+            )
+            children = self._store.scan(self._collection, tenant=self.tenant, kinds=[CHILD])
+            rows = texts.result() + children
         docs = {row.session: Document.from_record(row) for row in rows if row.kind == DOC}
         live: dict[str, tuple[list[Record], list[Record]]] = {d: ([], []) for d in docs}
         orphans: list[str] = []
