@@ -89,8 +89,12 @@ class WorkingShard(LayerShard[WorkingSessions]):
 
         async def view(sessions: WorkingSessions) -> dict[str, Any]:
             # The first read of a session loads it from the store, off the event loop, and its
-            # durable version beside it: two strong reads at once on a Milvus server, not in turn.
-            await asyncio.gather(self._load_session(tenant, sessions, session_id), self.version(tenant, session_id))
+            # durable version beside it: two strong reads at once on a Milvus server, not in
+            # turn. Both are plain store reads: anything that may take the tenant's lock (the
+            # purge in _load_session) stays in this task, which holds it.
+            slot = self._tenants[tenant]  # run_locked's slot: it holds the lock
+            await asyncio.gather(asyncio.to_thread(sessions.session, session_id), self._version(tenant, slot, session_id))
+            await self._load_session(tenant, sessions, session_id)  # loaded now: purges what has expired
             # Read under the same lock as the view, so the two belong together (the version
             # is the one now in memory: a purge of expired items may have moved it).
             return {**self._view(sessions, session_id, budget_tokens), "version": await self.version(tenant, session_id)}

@@ -9,6 +9,7 @@ real shard classes over the in-memory reference store, with the packaged embeddi
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -127,3 +128,20 @@ async def test_a_cold_semantic_search_reads_model_mark_documents_and_chunks_at_o
     semantic = Collections.for_settings(SETTINGS).semantic
     assert sorted(store.reads[:3]) == ["get vector_model", f"scan {semantic}", f"scan {semantic}"]
     assert found["hits"] and found["hits"][0]["source"]["doc_id"] == "trails"
+
+
+async def test_a_cold_session_with_expired_items_is_read_without_waiting_on_its_own_lock(
+    store: _Rendezvous, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The purge of expired items takes the tenant's lock unless the task asking holds it:
+    run from a task of its own beside the version read, it waited for the lock its own
+    caller held (a hang seen in tests/integration/test_ttl.py)."""
+    monkeypatch.setattr(WorkingShard, "_backend", _backend(store))
+    settings = SETTINGS.model_dump(mode="json")
+    writer = WorkingShard(settings, 0)
+    items = [{"role": "user", "content": "gone soon", "ttl_s": 0.05}, {"role": "user", "content": "stays"}]
+    await writer.add_items(T, "s1", items)
+    await asyncio.sleep(0.2)
+
+    view = await asyncio.wait_for(WorkingShard(settings, 0).get(T, "s1", budget_tokens=200), timeout=10)
+    assert [m["content"] for m in view["messages"]] == ["stays"]
