@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
@@ -27,6 +27,8 @@ from strata_actors.semantic import SemanticShard
 from strata_actors.working import WorkingShard
 
 T = "tenant-a"
+QUESTION = "where did Ann hike?"
+_S = TypeVar("_S")
 SETTINGS = StrataSettings.from_dict({})
 
 
@@ -43,6 +45,7 @@ class _Rendezvous(InMemoryRecordStore):
 
     def arm(self, parties: int) -> None:
         self._barrier, self._left = threading.Barrier(parties, timeout=5), parties
+        self.reads.clear()
 
     def _meet(self, what: str) -> None:
         with self._lock_arm:
@@ -77,34 +80,42 @@ def store() -> _Rendezvous:
     return _Rendezvous()
 
 
-async def test_a_cold_episodic_search_reads_model_mark_rows_and_version_at_once(
-    store: _Rendezvous, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(EpisodicShard, "_backend", _backend(store))
-    settings = SETTINGS.model_dump(mode="json")
-    writer = EpisodicShard(settings, 0)
-    turns = [{"user": f"I hiked the ridge trail number {n} with my sister", "speaker": "Ann"} for n in range(5)]
-    await writer.record_turns(T, "s1", turns, now=datetime(2026, 5, 1, tzinfo=UTC))
-    vector = make_embedder(SETTINGS.embedding).embed_query(["where did Ann hike?"])[0]
+@pytest.fixture
+def shard(store: _Rendezvous, monkeypatch: pytest.MonkeyPatch) -> Callable[[type[_S]], _S]:
+    """A new shard of the class given over ``store``: called twice, a writer, then the same
+    shard restarted (the tenant in the store only)."""
 
-    cold = EpisodicShard(settings, 0)  # a restarted shard: the tenant is in the store only
-    store.reads.clear()
+    def make(cls: type[_S]) -> _S:
+        monkeypatch.setattr(cls, "_backend", _backend(store))
+        return cls(SETTINGS.model_dump(mode="json"), 0)
+
+    return make
+
+
+def _question_vector() -> Any:
+    return make_embedder(SETTINGS.embedding).embed_query([QUESTION])[0]
+
+
+async def test_a_cold_episodic_search_reads_model_mark_rows_and_version_at_once(
+    store: _Rendezvous, shard: Callable[[type[EpisodicShard]], EpisodicShard]
+) -> None:
+    turns = [{"user": f"I hiked the ridge trail number {n} with my sister", "speaker": "Ann"} for n in range(5)]
+    await shard(EpisodicShard).record_turns(T, "s1", turns, now=datetime(2026, 5, 1, tzinfo=UTC))
+    vector = _question_vector()
+
+    cold = shard(EpisodicShard)
     store.arm(3)
-    found = await cold.search(T, query="where did Ann hike?", vector=vector, top_k=3)
+    found = await cold.search(T, query=QUESTION, vector=vector, top_k=3)
     assert sorted(store.reads[:3]) == ["get vector_model", "get version", f"scan {Collections.for_settings(SETTINGS).episodic}"]
     assert len(found["hits"]) == 3 and found["version"] == 1
 
 
 async def test_a_cold_working_session_reads_its_rows_and_version_at_once(
-    store: _Rendezvous, monkeypatch: pytest.MonkeyPatch
+    store: _Rendezvous, shard: Callable[[type[WorkingShard]], WorkingShard]
 ) -> None:
-    monkeypatch.setattr(WorkingShard, "_backend", _backend(store))
-    settings = SETTINGS.model_dump(mode="json")
-    writer = WorkingShard(settings, 0)
-    await writer.add_items(T, "s1", [{"role": "user", "content": f"note {n}"} for n in range(3)])
+    await shard(WorkingShard).add_items(T, "s1", [{"role": "user", "content": f"note {n}"} for n in range(3)])
 
-    cold = WorkingShard(settings, 0)
-    store.reads.clear()
+    cold = shard(WorkingShard)
     store.arm(2)
     view = await cold.get(T, "s1", budget_tokens=200)
     assert sorted(store.reads[:2]) == ["get version", f"scan {Collections.for_settings(SETTINGS).state}"]
@@ -112,36 +123,29 @@ async def test_a_cold_working_session_reads_its_rows_and_version_at_once(
 
 
 async def test_a_cold_semantic_search_reads_model_mark_documents_and_chunks_at_once(
-    store: _Rendezvous, monkeypatch: pytest.MonkeyPatch
+    store: _Rendezvous, shard: Callable[[type[SemanticShard]], SemanticShard]
 ) -> None:
-    monkeypatch.setattr(SemanticShard, "_backend", _backend(store))
-    settings = SETTINGS.model_dump(mode="json")
-    writer = SemanticShard(settings, 0)
     text = "# Trails\n\nAnn hiked the ridge trail in May with her sister. " * 10
-    await writer.index_document(T, {"text": text, "doc_id": "trails", "title": "Trails"})
-    vector = make_embedder(SETTINGS.embedding).embed_query(["where did Ann hike?"])[0]
+    await shard(SemanticShard).index_document(T, {"text": text, "doc_id": "trails", "title": "Trails"})
+    vector = _question_vector()
 
-    cold = SemanticShard(settings, 0)
-    store.reads.clear()
+    cold = shard(SemanticShard)
     store.arm(3)
-    found = await cold.search(T, query="where did Ann hike?", vector=vector, top_k=2)
+    found = await cold.search(T, query=QUESTION, vector=vector, top_k=2)
     semantic = Collections.for_settings(SETTINGS).semantic
     assert sorted(store.reads[:3]) == ["get vector_model", f"scan {semantic}", f"scan {semantic}"]
     assert found["hits"] and found["hits"][0]["source"]["doc_id"] == "trails"
 
 
 async def test_a_cold_session_with_expired_items_is_read_without_waiting_on_its_own_lock(
-    store: _Rendezvous, monkeypatch: pytest.MonkeyPatch
+    shard: Callable[[type[WorkingShard]], WorkingShard],
 ) -> None:
     """The purge of expired items takes the tenant's lock unless the task asking holds it:
     run from a task of its own beside the version read, it waited for the lock its own
     caller held (a hang seen in tests/integration/test_ttl.py)."""
-    monkeypatch.setattr(WorkingShard, "_backend", _backend(store))
-    settings = SETTINGS.model_dump(mode="json")
-    writer = WorkingShard(settings, 0)
     items = [{"role": "user", "content": "gone soon", "ttl_s": 0.05}, {"role": "user", "content": "stays"}]
-    await writer.add_items(T, "s1", items)
+    await shard(WorkingShard).add_items(T, "s1", items)
     await asyncio.sleep(0.2)
 
-    view = await asyncio.wait_for(WorkingShard(settings, 0).get(T, "s1", budget_tokens=200), timeout=10)
+    view = await asyncio.wait_for(shard(WorkingShard).get(T, "s1", budget_tokens=200), timeout=10)
     assert [m["content"] for m in view["messages"]] == ["stays"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
@@ -443,16 +444,21 @@ def test_an_item_summarised_in_place_is_matched_by_its_new_terms(counter: Tiktok
     assert wm._rules.boost_from(wm._terms_of(wm._items[0]), wm._rules.back_reference("staging kubernetes nodes")) == 0
 
 
-def test_a_read_fitted_to_a_budget_summarises_each_item_once_not_at_every_read(counter: TiktokenCounter) -> None:
-    """Every context call fits the session to its budget; the summaries it needs were made
-    again at each call (most of the working shard's CPU per context call)."""
-    made: list[str] = []
+def _first_sentence(made: list[str]) -> Callable[[str, int], str]:
+    """A summarizer that keeps a text's first sentence and notes every text it was given."""
 
     def summarizer(text: str, max_tokens: int) -> str:
         made.append(text)
         return text.split(".")[0] + "."
 
-    wm = make(counter, max_tokens=100_000, summarizer=summarizer, summarize_above=0.0)
+    return summarizer
+
+
+def test_a_read_fitted_to_a_budget_summarises_each_item_once_not_at_every_read(counter: TiktokenCounter) -> None:
+    """Every context call fits the session to its budget; the summaries it needs were made
+    again at each call (most of the working shard's CPU per context call)."""
+    made: list[str] = []
+    wm = make(counter, max_tokens=100_000, summarizer=_first_sentence(made), summarize_above=0.0)
     for n in range(12):
         wm.add("user", f"Remember: the deploy key of service {n} is in vault path {n}. " + "More detail. " * 30,
                now=hours(0))
@@ -465,12 +471,7 @@ def test_a_read_fitted_to_a_budget_summarises_each_item_once_not_at_every_read(c
 
 def test_an_item_changed_in_place_is_summarised_again(counter: TiktokenCounter) -> None:
     made: list[str] = []
-
-    def summarizer(text: str, max_tokens: int) -> str:
-        made.append(text)
-        return text.split(".")[0] + "."
-
-    wm = make(counter, max_tokens=100_000, summarizer=summarizer, summarize_above=0.0)
+    wm = make(counter, max_tokens=100_000, summarizer=_first_sentence(made), summarize_above=0.0)
     item = wm.add("user", "Remember: first version. " + "Filler words. " * 60, now=hours(0))
     wm.messages(budget_tokens=60, now=hours(1))
     wm._items[0] = replace(item, content="Remember: second version. " + "Other filler. " * 60)
