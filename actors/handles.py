@@ -53,6 +53,7 @@ __all__ = [
     "SemanticHandle",
     "SessionLayerHandle",
     "WorkingHandle",
+    "WorkingMessages",
     "WorkingView",
 ]
 
@@ -123,6 +124,13 @@ class WorkingView(TypedDict):
     max_tokens: int
     #: After a write: the item ids summarized and dropped to fit, or None.
     compression: NotRequired[dict[str, list[str]] | None]
+
+
+class WorkingMessages(TypedDict):
+    """A session's messages fitted to a budget, and the version they were read at."""
+
+    messages: list[dict[str, str]]
+    version: int
 
 
 class Removed(TypedDict):
@@ -197,6 +205,11 @@ class WorkingHandle(SessionLayerHandle):
         """The session's items, and its messages fitted to ``budget_tokens`` if given."""
         view: WorkingView = await self._call("get", tenant, session_id, budget_tokens=budget_tokens)
         return view
+
+    async def messages(self, tenant: str, session_id: str, *, budget_tokens: int | None = None) -> WorkingMessages:
+        """The session's messages fitted to ``budget_tokens``, and its version: what a context reads."""
+        found: WorkingMessages = await self._call("messages", tenant, session_id, budget_tokens=budget_tokens)
+        return found
 
     async def add_items(
         self,

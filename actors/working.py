@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -71,7 +72,8 @@ class WorkingShard(LayerShard[WorkingSessions]):
 
     async def _load_session(self, tenant: str, sessions: WorkingSessions, session_id: str) -> None:
         """Load a session (off the event loop) and purge what has expired in it (under the lock)."""
-        await asyncio.to_thread(sessions.session, session_id)
+        if not sessions.loaded(session_id):
+            await asyncio.to_thread(sessions.session, session_id)
         await self._tenant(tenant)
 
     def _view(self, sessions: WorkingSessions, session_id: str, budget_tokens: int | None) -> dict[str, Any]:
@@ -86,18 +88,40 @@ class WorkingShard(LayerShard[WorkingSessions]):
 
     async def get(self, tenant: str, session_id: str, *, budget_tokens: int | None = None) -> dict[str, Any]:
         """The session's items and its messages (fitted to ``budget_tokens`` if given)."""
+        return await self._read_session(
+            tenant, session_id, lambda sessions: self._view(sessions, session_id, budget_tokens)
+        )
+
+    async def messages(self, tenant: str, session_id: str, *, budget_tokens: int | None = None) -> dict[str, Any]:
+        """The session's messages fitted to ``budget_tokens``, and its version: what a context
+        reads of it (no items: building and sending them cost more than the messages)."""
+        return await self._read_session(
+            tenant,
+            session_id,
+            lambda sessions: {
+                "messages": sessions.session(session_id).messages(budget_tokens=budget_tokens, now=datetime.now(UTC))
+            },
+        )
+
+    async def _read_session(
+        self, tenant: str, session_id: str, read: Callable[[WorkingSessions], dict[str, Any]]
+    ) -> dict[str, Any]:
+        """``read`` of the session under the tenant's lock, with the session's version."""
 
         async def view(sessions: WorkingSessions) -> dict[str, Any]:
-            # The first read of a session loads it from the store, off the event loop, and its
-            # durable version beside it: two strong reads at once on a Milvus server, not in
-            # turn. Both are plain store reads: anything that may take the tenant's lock (the
-            # purge in _load_session) stays in this task, which holds it.
-            slot = self._tenants[tenant]  # run_locked's slot: it holds the lock
-            await asyncio.gather(asyncio.to_thread(sessions.session, session_id), self._version(tenant, slot, session_id))
+            if not sessions.loaded(session_id):
+                # The first read of a session loads it from the store, off the event loop, and its
+                # durable version beside it: two strong reads at once on a Milvus server, not in
+                # turn. Both are plain store reads: anything that may take the tenant's lock (the
+                # purge in _load_session) stays in this task, which holds it.
+                slot = self._tenants[tenant]  # run_locked's slot: it holds the lock
+                await asyncio.gather(
+                    asyncio.to_thread(sessions.session, session_id), self._version(tenant, slot, session_id)
+                )
             await self._load_session(tenant, sessions, session_id)  # loaded now: purges what has expired
             # Read under the same lock as the view, so the two belong together (the version
             # is the one now in memory: a purge of expired items may have moved it).
-            return {**self._view(sessions, session_id, budget_tokens), "version": await self.version(tenant, session_id)}
+            return {**read(sessions), "version": await self.version(tenant, session_id)}
 
         return await self.run_locked(tenant, view)
 

@@ -16,7 +16,7 @@ from strata.errors import InvalidInput, LLMError, StrataError
 from strata.retrieval.timeparse import resolve_time_range
 from strata.schema import ContextItem, ContextRequest, ContextResult
 from strata_actors.errors import unwrap
-from strata_actors.handles import WorkingView
+from strata_actors.handles import WorkingMessages
 from strata_actors.orchestration.base import FlowBase, range_out, skill_hit
 
 __all__ = ["ContextFlow"]
@@ -83,8 +83,8 @@ class ContextFlow(FlowBase):
             )
             return [ContextItem.model_validate(h) for h in found["hits"]], found["version"]
 
-        async def working() -> WorkingView:
-            return await self.router.working(tenant).get(tenant, req.session_id, budget_tokens=working_budget)
+        async def working() -> WorkingMessages:
+            return await self.router.working(tenant).messages(tenant, req.session_id, budget_tokens=working_budget)
 
         names = ["working", *fetch]
         tasks = [working(), *(layer_hits(layer) for layer in fetch)]
@@ -100,7 +100,7 @@ class ContextFlow(FlowBase):
                     raise result  # cancellation, interpreter exit
                 missing[layer] = _failure(result)
             elif layer == "working":
-                state = cast(WorkingView, result)
+                state = cast(WorkingMessages, result)
                 messages, versions["working"] = state["messages"], state["version"]
             else:
                 layer_items[layer], version = cast(tuple[list[ContextItem], int | None], result)

@@ -63,6 +63,10 @@ class WorkingSessions:
             system_prompt=s.system_prompt,
         )
 
+    def loaded(self, session_id: str) -> bool:
+        """Whether the session is in memory: :meth:`session` answers it without a store read."""
+        return session_id in self._sessions
+
     def session(self, session_id: str) -> WorkingMemory:
         """The session's working memory, loaded from the store on first use."""
         validate_id(session_id, field="session_id")

@@ -22,6 +22,7 @@ from strata.providers.embedder import make_embedder
 from strata.store.layout import Collections
 from strata.store.records import InMemoryRecordStore, Record
 from strata.store.versions import VersionStore
+from strata.working.sessions import WorkingSessions
 from strata_actors.episodic import EpisodicShard
 from strata_actors.semantic import SemanticShard
 from strata_actors.working import WorkingShard
@@ -149,3 +150,26 @@ async def test_a_cold_session_with_expired_items_is_read_without_waiting_on_its_
 
     view = await asyncio.wait_for(shard(WorkingShard).get(T, "s1", budget_tokens=200), timeout=10)
     assert [m["content"] for m in view["messages"]] == ["stays"]
+
+
+async def test_a_warm_sessions_messages_are_read_on_the_loop_with_no_store_read(
+    store: _Rendezvous, shard: Callable[[type[WorkingShard]], WorkingShard], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A context reads the session's messages on every call: once the session is in memory
+    that is a dict lookup, not a store read nor a hop to a worker thread and back; and the
+    messages come without the items, which a context does not read."""
+    working = shard(WorkingShard)
+    await working.add_items(T, "s1", [{"role": "user", "content": f"note {n}"} for n in range(3)])
+    whole = await working.get(T, "s1", budget_tokens=200)
+    threads: list[str] = []
+    real = WorkingSessions.session
+
+    def session(self: WorkingSessions, session_id: str) -> Any:
+        threads.append(threading.current_thread().name)
+        return real(self, session_id)
+
+    monkeypatch.setattr(WorkingSessions, "session", session)
+    store.reads.clear()
+    found = await working.messages(T, "s1", budget_tokens=200)
+    assert found == {"messages": whole["messages"], "version": whole["version"]}
+    assert store.reads == [] and threads and set(threads) == {threading.main_thread().name}
