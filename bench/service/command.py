@@ -109,12 +109,13 @@ def measure(found: Target, sizes: Sizes, source: TextSource, *, admin_key: str |
     print(f"\n[3/4] latency: floor in this process, then {sizes.clients} concurrent HTTP clients", flush=True)
     with phase("floor"):
         if store is not None and tenant is not None:
-            floor = floor_from_store(store[0], store[1], tenant, settings)
+            floor = floor_from_store(store[0], store[1], tenant, settings, session_id=sessions[-1][0])
             out["floor_source"] = "the tenant's rows in the stack's Milvus (turns, summaries, chunks)"
         else:
             floor = floor_in_memory("bench", sessions, documents, embedder=embedder, settings=settings, vectors=vectors)
             out["floor_source"] = "the generated data in an InMemoryRecordStore (no summaries)"
-        out["floor"] = {"context": measure_floor(floor, embedder, queries, top_k=settings.context.default_top_k),
+        out["floor"] = {"context": measure_floor(floor, embedder, queries, top_k=settings.context.default_top_k,
+                                                 context=settings.context),
                         "search": measure_floor(floor, embedder, queries, top_k=10),
                         "episodic_turns": floor.episodic.turn_count,
                         "episodic_summaries": len(floor.episodic.summaries()), "semantic": floor.semantic.stats()}

@@ -1,6 +1,7 @@
 """The in-process floor: the same questions with no Ray, Serve or HTTP (embed the query, then
-search the episodic and semantic layers one after the other), the embedder's own throughput,
-and every local embedding model's ingest throughput and query latency side by side.
+search the episodic and semantic layers one after the other; for a context, also fit the
+session's working memory and assemble the context as ``/v1/context`` does), the embedder's own
+throughput, and every local embedding model's ingest throughput and query latency side by side.
 """
 
 from __future__ import annotations
@@ -35,10 +36,12 @@ BASELINE_EMBEDDER = "onnx-minilm"
 
 @dataclass
 class Floor:
-    """What the in-process floor searches: one tenant's episodic and semantic memory."""
+    """What the in-process floor reads: one tenant's episodic and semantic memory, and the
+    working memory of the session its contexts are for (None: the floor has none)."""
 
     episodic: Any  # strata.episodic.memory.EpisodicMemory
     semantic: Any  # strata.semantic.memory.SemanticMemory
+    working: Any = None  # strata.working.memory.WorkingMemory
 
 
 def embed_floor(embedder: Any, texts: Sequence[str], *, batch: int = SESSION_TURNS) -> tuple[float, np.ndarray]:
@@ -156,11 +159,20 @@ def _layers(tenant: str, settings: Any, store: Any, collections: Any) -> Floor:
     return Floor(episodic, semantic)
 
 
-def floor_from_store(store: Any, collections: Any, tenant: str, settings: Any) -> Floor:
-    """The tenant's layers loaded from the stack's store, as a layer actor loads them."""
+def floor_from_store(store: Any, collections: Any, tenant: str, settings: Any, *, session_id: str | None = None,
+                     ) -> Floor:
+    """The tenant's layers loaded from the stack's store, as a layer actor loads them, and
+    the working memory of ``session_id`` (the session the contexts are for)."""
+    from strata.providers.tokens import TiktokenCounter
+    from strata.working.sessions import WorkingSessions
+
     floor = _layers(tenant, settings, store, collections)
     floor.episodic.load()
     floor.semantic.load()
+    if session_id is not None:
+        sessions = WorkingSessions(tenant, store=store, collection=collections.state, settings=settings.working,
+                                   counter=TiktokenCounter(settings.working.encoding), ttl=settings.ttl)
+        floor.working = sessions.session(session_id)
     return floor
 
 
@@ -200,30 +212,63 @@ def floor_in_memory(
     return floor
 
 
-def measure_floor(floor: Floor, embedder: Any, queries: Sequence[str], *, top_k: int, warmup: int = 5) -> dict[str, Any]:
+def measure_floor(floor: Floor, embedder: Any, queries: Sequence[str], *, top_k: int, warmup: int = 5,
+                  context: Any = None) -> dict[str, Any]:
     """Embed + episodic search + semantic search per query, one after the other (ms), and the
-    CPU time each call costs this process (``cpu_ms_per_call``, all its threads)."""
+    CPU time each call costs this process (``cpu_ms_per_call``, all its threads).
+
+    ``context`` (``ContextSettings``): a context's whole memory work, as ``/v1/context`` does it
+    for a planning task: the query redacted, its time expression read, the hits made context
+    items, the working memory's messages fitted to its share and the context assembled to
+    the default budget (parts ``working`` and ``assemble``; the working step is left out
+    when the floor has no working memory)."""
+    from strata.context.assemble import assemble_context
+    from strata.privacy.pii import Redactor, RuleDetector
+    from strata.providers.tokens import TiktokenCounter
     from strata.retrieval.timeparse import resolve_time_range
+    from strata.schema import ContextItem
+    from strata_actors.episodic import _hit as episodic_item
+    from strata_actors.semantic import _hit as semantic_item
 
     parts: dict[str, list[float]] = {"total": [], "embed": [], "episodic": [], "semantic": []}
+    if context is not None:
+        parts.update(working=[], assemble=[])
+        counter, redactor = TiktokenCounter(), Redactor(RuleDetector(), {}, hash_key=b"")
     now = datetime.now(UTC)
     cpu_started = 0.0
     for n, query in enumerate([*queries[:warmup], *queries]):
         if n == warmup:
             cpu_started = time.process_time()  # every thread of this process, the embedder's included
         t0 = time.perf_counter()
+        if context is not None:
+            query = redactor.redact(query).text
         vector = embedder.embed_query([query])[0]
         dense = floor.episodic.dense_query(query)
         dense_vector = vector if dense == query else embedder.embed_query([dense])[0]  # as the episodic actor does
         t1 = time.perf_counter()
         found = resolve_time_range(query, now)
         prefer = (found.start, found.end) if found else None
-        floor.episodic.search(dense_vector, query_text=query, top_k=top_k, prefer=prefer)
+        episodic = floor.episodic.search(dense_vector, query_text=query, top_k=top_k, prefer=prefer)
         t2 = time.perf_counter()
-        floor.semantic.search(vector, query, top_k=top_k)
+        semantic = floor.semantic.search(vector, query, top_k=top_k)
         t3 = time.perf_counter()
+        times = [("embed", t1 - t0), ("episodic", t2 - t1), ("semantic", t3 - t2)]
+        if context is not None:
+            budget = context.default_max_tokens
+            messages = floor.working.messages(budget_tokens=int(budget * context.working_share), now=now) \
+                if floor.working is not None else []
+            t4 = time.perf_counter()
+            assemble_context(
+                working_messages=messages,
+                layer_items={"episodic": [ContextItem.model_validate(episodic_item(h)) for h in episodic],
+                             "semantic": [ContextItem.model_validate(semantic_item(h)) for h in semantic]},
+                max_tokens=budget, counter=counter, min_relative_score=context.min_relative_score,
+                min_relevance=context.min_relevance)
+            t5 = time.perf_counter()
+            times += [("working", t4 - t3), ("assemble", t5 - t4)]
         if n >= warmup:
-            for key, ms in (("total", t3 - t0), ("embed", t1 - t0), ("episodic", t2 - t1), ("semantic", t3 - t2)):
-                parts[key].append(ms * 1000)
+            parts["total"].append((time.perf_counter() - t0) * 1000)
+            for key, s in times:
+                parts[key].append(s * 1000)
     cpu_ms = (time.process_time() - cpu_started) * 1000 / max(1, len(queries))
     return {**{key: summary(values) for key, values in parts.items()}, "cpu_ms_per_call": round(cpu_ms, 2)}

@@ -195,7 +195,9 @@ def format_report(doc: dict[str, Any]) -> str:
     parts = floor["context"]
     lines += [
         (f"floor = embed {_f(parts['embed']['p50_ms'])} + episodic {_f(parts['episodic']['p50_ms'])} + semantic "
-         f"{_f(parts['semantic']['p50_ms'])} ms (p50s), in this process over {raw['floor_source']}"),
+         f"{_f(parts['semantic']['p50_ms'])}"
+         + "".join(f" + {part} {_f(parts[part]['p50_ms'])}" for part in ("working", "assemble") if part in parts)
+         + f" ms (p50s), in this process over {raw['floor_source']}"),
         (f"context p50 {_f(doc['context_p50_ms'])} ms: {_mark(t['context_p50_ms'])}; "
          f"p95 {_f(doc['context_p95_ms'])} ms: {_mark(t['context_p95_ms'])}"),
         (f"context p50 / floor p50 = {_f(t['context_p50_over_floor']['value'])}x: {_mark(t['context_p50_over_floor'])}"

@@ -20,7 +20,9 @@ import pytest
 from strata.config import load_settings
 from strata.limits import DOCUMENT_CHARS_MAX, MESSAGE_CHARS_MAX
 from strata.providers.embedder import make_embedder
+from strata.providers.tokens import TiktokenCounter
 from strata.schema import ContextRequest, DocumentIn, SearchRequest
+from strata.working.memory import WorkingMemory
 from strata_bench import fanout as bench_fanout
 from strata_bench import service as bench_service
 from strata_bench.service import (
@@ -272,7 +274,25 @@ def test_floor_on_a_tiny_in_memory_data_set() -> None:
     for part in ("total", "embed", "episodic", "semantic"):
         row = result[part]
         assert row["calls"] == 6 and 0 < row["p50_ms"] <= row["p95_ms"] <= row["p99_ms"]
-    assert result["total"]["p50_ms"] >= result["embed"]["p50_ms"]
+    assert result["total"]["p50_ms"] >= result["embed"]["p50_ms"] and "working" not in result
+
+
+def test_a_context_floor_also_fits_working_memory_and_assembles_the_context() -> None:
+    """The context floor does a context's whole memory work, as /v1/context does it: the
+    session's working memory fitted to its share of the budget, the context assembled."""
+    settings = load_settings(None)
+    source = TextSource(None, seed=5)
+    sessions = make_sessions(source, 20, "ctx", now=datetime.now(UTC))
+    embedder = make_embedder(settings.embedding)
+    floor = floor_in_memory("ctx", sessions, [], embedder=embedder, settings=settings)
+    counter = TiktokenCounter(settings.working.encoding)
+    floor.working = WorkingMemory(counter=counter)
+    for turn in sessions[0][1]:
+        floor.working.add("user", turn["user"], now=datetime.now(UTC))
+    result = measure_floor(floor, embedder, source.questions(4), top_k=8, warmup=1, context=settings.context)
+    for part in ("working", "assemble"):
+        assert result[part]["calls"] == 4 and result[part]["p50_ms"] > 0
+    assert result["total"]["p50_ms"] >= result["embed"]["p50_ms"] + result["assemble"]["p50_ms"]
 
 
 def test_memory_of_processes_named_by_a_marker(tmp_path: Path) -> None:
