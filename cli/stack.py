@@ -424,6 +424,40 @@ class Stack:
         first: :func:`owner_only_dir` refuses it then)."""
         return Path("/tmp") / f"strata-{os.geteuid()}" / f"ray-{self.settings.ray.gcs_port}"
 
+    @property
+    def haproxy_dir(self) -> Path:
+        """HAProxy's files (``serve.haproxy``), beside :attr:`ray_temp_dir`: Serve puts each
+        under a 56-character node id, and HAProxy takes socket paths of at most 97 characters."""
+        return self.ray_temp_dir.with_name(f"h{self.settings.ray.gcs_port}")
+
+    def haproxy_env(self, *, stats_port: int, metrics_port: int) -> dict[str, str]:
+        """What Serve's processes read to serve through HAProxy (``serve.haproxy``): every file
+        of HAProxy's in the head's owner-only temp dir (its admin socket is made ``mode 666``,
+        by default at a fixed path under /tmp that any user can make first), its stats and
+        metrics on the ports given, on loopback (``strata-haproxy``), and any of these
+        variables the environment sets left as it set them."""
+        if not self.settings.serve.haproxy:
+            return {}
+        files = self.haproxy_dir
+        owner_only_dir(files, follow_symlinks=False)
+        stats, metrics = stats_port, metrics_port
+        wanted = {
+            "RAY_SERVE_ENABLE_HA_PROXY": "1",
+            "RAY_SERVE_HAPROXY_BINARY_PATH": str(Path(sys.executable).parent / "strata-haproxy"),
+            "RAY_SERVE_HAPROXY_CONFIG_FILE_LOC": str(files / "haproxy.cfg"),
+            "RAY_SERVE_HAPROXY_SOCKET_PATH": str(files / "admin.sock"),
+            "RAY_SERVE_HAPROXY_METRICS_SOCKET_PATH": str(files / "metrics.sock"),
+            "RAY_SERVE_HAPROXY_SERVER_STATE_BASE": str(files),
+            "RAY_SERVE_HAPROXY_SERVER_STATE_FILE": str(files / "server-state"),
+            "RAY_SERVE_HAPROXY_STATS_PORT": str(stats),
+            "RAY_SERVE_HAPROXY_METRICS_PORT": str(metrics),
+            # An ingress replica that stops (a scale-down, a redeploy, ``down``) keeps serving
+            # this long, by default 30 s, for a load balancer elsewhere to stop sending to it;
+            # this node's HAProxy is told within a tenth of a second.
+            "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S": "2",
+        }
+        return {name: os.environ.get(name, value) for name, value in wanted.items()}
+
     def ray_running(self) -> bool:
         host, _, port = self.ray_address.rpartition(":")
         return _port_open(host, int(port))
@@ -437,21 +471,21 @@ class Stack:
             self.say(f"starting Ray head on {self.ray_address}")
             owner_only_dir(self.ray_temp_dir.parent, follow_symlinks=False)
             owner_only_dir(self.ray_temp_dir, follow_symlinks=False)
+            # Ray's fixed defaults (10001, 52365, and 8265 for the API server it starts even
+            # without the dashboard), and HAProxy's stats and metrics ports (8404, 9101), would
+            # collide with a second stack's. One call: ports probed apart may come out the same.
+            ports = _free_ports(5, taken=(r.gcs_port, self.settings.milvus.port, self.settings.serve.port))
             command = [
                 str(Path(sys.executable).parent / "ray"), "start", "--head",
                 f"--port={r.gcs_port}", "--node-ip-address=127.0.0.1",
                 f"--num-cpus={r.num_cpus}", "--include-dashboard=false",
                 f"--object-store-memory={r.object_store_memory_mb * 1024 * 1024}",
                 "--disable-usage-stats", f"--temp-dir={self.ray_temp_dir}",
-                # Ray's fixed defaults (10001, 52365, and 8265 for the API server it starts
-                # even without the dashboard) would collide with a second stack's.
                 *(f"--{flag}={port}" for flag, port in zip(
-                    ("ray-client-server-port", "dashboard-agent-listen-port", "dashboard-port"),
-                    _free_ports(3, taken=(r.gcs_port, self.settings.milvus.port, self.settings.serve.port)),
-                    strict=True,
+                    ("ray-client-server-port", "dashboard-agent-listen-port", "dashboard-port"), ports[:3], strict=True
                 )),
             ]
-            env = dict(os.environ)
+            env = {**os.environ, **self.haproxy_env(stats_port=ports[3], metrics_port=ports[4])}
             if self.settings.serve.throughput_optimized:  # read by Serve's processes, which Ray starts
                 env.setdefault("RAY_SERVE_THROUGHPUT_OPTIMIZED", "1")
                 # ... but not its 1,000-record buffer of request logs, which has no timed flush:
@@ -639,6 +673,7 @@ class Stack:
                 self.say(f"Serve shutdown skipped: {type(exc).__name__}: {exc}")
             if not self.settings.ray.address:
                 stopped = _stop_processes_naming(str(self.ray_temp_dir))
+                stopped += _stop_processes_naming(str(self.haproxy_dir))  # HAProxy, should Serve have left it
                 self.say(f"stopped Ray ({stopped} processes)")
         pid = self.milvus_pid()
         if pid:

@@ -208,6 +208,12 @@ class ServeSettings(_Section):
     #: within noise, and it opens gRPC ports on every interface. An environment that sets
     #: the variable itself wins.
     throughput_optimized: bool = False
+    #: Serve HTTP through HAProxy instead of Serve's Python proxy (RAY_SERVE_ENABLE_HA_PROXY=1
+    #: where ``strata up`` starts Ray): requests reach the ingress replica's own port, and a
+    #: context call costs about a quarter less CPU (docs/benchmarks.md). ``strata up`` runs it
+    #: through ``strata-haproxy`` (its stats page and metrics on loopback, the client's address
+    #: forwarded) with its files in the head's owner-only temp dir; off, the Python proxy serves.
+    haproxy: bool = True
     #: Where a query (one text) is embedded: in the ingress replica's own process, or by the
     #: embedding deployment (batched with other callers'). A batch of turns always goes to
     #: the deployment. Measured per /v1/context call: the deployment's process spent

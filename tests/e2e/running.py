@@ -39,6 +39,11 @@ class Running:
         settings = load_settings(None, data_dir=self.data_dir, ray={"gcs_port": int(self.env["STRATA_RAY__GCS_PORT"])})
         return Stack(settings, say=lambda _: None).ray_temp_dir
 
+    @property
+    def haproxy_dir(self) -> Path:
+        """HAProxy's files (``strata_cli.stack.Stack.haproxy_dir``)."""
+        return self.ray_dir.with_name(f"h{self.env['STRATA_RAY__GCS_PORT']}")
+
     def cli(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
         """``strata <args>`` against this stack's data dir (and port, for up and demo)."""
         extra = ["--data-dir", str(self.data_dir)]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import ipaddress
 import json
 import os
 import stat
@@ -46,6 +48,48 @@ def test_second_up_reuses_the_running_stack(stack: Running) -> None:
     assert "already" in again.stdout
     assert again.stdout.strip().splitlines()[-1] == stack.key
     assert time.monotonic() - started < 60
+
+
+def _listening(pid: int) -> set[tuple[str, int]]:
+    """The (address, port) pairs a process listens on, from its sockets' inodes in /proc."""
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        with contextlib.suppress(OSError):
+            target = os.readlink(fd)
+            if target.startswith("socket:["):
+                inodes.add(target[8:-1])
+    found = set()
+    for table, width in (("tcp", 8), ("tcp6", 32)):
+        for row in Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]:
+            fields = row.split()
+            if fields[3] == "0A" and fields[9] in inodes:  # LISTEN
+                address, port = fields[1].split(":")
+                packed = bytes.fromhex(address)
+                ip = ipaddress.ip_address(b"".join(packed[i:i + 4][::-1] for i in range(0, width // 2, 4)))
+                found.add((str(ip), int(port, 16)))
+    return found
+
+
+def test_haproxy_serves_with_every_port_on_loopback_and_limits_each_client_address(stack: Running) -> None:
+    """Serve's HAProxy (serve.haproxy, through strata-haproxy): its stats page and metrics,
+    which Serve's template binds on every interface, listen on loopback; and it forwards each
+    client's address, so one address's flood of bad keys leaves another's attempts alone."""
+    pids = [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit()
+            and str(stack.haproxy_dir) in Path(p, "cmdline").read_bytes().decode(errors="replace")]
+    assert pids, f"no HAProxy runs on {stack.haproxy_dir}"
+    for pid in pids:
+        ports = _listening(pid)
+        assert (("127.0.0.1", stack.port) in ports and len(ports) >= 3
+                and all(ipaddress.ip_address(ip).is_loopback for ip, _ in ports)), ports
+
+    def wrong_key(source: str, n: int) -> int:
+        with httpx.Client(transport=httpx.HTTPTransport(local_address=source), timeout=30) as client:
+            return client.post(stack.url + "/v1/search", json={"query": "x"},
+                               headers={"Authorization": f"Bearer sk-strata-wrong-{source}-{n}"}).status_code
+
+    flood = [wrong_key("127.0.0.2", n) for n in range(40)]
+    assert flood.count(401) >= 1 and flood[-1] == 429, flood  # that address is limited ...
+    assert wrong_key("127.0.0.1", 0) == 401  # ... and this one is not
 
 
 def test_context_answers_from_earlier_sessions(stack: Running) -> None:
@@ -453,12 +497,15 @@ def test_every_file_the_stack_wrote_is_owner_only(stack: Running) -> None:
     # logs with this process's umask. Those are the caller's files, not the stack's.
     callers = f"_{os.getpid()}.log"
     offenders = []
-    for root in (stack.data_dir, ray_temp_dir):
+    for root in (stack.data_dir, ray_temp_dir, stack.haproxy_dir):
         for top, dirs, files in os.walk(root):
             for name in [".", *dirs, *files]:
                 path = Path(top, name)
                 mode = path.lstat().st_mode
-                if not stat.S_ISLNK(mode) and stat.S_IMODE(mode) & 0o077 and not name.endswith(callers):
+                # HAProxy makes its admin socket 0666: in directories only their owner may
+                # enter (checked here too), no one else can reach it to connect.
+                private = stat.S_ISLNK(mode) or stat.S_ISSOCK(mode) or not stat.S_IMODE(mode) & 0o077
+                if not private and not name.endswith(callers):
                     offenders.append(f"{oct(stat.S_IMODE(mode))} {path}")
     assert not offenders, "readable by other users:\n" + "\n".join(offenders)
 
