@@ -18,7 +18,7 @@ text with :func:`render_refined`.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -104,26 +104,53 @@ def _narrower(item: ContextItem) -> list[ContextItem]:
     return out
 
 
-def _render(sections: Sequence[tuple[str, Sequence[ContextItem]]], messages: Sequence[dict[str, str]]) -> str:
+class _Rendering:
+    """One assembly's item lines and token counts, each made once: a line is rendered for its
+    cost, again for every candidate text and for its section; the working block is counted
+    when fitted, for the budget left, and for its section."""
+
+    def __init__(self, counter: TokenCounter) -> None:
+        self._counter = counter
+        self._lines: dict[int, tuple[ContextItem, str]] = {}  # the item is kept: its id stays its own
+        self._counts: dict[str, int] = {}
+
+    def line(self, item: ContextItem) -> str:
+        found = self._lines.get(id(item))
+        if found is None:
+            found = self._lines[id(item)] = (item, _item_line(item))
+        return found[1]
+
+    def count(self, text: str) -> int:
+        tokens = self._counts.get(text)
+        if tokens is None:
+            tokens = self._counts[text] = self._counter.count(text)
+        return tokens
+
+
+def _render(
+    sections: Sequence[tuple[str, Sequence[ContextItem]]],
+    messages: Sequence[dict[str, str]],
+    line: Callable[[ContextItem], str] = _item_line,
+) -> str:
     blocks = []
     for layer, items in sections:
         if items:
             ordered = sorted(items, key=lambda i: (i.timestamp is None, i.timestamp or datetime.min))
-            blocks.append(f"## {LAYER_TITLES.get(layer, layer)}\n" + "\n".join(_item_line(i) for i in ordered))
+            blocks.append(f"## {LAYER_TITLES.get(layer, layer)}\n" + "\n".join(line(i) for i in ordered))
     if messages:
         lines = "\n".join(f"{m['role']}: {m['content']}" for m in messages)
         blocks.append(f"## {LAYER_TITLES['working']}\n{lines}")
     return "\n\n".join(blocks)
 
 
-def _working_section(messages: Sequence[dict[str, str]], counter: TokenCounter) -> ContextSection:
+def _working_section(messages: Sequence[dict[str, str]], count: Callable[[str], int]) -> ContextSection:
     return ContextSection(
         layer="working",
-        items=[
-            ContextItem(layer="working", kind=m["role"], id=str(n), text=m["content"], score=1.0)
+        items=[  # made from working memory's own messages: nothing to validate
+            ContextItem.model_construct(layer="working", kind=m["role"], id=str(n), text=m["content"], score=1.0)
             for n, m in enumerate(messages)
         ],
-        tokens=counter.count(_render([], messages)),
+        tokens=count(_render([], messages)),
     )
 
 
@@ -131,10 +158,10 @@ def _fit_messages(
     messages: list[dict[str, str]],
     sections: Sequence[tuple[str, Sequence[ContextItem]]],
     max_tokens: int,
-    counter: TokenCounter,
+    count: Callable[[str], int],
 ) -> None:
     """Drop the oldest messages until ``sections`` plus the messages fit (in place)."""
-    while messages and counter.count(_render(sections, messages)) > max_tokens:
+    while messages and count(_render(sections, messages)) > max_tokens:
         messages.pop(0)
 
 
@@ -206,21 +233,22 @@ def assemble_context(
             for rank, (_, item) in enumerate(ranked)
         ]
     chosen: dict[str, list[tuple[_Candidate, ContextItem]]] = {layer: [] for layer in layer_items}
+    made = _Rendering(counter)
 
     def rendered() -> str:
-        return _render([(layer, [v for _, v in picks]) for layer, picks in chosen.items()], messages)
+        return _render([(layer, [v for _, v in picks]) for layer, picks in chosen.items()], messages, made.line)
 
-    _fit_messages(messages, [], max_tokens, counter)
-    left = max_tokens - counter.count(_render([], messages))
+    _fit_messages(messages, [], max_tokens, made.count)
+    left = max_tokens - made.count(_render([], messages))
 
     # Per-line costs keep selection linear; the exact count below settles the
     # few tokens that joining lines may add or save.
     def take(candidate: _Candidate, limit: int) -> int:
         """Add the candidate (or a narrower stand-in) if it costs at most ``limit``; return its cost or 0."""
         picks = chosen[candidate.layer]
-        header = counter.count(LAYER_TITLES.get(candidate.layer, candidate.layer)) + 4 if not picks else 0
+        header = made.count(LAYER_TITLES.get(candidate.layer, candidate.layer)) + 4 if not picks else 0
         for version in (candidate.item, *_narrower(candidate.item)):
-            cost = counter.count(_item_line(version)) + 1 + header
+            cost = made.count(made.line(version)) + 1 + header
             if cost <= limit:
                 picks.append((candidate, version))
                 return cost
@@ -251,7 +279,7 @@ def assemble_context(
             left -= cost
 
     text = rendered()
-    tokens = counter.count(text)
+    tokens = made.count(text)
     while tokens > max_tokens:
         picked = [(c, layer, n) for layer, picks in chosen.items() for n, (c, _) in enumerate(picks)]
         if not picked:
@@ -259,7 +287,7 @@ def assemble_context(
         _, layer, n = max(picked, key=lambda p: p[0].order)
         chosen[layer].pop(n)
         text = rendered()
-        tokens = counter.count(text)
+        tokens = made.count(text)
 
     kept = {(c.layer, c.rank) for picks in chosen.values() for c, _ in picks}
     dropped = sorted(
@@ -269,8 +297,10 @@ def assemble_context(
     sections = []
     for layer, picks in chosen.items():
         items = [v for _, v in sorted(picks, key=lambda p: p[0].rank)]
-        sections.append(ContextSection(layer=layer, items=items, tokens=counter.count(_render([(layer, items)], []))))
-    sections.append(_working_section(messages, counter))
+        sections.append(
+            ContextSection(layer=layer, items=items, tokens=made.count(_render([(layer, items)], [], made.line)))
+        )
+    sections.append(_working_section(messages, made.count))
     return AssembledContext(
         text=text,
         sections=sections,
@@ -323,12 +353,12 @@ def render_refined(
     if counter.count(_render(refined, [])) > max_tokens:
         return None
     messages = list(working_messages)
-    _fit_messages(messages, refined, max_tokens, counter)
+    _fit_messages(messages, refined, max_tokens, counter.count)
     text = _render(refined, messages)
     section = ContextSection(layer="refined", items=refined[0][1], tokens=counter.count(_render(refined, [])))
     return AssembledContext(
         text=text,
-        sections=[section, _working_section(messages, counter)],
+        sections=[section, _working_section(messages, counter.count)],
         messages=messages,
         tokens=counter.count(text),
     )

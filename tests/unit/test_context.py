@@ -543,3 +543,28 @@ def test_a_passage_that_goes_in_as_its_child_is_reported_narrowed(counter: Tikto
     assert out.narrowed == [item] and out.dropped == [] and out.cut
     whole = assemble_context(working_messages=[], layer_items={"semantic": [item]}, max_tokens=2000, counter=counter)
     assert whole.narrowed == [] and not whole.cut
+
+
+def test_each_text_is_counted_once_per_assembly(counter: TiktokenCounter) -> None:
+    """An item's line is costed, then counted in every candidate text and in its section; the
+    working block when fitted, for the budget left and for its section: each text once."""
+    counted: list[str] = []
+
+    class Recording:
+        def count(self, text: str) -> int:
+            counted.append(text)
+            return counter.count(text)
+
+    def item(layer: str, n: int, text: str, score: float) -> ContextItem:
+        return ContextItem(layer=layer, kind="turn", id=f"{layer}{n}", text=text, score=score,
+                           timestamp=T0 + timedelta(hours=n))
+
+    items = {
+        "episodic": [item("episodic", n, f"turn {n} " + "about the hiking trip " * 8, 1.0 - n / 20) for n in range(12)],
+        "semantic": [item("semantic", n, f"passage {n} " + "quarterly numbers " * 12, 0.9 - n / 20) for n in range(6)],
+    }
+    messages = [{"role": "user", "content": f"message {n} " + "we moved the meeting " * 10} for n in range(8)]
+    out = assemble_context(working_messages=messages, layer_items=items, max_tokens=600, counter=Recording())
+    assert out.tokens <= 600 and out.sections
+    repeated = {text[:40] for text in counted if counted.count(text) > 1}
+    assert not repeated, repeated
