@@ -17,7 +17,7 @@ from strata.retrieval.timeparse import resolve_time_range
 from strata.schema import ContextItem, ContextRequest, ContextResult
 from strata_actors.errors import unwrap
 from strata_actors.handles import WorkingMessages
-from strata_actors.orchestration.base import FlowBase, range_out, skill_hit
+from strata_actors.orchestration.base import FlowBase, over_text, range_out, skill_hit
 
 __all__ = ["ContextFlow"]
 
@@ -52,9 +52,10 @@ class ContextFlow(FlowBase):
         reference = req.reference_time or datetime.now(UTC)
         # A time expression read off the message is a preference, not a filter,
         # and its words stay in the query: a date is often content.
-        time_range = await asyncio.to_thread(resolve_time_range, req.message, reference)  # ~30 ms at 16,000 chars
-        # Off the event loop: a query may be 16,000 characters of text built to make a pattern work hard.
-        query = await asyncio.to_thread(self._pii.for_tenant(tenant).text, req.message)
+        # Off the event loop unless short: a query may be 16,000 characters of text built to make
+        # a pattern work hard (~30 ms of time expressions).
+        time_range = await over_text(lambda text: resolve_time_range(text, reference), req.message)
+        query = await over_text(self._pii.for_tenant(tenant).text, req.message)
         missing: dict[str, str] = {}
         fetch = [layer for layer in policy if layer != "working"]
         working_budget = int(max_tokens * (ctx.working_share if fetch else 1.0))

@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from strata.retrieval.terms import extract_terms
 from strata.retrieval.timeparse import resolve_time_range
 from strata.schema import LAYERS, Layer, SearchHit, SearchRequest, SearchResult, TimeRangeOut, WorkingItemOut
-from strata_actors.orchestration.base import range_out, skill_hit
+from strata_actors.orchestration.base import over_text, range_out, skill_hit
 from strata_actors.orchestration.reads import ReadFlow
 
 __all__ = ["SearchFlow", "working_hits"]
@@ -28,11 +28,11 @@ class SearchFlow(ReadFlow):
         missing: dict[str, str] = {}
         reference = req.reference_time or datetime.now(UTC)
         # An explicit time_range filters; one read off the query only prefers (see build_context).
-        parsed = None if req.time_range else await asyncio.to_thread(resolve_time_range, req.query, reference)
+        parsed = None if req.time_range else await over_text(lambda text: resolve_time_range(text, reference), req.query)
         start = req.time_range.start if req.time_range else None
         end = req.time_range.end if req.time_range else None
         prefer = (parsed.start, parsed.end) if parsed else None
-        query = await asyncio.to_thread(self._pii.for_tenant(tenant).text, req.query)  # off the event loop
+        query = await over_text(self._pii.for_tenant(tenant).text, req.query)  # off the event loop unless short
         hits: list[SearchHit] = []
         versions: dict[str, int] = {}
 
