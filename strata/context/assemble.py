@@ -146,8 +146,8 @@ def _render(
 def _working_section(messages: Sequence[dict[str, str]], count: Callable[[str], int]) -> ContextSection:
     return ContextSection(
         layer="working",
-        items=[  # made from working memory's own messages: nothing to validate
-            ContextItem.model_construct(layer="working", kind=m["role"], id=str(n), text=m["content"], score=1.0)
+        items=[
+            ContextItem(layer="working", kind=m["role"], id=str(n), text=m["content"], score=1.0)
             for n, m in enumerate(messages)
         ],
         tokens=count(_render([], messages)),
