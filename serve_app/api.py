@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 from fastapi import FastAPI, Header, Path, Query, Response
+from pydantic import BaseModel
 from ray import serve
 from starlette.routing import Route
 from starlette.staticfiles import StaticFiles
@@ -150,6 +151,13 @@ app.router.routes.append(Route("/mcp", McpHttp(max_body_bytes=_replica_max_body_
 # The memory inspector: static files, no build step. The page needs no key (Authenticate lets
 # a GET of UI_PATH through); each call it makes to /v1 sends the key pasted into it.
 app.mount(UI_PATH, StaticFiles(directory=pathlib.Path(__file__).with_name("ui"), html=True), name="ui")
+
+
+def _json(model: BaseModel) -> Response:
+    """``model`` as JSON in one pass of pydantic's serializer. Returned as a model, FastAPI would
+    dump it, validate the dump against the route's response model and serialize that again: the
+    hot routes (context, search) return this; the response model still documents them."""
+    return Response(content=model.model_dump_json(), media_type="application/json")
 
 
 #: A version in If-Match: ASCII digits only (``str.isdigit`` also takes "²"), within 64 bits.
@@ -295,7 +303,7 @@ class Api:
     @app.post("/v1/context", response_model=ContextResult, tags=["context"])
     async def build_context(
         self, body: ContextRequest, authorization: str | None = Header(default=None)
-    ) -> ContextResult:
+    ) -> Response:
         """The context to put in front of the LLM: working memory plus the task type's layers
         (or ``layers``), of those the key sees. With a session-bound key, episodic memory is
         read from that session only."""
@@ -308,18 +316,15 @@ class Api:
             default=[layer for layer in LAYERS if policy is None or layer in policy],
             always=["working"],
         )
-        context: ContextResult = await self._flow.build_context(
-            info.tenant, body, session_only=info.session_id is not None, layers=layers
-        )
-        return context
+        context = await self._flow.build_context(info.tenant, body, session_only=info.session_id is not None, layers=layers)
+        return _json(context)
 
     @app.post("/v1/search", response_model=SearchResult, tags=["search"])
-    async def search(self, body: SearchRequest, authorization: str | None = Header(default=None)) -> SearchResult:
+    async def search(self, body: SearchRequest, authorization: str | None = Header(default=None)) -> Response:
         """Scored hits across ``layers`` (by default every layer the key sees); a time expression in
         the query narrows the time range."""
         info, layers = await self._gate.reader(authorization, "search", session=body.session_id, asked=body.layers)
-        found: SearchResult = await self._flow.search(info.tenant, body.model_copy(update={"layers": layers}))
-        return found
+        return _json(await self._flow.search(info.tenant, body.model_copy(update={"layers": layers})))
 
     @app.get("/v1/sessions/{session_id}/working", response_model=WorkingState, tags=["working"])
     async def get_working(
