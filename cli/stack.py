@@ -430,17 +430,18 @@ class Stack:
         under a 56-character node id, and HAProxy takes socket paths of at most 97 characters."""
         return self.ray_temp_dir.with_name(f"h{self.settings.ray.gcs_port}")
 
-    def haproxy_env(self, *, stats_port: int, metrics_port: int) -> dict[str, str]:
+    def haproxy_env(self, ports: Sequence[int]) -> dict[str, str]:
         """What Serve's processes read to serve through HAProxy (``serve.haproxy``): every file
-        of HAProxy's in the head's owner-only temp dir (its admin socket is made ``mode 666``,
-        by default at a fixed path under /tmp that any user can make first), its stats and
-        metrics on the ports given, on loopback (``strata-haproxy``), and any of these
-        variables the environment sets left as it set them."""
+        of HAProxy's in an owner-only dir (its admin socket is made ``mode 666``, by default at
+        a fixed path under /tmp that any user can make first); its stats, its metrics and
+        Serve's fallback proxy (HTTP, gRPC) on ``ports``, four free ones, the first two on
+        loopback (``strata-haproxy``); and any of these variables the environment sets left as
+        it set them."""
         if not self.settings.serve.haproxy:
             return {}
         files = self.haproxy_dir
         owner_only_dir(files, follow_symlinks=False)
-        stats, metrics = stats_port, metrics_port
+        stats, metrics, fallback_http, fallback_grpc = ports
         wanted = {
             "RAY_SERVE_ENABLE_HA_PROXY": "1",
             "RAY_SERVE_HAPROXY_BINARY_PATH": str(Path(sys.executable).parent / "strata-haproxy"),
@@ -451,6 +452,8 @@ class Stack:
             "RAY_SERVE_HAPROXY_SERVER_STATE_FILE": str(files / "server-state"),
             "RAY_SERVE_HAPROXY_STATS_PORT": str(stats),
             "RAY_SERVE_HAPROXY_METRICS_PORT": str(metrics),
+            "RAY_SERVE_FALLBACK_PROXY_HTTP_PORT": str(fallback_http),
+            "RAY_SERVE_FALLBACK_PROXY_GRPC_PORT": str(fallback_grpc),
             # An ingress replica that stops (a scale-down, a redeploy, ``down``) keeps serving
             # this long, by default 30 s, for a load balancer elsewhere to stop sending to it;
             # this node's HAProxy is told within a tenth of a second.
@@ -472,9 +475,10 @@ class Stack:
             owner_only_dir(self.ray_temp_dir.parent, follow_symlinks=False)
             owner_only_dir(self.ray_temp_dir, follow_symlinks=False)
             # Ray's fixed defaults (10001, 52365, and 8265 for the API server it starts even
-            # without the dashboard), and HAProxy's stats and metrics ports (8404, 9101), would
-            # collide with a second stack's. One call: ports probed apart may come out the same.
-            ports = _free_ports(5, taken=(r.gcs_port, self.settings.milvus.port, self.settings.serve.port))
+            # without the dashboard), and with HAProxy its stats and metrics ports and Serve's
+            # fallback proxy (8404, 9101, 8500, 9500), would collide with a second stack's.
+            # One call: ports probed apart may come out the same.
+            ports = _free_ports(7, taken=(r.gcs_port, self.settings.milvus.port, self.settings.serve.port))
             command = [
                 str(Path(sys.executable).parent / "ray"), "start", "--head",
                 f"--port={r.gcs_port}", "--node-ip-address=127.0.0.1",
@@ -485,7 +489,7 @@ class Stack:
                     ("ray-client-server-port", "dashboard-agent-listen-port", "dashboard-port"), ports[:3], strict=True
                 )),
             ]
-            env = {**os.environ, **self.haproxy_env(stats_port=ports[3], metrics_port=ports[4])}
+            env = {**os.environ, **self.haproxy_env(ports[3:])}
             if self.settings.serve.throughput_optimized:  # read by Serve's processes, which Ray starts
                 env.setdefault("RAY_SERVE_THROUGHPUT_OPTIMIZED", "1")
                 # ... but not its 1,000-record buffer of request logs, which has no timed flush:
