@@ -19,6 +19,7 @@ while the stack runs; ports set explicitly (settings, ``STRATA_...``, ``--port``
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import os
@@ -201,6 +202,27 @@ def _read_stack_json(data_dir: Path) -> dict[str, Any] | None:
     return recorded if isinstance(recorded, dict) else None
 
 
+def _known_settings(data: dict[str, Any]) -> StrataSettings:
+    """``data`` as settings, with the keys no setting of this version names left out (any
+    other invalid value still raises)."""
+    from pydantic import ValidationError
+
+    try:
+        return StrataSettings.from_dict(data)
+    except ValidationError as exc:
+        errors = exc.errors()
+        if not errors or any(e["type"] != "extra_forbidden" for e in errors):
+            raise
+        kept = copy.deepcopy(data)
+        for error in errors:
+            *path, name = error["loc"]
+            parent: Any = kept
+            for part in path:
+                parent = parent[part]
+            parent.pop(name, None)
+        return StrataSettings.from_dict(kept)
+
+
 def _wait(what: str, check: Callable[[], bool], timeout_s: float, log: Path | None = None) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -238,11 +260,13 @@ class Stack:
 
     @classmethod
     def recorded(cls, data_dir: Path, *, say: Callable[[str], None] = print) -> Stack | None:
-        """The stack that ``up`` last started with this data dir, with its settings."""
+        """The stack that ``up`` last started with this data dir, with its settings. Settings
+        this version does not know (recorded by another version of Strata) are left out:
+        ``down`` must still find and stop what that ``up`` started."""
         recorded = _read_stack_json(data_dir)
         if recorded is None or "settings" not in recorded:
             return None
-        return cls(StrataSettings.from_dict(recorded["settings"]), say=say)
+        return cls(_known_settings(recorded["settings"]), say=say)
 
     @property
     def data_dir(self) -> Path:

@@ -230,3 +230,21 @@ def test_ports_chosen_together_are_distinct_and_avoid_the_taken_ones() -> None:
         again = _free_ports(3, taken=first)
         assert len(set(first)) == 3 and len(set(again)) == 3
         assert not set(first) & set(again)
+
+
+def test_down_reads_a_stack_recorded_by_a_version_with_settings_this_one_lacks(tmp_path: Path) -> None:
+    """`down` finds what an `up` of another version started: a setting it does not know is left
+    out (seen: "serve.trusted_proxies: Extra inputs are not permitted"); a bad value still fails."""
+    stack = Stack(_settings(tmp_path, ray={"gcs_port": 45678}, milvus={"port": 45679}), say=lambda _: None)
+    recorded = stack.settings.to_dict()
+    recorded["serve"]["a_setting_from_elsewhere"] = True
+    recorded["a_section_from_elsewhere"] = {"x": 1}
+    (tmp_path / "stack.json").write_text(json.dumps({"serve_port": 8000, "settings": recorded}))
+    found = Stack.recorded(tmp_path, say=lambda _: None)
+    assert found is not None and found.ray_temp_dir == stack.ray_temp_dir
+    assert found.settings.milvus.port == 45679
+
+    recorded["milvus"]["port"] = "not a port"
+    (tmp_path / "stack.json").write_text(json.dumps({"serve_port": 8000, "settings": recorded}))
+    with pytest.raises(ValueError, match="port"):
+        Stack.recorded(tmp_path, say=lambda _: None)
