@@ -53,7 +53,11 @@ def test_second_up_reuses_the_running_stack(stack: Running) -> None:
 def _listening(pid: int) -> set[tuple[str, int]]:
     """The (address, port) pairs a process listens on, from its sockets' inodes in /proc."""
     inodes = set()
-    for fd in Path(f"/proc/{pid}/fd").iterdir():
+    try:
+        fds = list(Path(f"/proc/{pid}/fd").iterdir())
+    except OSError:  # it has exited (an HAProxy that a reload replaced)
+        return set()
+    for fd in fds:
         with contextlib.suppress(OSError):
             target = os.readlink(fd)
             if target.startswith("socket:["):
@@ -74,22 +78,33 @@ def test_haproxy_serves_with_every_port_on_loopback_and_limits_each_client_addre
     """Serve's HAProxy (serve.haproxy, through strata-haproxy): its stats page and metrics,
     which Serve's template binds on every interface, listen on loopback; and it forwards each
     client's address, so one address's flood of bad keys leaves another's attempts alone."""
-    pids = [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit()
-            and str(stack.haproxy_dir) in Path(p, "cmdline").read_bytes().decode(errors="replace")]
+    def cmdline(proc: Path) -> str:
+        try:
+            return Path(proc, "cmdline").read_bytes().decode(errors="replace")
+        except OSError:  # a process that exited while the list was read
+            return ""
+
+    pids = [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit() and str(stack.haproxy_dir) in cmdline(p)]
     assert pids, f"no HAProxy runs on {stack.haproxy_dir}"
-    for pid in pids:
-        ports = _listening(pid)
-        assert (("127.0.0.1", stack.port) in ports and len(ports) >= 3
-                and all(ipaddress.ip_address(ip).is_loopback for ip, _ in ports)), ports
+    # Every socket any of them listens on (after a reload, the old HAProxy drains with none).
+    ports = set().union(*(_listening(pid) for pid in pids))
+    assert (("127.0.0.1", stack.port) in ports and len(ports) >= 3
+            and all(ipaddress.ip_address(ip).is_loopback for ip, _ in ports)), ports
 
     def wrong_key(source: str, n: int) -> int:
         with httpx.Client(transport=httpx.HTTPTransport(local_address=source), timeout=30) as client:
             return client.post(stack.url + "/v1/search", json={"query": "x"},
                                headers={"Authorization": f"Bearer sk-strata-wrong-{source}-{n}"}).status_code
 
-    flood = [wrong_key("127.0.0.2", n) for n in range(40)]
-    assert flood.count(401) >= 1 and flood[-1] == 429, flood  # that address is limited ...
-    assert wrong_key("127.0.0.1", 0) == 401  # ... and this one is not
+    # Until that address is refused: on a busy machine the allowance refills (2 a second) while
+    # the flood is sent, so a fixed count of attempts need not end in a refusal.
+    flood: list[int] = []
+    for n in range(80):
+        flood.append(wrong_key("127.0.0.2", n))
+        if flood[-1] == 429:
+            break
+    assert 401 in flood and flood[-1] == 429, flood  # that address is limited ...
+    assert wrong_key("127.0.0.1", 0) == 401  # ... and, the moment after, this one is not
 
 
 def test_context_answers_from_earlier_sessions(stack: Running) -> None:
