@@ -584,6 +584,20 @@ class Stack:
                 f"a stack with this data dir already serves on port {running['serve_port']}; "
                 "run `strata down` first to move it"
             )
+        # What this call starts, it stops again should a later step fail: a failed `up` leaves
+        # no Ray or milvus-lite behind that `down` could not find (stack.json is written last).
+        started_ray = not self.settings.ray.address and not self.ray_running()
+        started_milvus = not self.settings.milvus.uri and self.milvus_pid() is None
+        try:
+            return self._up()
+        except BaseException:
+            if started_ray:
+                self._stop_ray()
+            if started_milvus:
+                self._stop_milvus()
+            raise
+
+    def _up(self) -> str:
         self.ensure_milvus()
         self.check_vectors()
         self.ensure_ray()
@@ -681,6 +695,12 @@ class Stack:
 
     def down(self) -> None:
         """Stop Serve, the layer actors, Ray and milvus-lite; keep the data."""
+        self._stop_ray()
+        self._stop_milvus()
+        (self.data_dir / "stack.json").unlink(missing_ok=True)
+
+    def _stop_ray(self) -> None:
+        """Serve, the layer actors, and the Ray this stack started (a cluster's Ray stays up)."""
         if self.ray_running():
             try:
                 import ray
@@ -703,12 +723,17 @@ class Stack:
                 stopped = _stop_processes_naming(str(self.ray_temp_dir))
                 stopped += _stop_processes_naming(str(self.haproxy_dir))  # HAProxy, should Serve have left it
                 self.say(f"stopped Ray ({stopped} processes)")
+        elif not self.settings.ray.address:  # a Ray that never answered may still have started processes
+            stopped = _stop_processes_naming(str(self.ray_temp_dir)) + _stop_processes_naming(str(self.haproxy_dir))
+            if stopped:
+                self.say(f"stopped Ray ({stopped} processes)")
+
+    def _stop_milvus(self) -> None:
         pid = self.milvus_pid()
         if pid:
             self._stop_pid(pid)
             self.say(f"stopped milvus-lite (pid {pid})")
         self._pidfile().unlink(missing_ok=True)
-        (self.data_dir / "stack.json").unlink(missing_ok=True)
 
     def ensure_ray_client(self) -> None:
         import ray
