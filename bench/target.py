@@ -23,12 +23,6 @@ if TYPE_CHECKING:
 __all__ = ["Target", "add_arguments", "scratch_stack", "target"]
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Target(NamedTuple):
@@ -50,18 +44,19 @@ def scratch_stack(config: str | None, milvus: dict[str, Any] | None = None) -> I
     rows go to collections of their own (``bench_<random>``), dropped afterwards: a server
     may hold a deployment's collections under the default prefix."""
     from strata.config import load_settings
-    from strata_cli.stack import Stack
+    from strata_cli.stack import Stack, free_ports
 
     server = dict(milvus or {})
     if server:
         server["collection_prefix"] = "bench_" + uuid.uuid4().hex[:8]
+    serve_port, milvus_port, gcs_port = free_ports(3)
     with tempfile.TemporaryDirectory(prefix="strata-bench-") as tmp:
         settings = load_settings(
             config,
             data_dir=Path(tmp) / "data",
-            serve={"port": _free_port()},
-            milvus={"port": _free_port(), **server},
-            ray={"gcs_port": _free_port()},
+            serve={"port": serve_port},
+            milvus={"port": milvus_port, **server},
+            ray={"gcs_port": gcs_port},
         )
         stack = Stack(settings, say=lambda m: print(f"  {m}", flush=True))
         print(f"starting a scratch stack in {tmp} (about a minute)", flush=True)

@@ -23,6 +23,7 @@ import copy
 import json
 import logging
 import os
+import random
 import re
 import signal
 import socket
@@ -135,21 +136,40 @@ def _stop_processes_naming(marker: str, timeout_s: float = 15.0) -> int:
     return len(found)
 
 
-def _free_ports(count: int, taken: Sequence[int] = ()) -> list[int]:
-    """``count`` distinct ports, free now and not in ``taken``. Every probe stays bound
-    until all are chosen, or the kernel may hand one port out twice (seen in CI: two
-    stacks planned before either listened got the same GCS port)."""
+#: Where the stack's free ports are drawn from: below the kernel's ephemeral range (32768-60999
+#: by default), from which every bind to port 0 and every outgoing connection's own end draw,
+#: and above Ray's worker ports (10002-19999). A port from the ephemeral range could be taken
+#: between its choice and its server's bind: HAProxy binds its stats port a few seconds after
+#: `ray start`, and once found it taken by then ("cannot bind socket (Address already in use)").
+QUIET_PORTS = range(20000, 30000)
+
+
+def free_ports(count: int, taken: Sequence[int] = ()) -> list[int]:
+    """``count`` distinct ports from :data:`QUIET_PORTS`, free now on every interface and not
+    in ``taken``. Every probe stays bound until all are chosen, or one port could be handed
+    out twice (seen in CI: two stacks planned before either listened got the same GCS port).
+
+    Raises:
+        StackError: fewer than ``count`` of those ports are free.
+    """
     probes: list[socket.socket] = []
     ports: list[int] = []
     try:
-        while len(ports) < count:
+        for port in random.sample(QUIET_PORTS, len(QUIET_PORTS)):
+            if len(ports) == count:
+                return ports
+            if port in taken:
+                continue
             probe = socket.socket()
             probes.append(probe)
-            probe.bind(("127.0.0.1", 0))
-            port = int(probe.getsockname()[1])
-            if port not in taken:
-                ports.append(port)
-        return ports
+            try:
+                probe.bind(("", port))
+            except OSError:
+                continue
+            ports.append(port)
+        if len(ports) == count:
+            return ports
+        raise StackError(f"fewer than {count} free ports in {QUIET_PORTS.start}-{QUIET_PORTS.stop - 1}")
     finally:
         for probe in probes:
             probe.close()
@@ -301,7 +321,7 @@ class Stack:
             except ValueError:  # written by another version: start afresh
                 before = None
         m, r, s = self.settings.milvus, self.settings.ray, self.settings.serve
-        fresh = iter(_free_ports(3, taken=(m.port, r.gcs_port, s.port)))
+        fresh = iter(free_ports(3, taken=(m.port, r.gcs_port, s.port)))
         if not m.uri and "port" not in m.model_fields_set:
             m = m.model_copy(update={"port": before.milvus.port if before else next(fresh)})
         if not r.address and "gcs_port" not in r.model_fields_set:
@@ -502,7 +522,7 @@ class Stack:
             # without the dashboard), and with HAProxy its stats and metrics ports and Serve's
             # fallback proxy (8404, 9101, 8500, 9500), would collide with a second stack's.
             # One call: ports probed apart may come out the same.
-            ports = _free_ports(7, taken=(r.gcs_port, self.settings.milvus.port, self.settings.serve.port))
+            ports = free_ports(7, taken=(r.gcs_port, self.settings.milvus.port, self.settings.serve.port))
             command = [
                 str(Path(sys.executable).parent / "ray"), "start", "--head",
                 f"--port={r.gcs_port}", "--node-ip-address=127.0.0.1",

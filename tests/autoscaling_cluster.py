@@ -29,8 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from strata_cli.stack import processes_naming
-from tests.conftest import free_port
+from strata_cli.stack import free_ports, processes_naming
 
 __all__ = ["LocalAutoscalingCluster", "WorkerType"]
 
@@ -47,15 +46,6 @@ class WorkerType:
     name: str = "cpu_worker"
     cpus: int = 1
     max_workers: int = 1
-
-
-def _free_ports(count: int) -> list[int]:
-    ports: list[int] = []
-    while len(ports) < count:
-        port = free_port()
-        if port not in ports:
-            ports.append(port)
-    return ports
 
 
 class LocalAutoscalingCluster:
@@ -133,7 +123,7 @@ class LocalAutoscalingCluster:
         """
         config = self.temp_dir / "autoscaling.json"
         for attempt in (1, 2):
-            gcs, client, dashboard, agent = _free_ports(4)
+            gcs, client, dashboard, agent = free_ports(4)
             self.gcs_port = gcs
             config.write_text(json.dumps(self._autoscaling_config()))
             command = [

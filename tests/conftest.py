@@ -26,9 +26,11 @@ from strata.store.milvus_lite import COMMAND as MILVUS_LITE
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A free port outside the kernel's ephemeral range (``strata_cli.stack.QUIET_PORTS``):
+    not taken by another process between this choice and the test server's bind."""
+    from strata_cli.stack import free_ports
+
+    return free_ports(1)[0]
 
 
 def port_open(port: int) -> bool:

@@ -223,13 +223,52 @@ def test_demo_says_last_that_the_stack_is_still_up_and_how_to_stop_it(
 
 
 def test_ports_chosen_together_are_distinct_and_avoid_the_taken_ones() -> None:
-    from strata_cli.stack import _free_ports
+    from strata_cli.stack import QUIET_PORTS, free_ports
 
     for _ in range(50):
-        first = _free_ports(3)
-        again = _free_ports(3, taken=first)
+        first = free_ports(3)
+        again = free_ports(3, taken=first)
         assert len(set(first)) == 3 and len(set(again)) == 3
         assert not set(first) & set(again)
+        assert all(port in QUIET_PORTS for port in first + again)
+
+
+def test_free_ports_come_from_outside_the_kernels_ephemeral_range_and_skip_bound_ones(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The kernel gives its ephemeral ports to every bind to port 0 and every outgoing
+    connection: a port chosen there can be gone by the time a late server binds it."""
+    import strata_cli.stack as stack_module
+
+    low, high = map(int, Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    quiet = stack_module.QUIET_PORTS
+    assert quiet.stop <= low or quiet.start > high
+    window = next(  # ten neighbouring ports free here, to squat on seven of them
+        range(start, start + 10) for start in range(quiet.start, quiet.stop - 10, 10)
+        if all(_bindable(p) for p in range(start, start + 10))
+    )
+    monkeypatch.setattr(stack_module, "QUIET_PORTS", window)
+    squatters = []
+    try:
+        for port in window[:7]:
+            sock = socket.socket()
+            squatters.append(sock)
+            sock.bind(("127.0.0.1", port))  # bound on loopback only: still not free on every interface
+        assert sorted(stack_module.free_ports(3)) == list(window[7:])
+        with pytest.raises(StackError, match="fewer than 4 free ports"):
+            stack_module.free_ports(4)
+    finally:
+        for sock in squatters:
+            sock.close()
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind(("", port))
+            return True
+        except OSError:
+            return False
 
 
 def test_down_reads_a_stack_recorded_by_a_version_with_settings_this_one_lacks(tmp_path: Path) -> None:
