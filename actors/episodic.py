@@ -70,6 +70,7 @@ def _turn_view(turn: Turn) -> dict[str, Any]:
 class EpisodicShard(LayerShard[EpisodicMemory]):
     layer_name = "episodic"
     vectors_in = "episodic"
+    batched_reads = frozenset({"search"})
     expiring_kinds = (TURN, SUMMARY)
 
     def __init__(self, settings: dict[str, Any], shard: int) -> None:

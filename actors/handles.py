@@ -18,7 +18,9 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import asyncio
+import weakref
+from collections.abc import Coroutine, Mapping
 from datetime import datetime
 from typing import Any, ClassVar, NotRequired, TypedDict
 
@@ -47,6 +49,7 @@ __all__ = [
     "LayerHandle",
     "Ping",
     "ProceduralHandle",
+    "ReadBatcher",
     "RecordedTurn",
     "RecordedTurns",
     "Removed",
@@ -151,17 +154,114 @@ class Ping(TypedDict):
 # -- the handles ----------------------------------------------------------------------------
 
 
+#: A read waiting for its batch: method, args, kwargs, and the caller's future.
+_Read = tuple[str, tuple[Any, ...], dict[str, Any], "asyncio.Future[Any]"]
+
+
+class ReadBatcher:
+    """Reads of one shard asked for in the same turn of the event loop go in one actor call.
+
+    An actor call costs about 1.5 ms of CPU between caller and shard whatever it carries
+    (docs/benchmarks.md), a context's reads are three of them, and concurrent contexts ask
+    for theirs together: the query embeddings of concurrent requests come back in one model
+    call, so their searches start in the same turn. A read asked for alone goes alone, at
+    once: nothing waits for company. Several go as one :meth:`LayerShard.reads
+    <strata_actors.shard.LayerShard.reads>` call; a read whose tenant the shard has not
+    loaded comes back "cold" and is sent again on its own, so no read waits for another
+    tenant's load.
+
+    Args:
+        actor: the shard's Ray actor handle.
+    """
+
+    def __init__(self, actor: Any) -> None:
+        self.actor = actor
+        #: Reads waiting for this turn's flush, per event loop: one batcher may serve several
+        #: loops (a client driven by ``asyncio.run`` per call, or from several threads).
+        self._pending: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, list[_Read]] = weakref.WeakKeyDictionary()
+        self._tasks: set[asyncio.Task[None]] = set()
+        #: Actor calls made and reads they carried, for the benchmark and the tests.
+        self.calls = 0
+        self.reads = 0
+
+    async def read(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Any] = loop.create_future()
+        pending = self._pending.get(loop)
+        if pending is None:
+            pending = self._pending[loop] = []
+            loop.call_soon(self._flush, loop)
+        pending.append((method, args, kwargs, future))
+        return await future
+
+    def _flush(self, loop: asyncio.AbstractEventLoop) -> None:
+        batch = self._pending.pop(loop, [])
+        if batch:
+            self._spawn(self._one(*batch[0]) if len(batch) == 1 else self._many(batch))
+
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _one(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any], future: asyncio.Future[Any]) -> None:
+        self.calls += 1
+        self.reads += 1
+        try:
+            result = await getattr(self.actor, method).remote(*args, **kwargs)
+        except Exception as exc:  # noqa: BLE001  (the caller's to see, typed)
+            _settle(future, error=unwrap(exc))
+        else:
+            _settle(future, result)
+
+    async def _many(self, batch: list[_Read]) -> None:
+        self.calls += 1
+        self.reads += len(batch)
+        try:
+            answers = await self.actor.reads.remote([(method, args, kwargs) for method, args, kwargs, _ in batch])
+        except Exception as exc:  # noqa: BLE001  (a lost actor fails every read it carried)
+            error = unwrap(exc)
+            for *_, future in batch:
+                _settle(future, error=error)
+            return
+        for (method, args, kwargs, future), (status, value) in zip(batch, answers, strict=True):
+            if status == "ok":
+                _settle(future, value)
+            elif status == "error":
+                _settle(future, error=unwrap(value))
+            elif not future.done():  # cold: on its own, after its tenant's load
+                self._spawn(self._one(method, args, kwargs, future))
+
+
+def _settle(future: asyncio.Future[Any], result: Any = None, *, error: BaseException | None = None) -> None:
+    if future.done():  # its caller gave up (a deadline, a cancelled request)
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(result)
+
+
 class LayerHandle:
     """One shard actor of a layer; the calls every layer's shard answers.
 
     Args:
         actor: the shard's Ray actor handle (from :class:`~strata_actors.router.LayerRouter`).
+        reads: the shard's :class:`ReadBatcher` (the router keeps one per shard), through which
+            the hot reads go; None: every call on its own.
     """
 
     layer: ClassVar[Layer]
 
-    def __init__(self, actor: Any) -> None:
+    def __init__(self, actor: Any, reads: ReadBatcher | None = None) -> None:
         self._actor = actor
+        self._reads = reads
+
+    async def _read(self, method: str, /, *args: Any, **kwargs: Any) -> Any:
+        """:meth:`_call` for a read the shard may answer in a batch (``batched_reads``)."""
+        if self._reads is None:
+            return await self._call(method, *args, **kwargs)
+        return await self._reads.read(method, args, kwargs)
 
     async def _call(self, method: str, /, *args: Any, **kwargs: Any) -> Any:
         """Call ``method`` on the shard and await it.
@@ -208,7 +308,7 @@ class WorkingHandle(SessionLayerHandle):
 
     async def messages(self, tenant: str, session_id: str, *, budget_tokens: int | None = None) -> WorkingMessages:
         """The session's messages fitted to ``budget_tokens``, and its version: what a context reads."""
-        found: WorkingMessages = await self._call("messages", tenant, session_id, budget_tokens=budget_tokens)
+        found: WorkingMessages = await self._read("messages", tenant, session_id, budget_tokens=budget_tokens)
         return found
 
     async def add_items(
@@ -259,7 +359,7 @@ class EpisodicHandle(SessionLayerHandle):
     ) -> EpisodicHits:
         """Turns and summaries like ``query`` (``vector`` is its embedding), in ``[start, end)``,
         those in ``prefer`` ranked up."""
-        found: EpisodicHits = await self._call(
+        found: EpisodicHits = await self._read(
             "search", tenant, query=query, vector=vector, top_k=top_k, session_id=session_id,
             start=start, end=end, prefer=prefer,
         )
@@ -312,7 +412,7 @@ class SemanticHandle(LayerHandle):
         doc_ids: list[str] | None = None,
     ) -> list[Hit]:
         """Passages for ``query`` (``vector`` is its embedding), best first."""
-        found = await self._call(
+        found = await self._read(
             "search", tenant, query=query, vector=vector, top_k=top_k, weights=weights, min_cosine=min_cosine,
             doc_ids=doc_ids,
         )
@@ -372,7 +472,7 @@ class ProceduralHandle(LayerHandle):
         self, tenant: str, *, query: str, vector: np.ndarray | None, top_k: int, min_success_rate: float | None = None
     ) -> list[FoundSkill]:
         """Skills for a task (``vector`` is its embedding; made by the shard if None), best first."""
-        found = await self._call(
+        found = await self._read(
             "search", tenant, query=query, vector=vector, top_k=top_k, min_success_rate=min_success_rate
         )
         skills: list[FoundSkill] = found["skills"]

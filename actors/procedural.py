@@ -124,6 +124,7 @@ def _hit(skill: Skill, version: int, similarity: float, score: float, relevance:
 class ProceduralShard(WholeRecordExpiry, LayerShard[ProceduralMemory]):
     layer_name = "procedural"
     vectors_in = "procedural"
+    batched_reads = frozenset({"search"})
     expiring_kinds = (SKILL,)
 
     def __init__(self, settings: dict[str, Any], shard: int) -> None:

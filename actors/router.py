@@ -28,6 +28,7 @@ from strata_actors.handles import (
     EpisodicHandle,
     LayerHandle,
     ProceduralHandle,
+    ReadBatcher,
     SemanticHandle,
     SessionLayerHandle,
     WorkingHandle,
@@ -63,24 +64,35 @@ class LayerRouter:
         self._settings = settings
         self._settings_dict = settings.to_dict()
         self._handles: dict[tuple[Layer, int], Any] = {}
+        #: One per shard: concurrent reads of a shard share actor calls (handles.ReadBatcher).
+        self._batchers: dict[tuple[Layer, int], ReadBatcher] = {}
 
     # -- typed handles: how the orchestration calls the layers ------------------------------
 
     def working(self, tenant: str) -> WorkingHandle:
-        return WorkingHandle(self.handle("working", tenant))
+        return WorkingHandle(*self._owner("working", tenant))
 
     def episodic(self, tenant: str) -> EpisodicHandle:
-        return EpisodicHandle(self.handle("episodic", tenant))
+        return EpisodicHandle(*self._owner("episodic", tenant))
 
     def semantic(self, tenant: str) -> SemanticHandle:
-        return SemanticHandle(self.handle("semantic", tenant))
+        return SemanticHandle(*self._owner("semantic", tenant))
 
     def procedural(self, tenant: str) -> ProceduralHandle:
-        return ProceduralHandle(self.handle("procedural", tenant))
+        return ProceduralHandle(*self._owner("procedural", tenant))
 
     def layer(self, layer: Layer, tenant: str) -> LayerHandle:
         """The shard of ``layer`` that owns ``tenant``, for the calls every layer answers."""
-        return _HANDLES[layer](self.handle(layer, tenant))
+        return _HANDLES[layer](*self._owner(layer, tenant))
+
+    def _owner(self, layer: Layer, tenant: str) -> tuple[Any, ReadBatcher]:
+        """The actor of the shard that owns ``tenant``, and its read batcher."""
+        key = (layer, self.shard_of(layer, tenant))
+        actor = self.shard_handle(*key)
+        batcher = self._batchers.get(key)
+        if batcher is None or batcher.actor is not actor:  # a new handle: a new batcher for it
+            batcher = self._batchers[key] = ReadBatcher(actor)
+        return actor, batcher
 
     def session_layer(self, layer: Layer, tenant: str) -> SessionLayerHandle:
         """:meth:`layer` for a layer that keeps memory per session (working, episodic)."""

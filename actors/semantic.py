@@ -83,6 +83,7 @@ def _hit(hit: SemanticHit) -> dict[str, Any]:
 class SemanticShard(WholeRecordExpiry, LayerShard[SemanticMemory]):
     layer_name = "semantic"
     vectors_in = "semantic"
+    batched_reads = frozenset({"search"})
     expiring_kinds = (DOC,)
 
     def __init__(self, settings: dict[str, Any], shard: int) -> None:

@@ -146,6 +146,8 @@ class LayerShard(Generic[_L]):
     #: The :class:`Collections` field naming the collection of this layer's vectors (None: it
     #: keeps none): checked against the configured embedder when the store is opened.
     vectors_in: str | None = None
+    #: The reads a caller may send several of in one actor call (:meth:`reads`).
+    batched_reads: frozenset[str] = frozenset()
 
     def __init__(self, settings: dict[str, Any], shard: int) -> None:
         self.settings = StrataSettings.from_dict(settings)
@@ -157,6 +159,8 @@ class LayerShard(Generic[_L]):
         #: Forgets begun and ended per tenant in this actor's life (see :meth:`generation`).
         self._generations: dict[str, int] = {}
         self._loading: dict[str, asyncio.Future[_Tenant[_L]]] = {}
+        #: Loads started by :meth:`reads` for tenants not in memory (held until done).
+        self._warming: set[asyncio.Task[None]] = set()
         self._evictor: asyncio.Task[None] | None = None
         self._sweeper: asyncio.Task[None] | None = None
         #: Items purged because they expired, since this actor started.
@@ -594,6 +598,46 @@ class LayerShard(Generic[_L]):
         return 0
 
     # -- remote methods common to all layers -------------------------------------
+
+    async def reads(self, calls: list[tuple[str, tuple[Any, ...], dict[str, Any]]]) -> list[tuple[str, Any]]:
+        """Several reads in one actor call (``(method, args, kwargs)``, the tenant first in
+        args), run concurrently, each answered as ``("ok", result)``, ``("error", exc)`` or
+        ``("cold", None)``: an actor call costs about 1.5 ms of CPU between the two processes
+        whatever it carries, so concurrent requests' reads of one shard share one.
+
+        A read of a tenant not in memory is not run here: its load from the store would hold
+        up the warm reads sent with it. Its load is started, and the caller sends that read
+        on its own (which waits for the load)."""
+
+        async def one(method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[str, Any]:
+            if method not in self.batched_reads:
+                return "error", StrataError(f"{method!r} is not a read of the {self.layer_name} layer")
+            tenant = args[0] if args else None
+            if not isinstance(tenant, str) or tenant not in self._tenants:
+                if isinstance(tenant, str):
+                    self._warm(tenant)
+                return "cold", None
+            try:
+                return "ok", await getattr(self, method)(*args, **kwargs)
+            except Exception as exc:  # noqa: BLE001  (an error is this read's answer, not the batch's)
+                return "error", exc
+
+        return list(await asyncio.gather(*(one(*call) for call in calls)))
+
+    def _warm(self, tenant: str) -> None:
+        """Start loading ``tenant`` unless it is loading; a failure is the next call's to see."""
+        if tenant in self._loading:
+            return
+
+        async def load() -> None:
+            try:
+                await self._load(tenant)
+            except Exception:  # noqa: BLE001  (the read sent on its own loads again and raises it)
+                _log.debug("%s shard %d: warming %r failed", self.layer_name, self.shard, tenant, exc_info=True)
+
+        task = asyncio.get_running_loop().create_task(load())
+        self._warming.add(task)
+        task.add_done_callback(self._warming.discard)
 
     async def ping(self) -> dict[str, Any]:
         """Health of this shard: loaded tenants, and whether its store answers."""

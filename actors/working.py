@@ -36,6 +36,7 @@ def _item(item: WorkingItem, expires: int | None) -> dict[str, Any]:
 
 class WorkingShard(LayerShard[WorkingSessions]):
     layer_name = "working"
+    batched_reads = frozenset({"messages"})
     # The answers kept for idempotent writes live beside working items and expire the same way.
     expiring_kinds = (WORKING_KIND, IDEM_KIND)
 

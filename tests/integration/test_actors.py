@@ -308,3 +308,47 @@ def test_eval_harness_counts_llm_calls_and_tokens_per_turn(milvus: MilvusServer,
     assert llm["prompt_tokens"] == 22 and llm["completion_tokens"] == 14  # the fake server's usage, 11 + 7 a call
     assert llm["calls_per_turn"] == 0.5 and llm["tokens_per_turn"] == 9.0
     assert "0.5 calls and 9.0 tokens per turn" in format_table(document, [1, 2])
+
+
+@pytest.mark.stores("lite")  # not a property of the store
+async def test_concurrent_reads_of_a_shard_share_actor_calls_and_keep_their_own_answers(settings: Any) -> None:
+    """Searches asked for together go to their shard in one actor call; each caller gets its
+    own tenant's hits, its own error, and a tenant the shard must load first is read alone."""
+    router = LayerRouter(settings)
+    names = [f"batch-{n}" for n in range(40)]
+    tenants = [t for t in names if router.shard_of("episodic", t) == 0][:4]
+    assert len(tenants) == 4
+    clients = {t: InClusterClient(t, settings) for t in tenants}
+    for t, client in clients.items():
+        await client.record_turn("pets", f"{t} keeps a parrot named Kiwi.", timestamp=T0)
+    vector = clients[tenants[0]]._embedder.embed_query(["what bird do I keep?"])[0]
+    batcher = router._owner("episodic", tenants[0])[1]
+
+    async def search(tenant: str) -> Any:
+        return await router.episodic(tenant).search(tenant, query="what bird do I keep?", vector=vector, top_k=3)
+
+    for t in tenants:  # each tenant loaded, one call each
+        await search(t)
+    calls, reads = batcher.calls, batcher.reads
+    found = await asyncio.gather(*(search(t) for t in tenants))
+    assert (batcher.calls - calls, batcher.reads - reads) == (1, 4)  # four reads, one actor call
+    for t, answer in zip(tenants, found, strict=True):
+        assert [h["text"] for h in answer["hits"]] == [f"user: {t} keeps a parrot named Kiwi."]  # its own tenant's
+
+    # A tenant out of memory is loaded and read on its own; the others do not wait for it.
+    assert await router.handle("episodic", tenants[1]).evict.remote(tenants[1])
+    calls = batcher.calls
+    found = await asyncio.gather(*(search(t) for t in tenants))
+    assert batcher.calls - calls == 2
+    assert [h["text"] for h in found[1]["hits"]] == [f"user: {tenants[1]} keeps a parrot named Kiwi."]
+
+    # One read's error is its own: a tenant id that is no id fails alone, with its own message.
+    answers = await asyncio.gather(search("../etc"), *(search(t) for t in tenants), return_exceptions=True)
+    assert isinstance(answers[0], InvalidInput)
+    assert all(isinstance(a, dict) and a["hits"] for a in answers[1:])
+
+    # A method that is not a batched read is refused, not run.
+    [(status, error)] = await router.handle("episodic", tenants[0]).reads.remote(
+        [("forget_tenant", (tenants[0],), {})])
+    assert status == "error" and "not a read" in str(error)
+    assert (await search(tenants[0]))["hits"]  # nothing was forgotten
