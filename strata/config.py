@@ -201,13 +201,16 @@ class ServeSettings(_Section):
     request_timeout_s: float = Field(default=30.0, gt=0)
     embedding_max_batch_size: int = Field(default=32, ge=1)
     embedding_batch_wait_timeout_s: float = Field(default=0.005, ge=0)
-    #: Start the embedded stack's Ray with RAY_SERVE_THROUGHPUT_OPTIMIZED=1 (Serve's direct
-    #: ingress, gRPC between deployments, GC frozen after start-up; request logs unbuffered).
-    #: Off: on a quiet machine, one client calling /v1/context for 20 s ran 43.5 and 44.1
-    #: calls/s with it (32.3 and 31.9 ms of stack CPU per call) against 42.6 without (33.2),
-    #: within noise, and it opens gRPC ports on every interface. An environment that sets
-    #: the variable itself wins.
-    throughput_optimized: bool = False
+    #: Start the embedded stack's Ray with RAY_SERVE_THROUGHPUT_OPTIMIZED=1: the ingress's own
+    #: code and its router run on the replica's event loop, where HAProxy's requests arrive
+    #: (not on a second loop in another thread, one hand-over each way per request); calls
+    #: between deployments go over gRPC; GC is frozen after start-up; request logs unbuffered.
+    #: On: with HAProxy, 8 clients calling /v1/context ran 66.6 calls/s at 22.9 ms of stack CPU
+    #: per call, against 61.0 at 23.6 without (docs/benchmarks.md). Behind Serve's Python proxy
+    #: it measured within noise. Each replica's inter-deployment gRPC server listens on every
+    #: interface with this on or off (Ray 2.60 starts it in every replica), behind Ray's token
+    #: auth. An environment that sets the variable itself wins.
+    throughput_optimized: bool = True
     #: Serve HTTP through HAProxy instead of Serve's Python proxy (RAY_SERVE_ENABLE_HA_PROXY=1
     #: where ``strata up`` starts Ray): requests reach the ingress replica's own port, and a
     #: context call costs about a quarter less CPU (docs/benchmarks.md). ``strata up`` runs it

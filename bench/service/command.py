@@ -115,7 +115,7 @@ def measure(found: Target, sizes: Sizes, source: TextSource, *, admin_key: str |
             floor = floor_in_memory("bench", sessions, documents, embedder=embedder, settings=settings, vectors=vectors)
             out["floor_source"] = "the generated data in an InMemoryRecordStore (no summaries)"
         out["floor"] = {"context": measure_floor(floor, embedder, queries, top_k=settings.context.default_top_k,
-                                                 context=settings.context),
+                                                 context=settings.context, encoding=settings.working.encoding),
                         "search": measure_floor(floor, embedder, queries, top_k=10),
                         "episodic_turns": floor.episodic.turn_count,
                         "episodic_summaries": len(floor.episodic.summaries()), "semantic": floor.semantic.stats()}

@@ -213,7 +213,7 @@ def floor_in_memory(
 
 
 def measure_floor(floor: Floor, embedder: Any, queries: Sequence[str], *, top_k: int, warmup: int = 5,
-                  context: Any = None) -> dict[str, Any]:
+                  context: Any = None, encoding: str | None = None) -> dict[str, Any]:
     """Embed + episodic search + semantic search per query, one after the other (ms), and the
     CPU time each call costs this process (``cpu_ms_per_call``, all its threads).
 
@@ -221,7 +221,8 @@ def measure_floor(floor: Floor, embedder: Any, queries: Sequence[str], *, top_k:
     for a planning task: the query redacted, its time expression read, the hits made context
     items, the working memory's messages fitted to its share and the context assembled to
     the default budget (parts ``working`` and ``assemble``; the working step is left out
-    when the floor has no working memory)."""
+    when the floor has no working memory), its tokens counted in ``encoding`` (the stack's
+    ``working.encoding``; tiktoken's default when None)."""
     from strata.context.assemble import assemble_context
     from strata.privacy.pii import Redactor, RuleDetector
     from strata.providers.tokens import TiktokenCounter
@@ -233,7 +234,8 @@ def measure_floor(floor: Floor, embedder: Any, queries: Sequence[str], *, top_k:
     parts: dict[str, list[float]] = {"total": [], "embed": [], "episodic": [], "semantic": []}
     if context is not None:
         parts.update(working=[], assemble=[])
-        counter, redactor = TiktokenCounter(), Redactor(RuleDetector(), {}, hash_key=b"")
+        counter = TiktokenCounter(encoding) if encoding else TiktokenCounter()
+        redactor = Redactor(RuleDetector(), {}, hash_key=b"")
     now = datetime.now(UTC)
     cpu_started = 0.0
     for n, query in enumerate([*queries[:warmup], *queries]):

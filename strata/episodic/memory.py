@@ -43,6 +43,7 @@ from strata.episodic.turns import (
 from strata.errors import InvalidInput, NotFound
 from strata.ids import validate_id
 from strata.limits import RECORD_TEXT_BYTES_MAX
+from strata.providers.batching import EmbedBatcher
 from strata.retrieval.entities import EntityExtractor, Extraction, RuleExtractor
 from strata.retrieval.graph import KnowledgeGraph
 from strata.retrieval.lexical import LexicalIndex, language_weights
@@ -50,7 +51,13 @@ from strata.retrieval.vectors import VectorIndex
 from strata.store.records import Record, RecordStore
 from strata.store.ttl import Expiries, expires_ms
 
-__all__ = ["EpisodicMemory"]
+__all__ = ["NAMES_KEPT_FROM", "EpisodicMemory"]
+
+#: A query this long or longer is embedded with the speaker names it mentions
+#: (:meth:`EpisodicMemory.dense_query`): the length from which the query batcher also
+#: gives a text a lane of its own.
+NAMES_KEPT_FROM = EmbedBatcher.LONG_CHARS
+
 
 class EpisodicMemory:
     """All episodic state of one tenant, persisted through a :class:`RecordStore`."""
@@ -428,7 +435,12 @@ class EpisodicMemory:
         turn near that name instead of the ones about the question's content.
         """
         return without_speakers(text, self._speakers_named(text))
+        A text of :data:`NAMES_KEPT_FROM` characters or more keeps its names: in
+        it they are a small share, and the changed text would be embedded a second
+        time (~80 ms of model for a message of the maximum length).
 
+        if len(text) >= NAMES_KEPT_FROM:
+            return text
     def _speakers_named(self, text: str) -> set[str]:
         """Speaker labels of this tenant that ``text`` mentions (whole words; CJK names as substrings)."""
         return speakers_named(self._speakers, text)

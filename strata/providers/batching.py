@@ -47,7 +47,8 @@ class EmbedBatcher:
 
     Args:
         embed: the model call, texts in, one row per text out (an :class:`~strata.providers.embedder.Embedder`'s
-            ``embed_query``). It runs in a worker thread, one call at a time.
+            ``embed_query``). It runs in a worker thread, one call at a time per lane
+            (short texts, long ones: :data:`LONG_CHARS`); it must allow two at once.
         max_batch: the most texts one model call takes.
 
     Example:
@@ -57,14 +58,20 @@ class EmbedBatcher:
 
     #: Characters under which a text's length does not decide its call (a few tokens of padding).
     SLACK_CHARS = 64
+    #: A text this long or longer queues in a lane of its own, beside the short ones' (each
+    #: lane one model call at a time): a question must not wait behind a message of the
+    #: maximum length, ~80 ms of model here against ~5 ms for a question (docs/benchmarks.md,
+    #: the hostile neighbour).
+    LONG_CHARS = 1024
 
     def __init__(self, embed: Callable[[Sequence[str]], np.ndarray], *, max_batch: int = 32) -> None:
         if max_batch < 1:
             raise ValueError("max_batch must be at least 1")
         self._embed = embed
         self._max_batch = max_batch
-        self._pending: list[tuple[str, asyncio.Future[np.ndarray]]] = []
-        self._draining: asyncio.Task[None] | None = None
+        #: Per lane (short texts, long ones): texts waiting for the next call, and the task calling.
+        self._pending: tuple[list[tuple[str, asyncio.Future[np.ndarray]]], ...] = ([], [])
+        self._draining: list[asyncio.Task[None] | None] = [None, None]
         #: Model calls made and texts embedded, for the benchmark and the tests.
         self.calls = 0
         self.texts = 0
@@ -72,14 +79,17 @@ class EmbedBatcher:
     async def embed(self, text: str) -> np.ndarray:
         """The vector of ``text``; raises what the model call raised."""
         future: asyncio.Future[np.ndarray] = asyncio.get_running_loop().create_future()
-        self._pending.append((text, future))
-        if self._draining is None or self._draining.done():
-            self._draining = asyncio.create_task(self._drain())
+        lane = int(len(text) >= self.LONG_CHARS)
+        self._pending[lane].append((text, future))
+        draining = self._draining[lane]
+        if draining is None or draining.done():
+            self._draining[lane] = asyncio.create_task(self._drain(self._pending[lane]))
         return await future
 
-    async def _drain(self) -> None:
-        while self._pending:
-            pending, self._pending = self._pending, []
+    async def _drain(self, queue: list[tuple[str, asyncio.Future[np.ndarray]]]) -> None:
+        while queue:
+            pending = queue[:]
+            queue.clear()
             groups = length_groups([len(text) for text, _ in pending], max_batch=self._max_batch, slack=self.SLACK_CHARS)
             # The shortest call first; texts that arrive meanwhile queue for the next round.
             for group in groups:

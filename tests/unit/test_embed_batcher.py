@@ -58,6 +58,29 @@ async def test_a_query_arriving_while_the_model_runs_waits_for_the_next_call() -
     assert calls == [["first"], [f"later {n}" for n in range(5)]]
 
 
+async def test_a_question_does_not_wait_behind_a_long_message_in_the_model() -> None:
+    """A text of the maximum length costs the model ~16x a question: it goes in a lane of its
+    own, and questions asked meanwhile are answered while it runs."""
+    release = threading.Event()
+    calls: list[list[str]] = []
+
+    def model(texts: Sequence[str]) -> np.ndarray:
+        calls.append(list(texts))
+        if len(texts[0]) >= EmbedBatcher.LONG_CHARS:
+            release.wait(5)
+        return np.zeros((len(texts), 3), np.float32)
+
+    batcher = EmbedBatcher(model)
+    long = asyncio.ensure_future(batcher.embed("a_" * 8000))
+    while not calls:  # the long text is in the model
+        await asyncio.sleep(0.001)
+    short = await asyncio.wait_for(asyncio.gather(*(batcher.embed(f"question {n}") for n in range(3))), 2)
+    assert len(short) == 3 and not long.done()  # answered while the long one still runs
+    release.set()
+    assert (await long).shape == (3,)
+    assert calls == [["a_" * 8000], [f"question {n}" for n in range(3)]]
+
+
 async def test_a_failing_model_call_fails_its_waiters_and_not_the_next() -> None:
     started = threading.Event()
     calls: list[list[str]] = []
@@ -86,26 +109,34 @@ async def test_a_cancelled_caller_does_not_break_the_batch(embed: object) -> Non
     assert (await first).shape == (384,) and (await second).shape == (384,)
 
 
-async def test_a_long_query_gets_its_own_call_and_the_short_ones_are_answered_first() -> None:
+async def test_a_long_query_gets_its_own_call() -> None:
     """One query at the maximum length among short ones: padded together, every short query
     would cost what the long one costs (the hostile neighbour's 16,000-character search)."""
     calls: list[list[str]] = []
-    answered: list[str] = []
 
     def model(texts: Sequence[str]) -> np.ndarray:
         calls.append(list(texts))
         return np.zeros((len(texts), 3), np.float32)
 
-    async def ask(batcher: EmbedBatcher, text: str) -> None:
-        await batcher.embed(text)
-        answered.append(text)
-
     batcher = EmbedBatcher(model)
     long = "a_" * 8000
     short = [f"what did I say about trip {n}?" for n in range(7)]
-    await asyncio.gather(ask(batcher, long), *(ask(batcher, t) for t in short))
-    assert calls == [sorted(short, key=len), [long]]
-    assert answered[-1] == long
+    await asyncio.gather(batcher.embed(long), *(batcher.embed(t) for t in short))
+    assert sorted(calls, key=len) == [[long], sorted(short, key=len)]
+
+
+async def test_texts_of_like_length_share_a_call_and_the_shortest_go_first() -> None:
+    calls: list[list[str]] = []
+
+    def model(texts: Sequence[str]) -> np.ndarray:
+        calls.append(list(texts))
+        return np.zeros((len(texts), 3), np.float32)
+
+    batcher = EmbedBatcher(model)
+    medium = ["word " * 100 + str(n) for n in range(2)]  # 500 characters: the short lane, its own call
+    short = [f"what did I say about trip {n}?" for n in range(3)]
+    await asyncio.gather(*(batcher.embed(t) for t in medium + short))
+    assert calls == [sorted(short, key=len), medium]
 
 
 def test_the_real_model_gives_the_same_vectors_however_a_batch_is_cut(embed: object) -> None:

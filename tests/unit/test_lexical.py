@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from strata.config import EpisodicSettings
-from strata.episodic.memory import EpisodicMemory
+from strata.episodic.memory import NAMES_KEPT_FROM, EpisodicMemory
 from strata.episodic.turns import TurnInput
 from strata.retrieval.lexical import LexicalIndex, cjk_share, rrf_fuse
 from strata.store.records import InMemoryRecordStore
@@ -120,6 +120,10 @@ def test_dense_query_drops_the_speakers_it_names() -> None:
 
 def test_chinese_words_join_the_bigrams() -> None:
     from strata.retrieval.lexical import lexical_terms
+    # A long message keeps its names: a small share of it, and not worth a second embedding.
+    long = "Caroline said " + "the deploy failed again " * 60
+    assert len(long) >= NAMES_KEPT_FROM and memory.dense_query(long) == long
+    assert memory.dense_query(long[: NAMES_KEPT_FROM - 1]) == long[: NAMES_KEPT_FROM - 1].replace("Caroline ", "", 1)
 
     terms = lexical_terms("他下周过生日")
     assert "w:过生日" in terms and "生日" in terms  # jieba's word beside the bigrams
