@@ -293,7 +293,7 @@ class EpisodicSettings(_FusedLayer):
     raw_window: int = Field(default=20, ge=1)
     summary_threshold: int = Field(default=10, ge=1)
     max_turn_chars: int = Field(default=MESSAGE_CHARS_MAX, ge=100)
-    #: Weighted RRF of the dense and the lexical (BM25) rankings.
+    #: Weights of the dense and the lexical (BM25) paths in their fusion (``fusion_mode``).
     fusion_dense_weight: float = Field(default=0.6, ge=0)
     fusion_lexical_weight: float = Field(default=0.4, ge=0)
     #: Weight of the graph path: turns that mention the entities a query names.
@@ -312,6 +312,29 @@ class EpisodicSettings(_FusedLayer):
     speaker_boost: float = Field(default=0.3, ge=0, le=5)
     #: Score factor 1 + this for turns inside a time range read off the query.
     time_boost: float = Field(default=1.0, ge=0, le=10)
+    #: How the paths are fused. ``theoretical`` (default): weighted sum (CombSUM) of
+    #: each path's score normalised per query from the path's own floor (BM25 0, the
+    #: cosine of an unrelated text, ``cosine_span[0]``) to the query's best; a hit far
+    #: ahead on one path then does not tie with one barely ahead, as it does with
+    #: ranks (LoCoMo R@10 0.759 -> 0.778, MemSim 0.531 -> 0.539,
+    #: docs/retrieval-ablation.md). ``minmax``: the same, min-max over the query's
+    #: candidates. ``rrf``: weighted reciprocal rank fusion (ranks only).
+    fusion_mode: Literal["rrf", "minmax", "theoretical"] = "theoretical"
+    #: Dense pseudo-relevance feedback (Rocchio): the query vector plus
+    #: ``dense_feedback_weight`` x the mean vector of its best
+    #: ``dense_feedback_docs`` dense hits re-ranks the dense path, so a short
+    #: question picks up the vocabulary of its answers. 0 docs turns it off: 3 docs
+    #: at weight 0.5 or 0.75 left LoCoMo R@10 0.003 lower (docs/retrieval-ablation.md).
+    dense_feedback_docs: int = Field(default=0, ge=0, le=20)
+    dense_feedback_weight: float = Field(default=0.5, ge=0, le=5)
+    #: Lexical pseudo-relevance feedback (RM3-like): the ``lexical_feedback_terms``
+    #: most distinctive terms of the best ``lexical_feedback_docs`` BM25 hits join
+    #: the BM25 query, together weighing ``lexical_feedback_weight`` x the query's
+    #: own terms. 0 docs turns it off: 3 docs cost MemSim R@10 0.04 to 0.08
+    #: (docs/retrieval-ablation.md).
+    lexical_feedback_docs: int = Field(default=0, ge=0, le=20)
+    lexical_feedback_terms: int = Field(default=10, ge=1, le=100)
+    lexical_feedback_weight: float = Field(default=0.5, ge=0, le=5)
 
     def _latin_dense_weight(self) -> float:
         return self.fusion_dense_weight

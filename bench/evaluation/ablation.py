@@ -111,6 +111,16 @@ ROWS: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
     ("+ graph path, weight 0.4", {"fusion_graph_weight": 0.4}, {}),
     ("− time preference (no time expressions)", {}, {"time_mode": "none"}),
     ("time expression as a hard filter instead", {}, {"time_mode": "hard"}),
+    ("fusion by weighted RRF instead (fusion_mode rrf; the default before)", {"fusion_mode": "rrf"}, {}),
+    ("fusion by scores min-max over the candidates (fusion_mode minmax)", {"fusion_mode": "minmax"}, {}),
+    ("+ dense feedback, 3 docs, weight 0.5 (dense_feedback_docs)", {"dense_feedback_docs": 3}, {}),
+    ("+ dense feedback, 3 docs, weight 0.75", {"dense_feedback_docs": 3, "dense_feedback_weight": 0.75}, {}),
+    ("+ dense feedback, 3 docs, weight 0.5, with RRF", {"dense_feedback_docs": 3, "fusion_mode": "rrf"}, {}),
+    ("+ lexical feedback, 3 docs, 10 terms, weight 0.5 (lexical_feedback_docs)", {"lexical_feedback_docs": 3}, {}),
+    ("+ lexical feedback, 3 docs, 10 terms, weight 0.25",
+     {"lexical_feedback_docs": 3, "lexical_feedback_weight": 0.25}, {}),
+    ("+ lexical feedback, 3 docs, 10 terms, weight 0.5, with RRF",
+     {"lexical_feedback_docs": 3, "fusion_mode": "rrf"}, {}),
 ]
 
 

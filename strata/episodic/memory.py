@@ -46,7 +46,7 @@ from strata.limits import RECORD_TEXT_BYTES_MAX
 from strata.providers.batching import EmbedBatcher
 from strata.retrieval.entities import EntityExtractor, Extraction, RuleExtractor
 from strata.retrieval.graph import KnowledgeGraph
-from strata.retrieval.lexical import LexicalIndex, language_weights
+from strata.retrieval.lexical import LexicalIndex, language_weights, lexical_terms
 from strata.retrieval.vectors import VectorIndex
 from strata.store.records import Record, RecordStore
 from strata.store.ttl import Expiries, expires_ms
@@ -369,7 +369,8 @@ class EpisodicMemory:
         on June 8") as a limit on when something was said.
 
         With ``query_text``, the dense ranking (cosine to ``query``) and the lexical
-        one (BM25 over ``query_text``) are fused by weighted RRF, and ``score`` is the
+        one (BM25 over ``query_text``) are fused as ``fusion_mode`` says (by default a
+        weighted sum of their scores, each normalised per query), and ``score`` is the
         fused score in [0, 1]; without it, ``score`` is the cosine similarity.
         ``exclude_turn_ids`` leaves out turns the caller already has (e.g. in working memory).
         """
@@ -404,7 +405,8 @@ class EpisodicMemory:
         found = ranked(
             self._turn_index, self._turn_lexical, query, query_text, top_k, turn_matches, weights,
             factor=factor if use_factor else None, graph=self._graph, lexical_top=self._lexical_top,
-            span=self._settings.cosine_span,
+            span=self._settings.cosine_span, fusion=self._settings.fusion_mode,
+            feedback=(self._settings.dense_feedback_docs, self._settings.dense_feedback_weight),
         )
         for key, score, ranks, relevance in found:
             t = self._turns[key]
@@ -418,7 +420,7 @@ class EpisodicMemory:
 
             index, lexical = self._summary_index, self._summary_lexical
             found = ranked(index, lexical, query, query_text, top_k, summary_matches, weights,
-                           span=self._settings.cosine_span)
+                           span=self._settings.cosine_span, fusion=self._settings.fusion_mode)
             for key, score, ranks, relevance in found:
                 s = self._summaries[key]
                 hits.append(EpisodicHit(
@@ -433,19 +435,19 @@ class EpisodicMemory:
         Speakers are matched by the speaker-aware factor in :meth:`search`; left
         in a short question, a name dominates its embedding and pulls in every
         turn near that name instead of the ones about the question's content.
-        """
-        return without_speakers(text, self._speakers_named(text))
         A text of :data:`NAMES_KEPT_FROM` characters or more keeps its names: in
         it they are a small share, and the changed text would be embedded a second
         time (~80 ms of model for a message of the maximum length).
-
+        """
         if len(text) >= NAMES_KEPT_FROM:
             return text
+        return without_speakers(text, self._speakers_named(text))
+
     def _speakers_named(self, text: str) -> set[str]:
         """Speaker labels of this tenant that ``text`` mentions (whole words; CJK names as substrings)."""
         return speakers_named(self._speakers, text)
 
-    def _lexical_top(self, text: str, k: int, keep: Callable[[str], bool]) -> list[str]:
+    def _lexical_top(self, text: str, k: int, keep: Callable[[str], bool]) -> list[tuple[str, float]]:
         """Turns by BM25, each with a share of the best score among its session
         neighbours (``lexical_context_window`` turns either side, in time order).
 
@@ -456,11 +458,20 @@ class EpisodicMemory:
         time order, so a long session costs no more than a short one; a turn
         outside those matches counts only its neighbour's share (its own score is
         below the 200th, so the top ``k`` hardly moves).
+
+        With ``lexical_feedback_docs``, the query also holds the feedback terms of
+        its best matches (:meth:`LexicalIndex.feedback_terms`).
         """
-        weight, window = self._settings.lexical_context_weight, self._settings.lexical_context_window
+        s = self._settings
+        extra: dict[str, float] | None = None
+        if s.lexical_feedback_docs and s.lexical_feedback_weight:
+            found = self._turn_lexical.feedback_terms(text, s.lexical_feedback_docs, s.lexical_feedback_terms)
+            mass = s.lexical_feedback_weight * len(lexical_terms(text))
+            extra = {term: mass * weight for term, weight in found.items()}
+        weight, window = s.lexical_context_weight, s.lexical_context_window
         if not (weight and window):
-            return self._turn_lexical.top(text, k, keep)
-        own = dict(self._turn_lexical.top_scored(text, max(4 * k, 200)))
+            return self._turn_lexical.top_scored(text, k, keep, extra=extra)
+        own = dict(self._turn_lexical.top_scored(text, max(4 * k, 200), extra=extra))
         near: dict[str, float] = {}
         for key, score in own.items():
             turn = self._turns[key]
@@ -474,8 +485,8 @@ class EpisodicMemory:
                     near[other] = score
         combined = {key: own.get(key, 0.0) + weight * near.get(key, 0.0) for key in own.keys() | near.keys()}
         ranked = sorted(combined.items(), key=lambda item: (-item[1], item[0]))
-        found = (key for key, _ in ranked if keep(key))  # keep() only until k are found
-        return [key for _, key in zip(range(k), found)]
+        found_keys = (item for item in ranked if keep(item[0]))  # keep() only until k are found
+        return [item for _, item in zip(range(k), found_keys)]
 
     def _fusion_weights(self, query_text: str | None) -> dict[str, float]:
         s = self._settings

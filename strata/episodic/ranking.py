@@ -2,8 +2,8 @@
 
 :func:`ranked` fuses the dense ranking (cosine), the lexical one (BM25) and,
 when weighted, the graph one (turns that mention the entities a query names) by
-weighted RRF, then applies a per-item factor such as the speaker and time
-boosts. The speaker helpers find which of a tenant's speakers a query names, so
+a weighted sum of their scores normalised per query (or by weighted RRF), then
+applies a per-item factor such as the speaker and time boosts. The speaker helpers find which of a tenant's speakers a query names, so
 the search can boost their turns and the embedding can leave their names out.
 """
 
@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable
 import numpy as np
 
 from strata.retrieval.graph import KnowledgeGraph
-from strata.retrieval.lexical import LexicalIndex, cjk_share, rrf_fuse
+from strata.retrieval.lexical import LexicalIndex, cjk_share, rrf_fuse, score_fuse
 from strata.retrieval.relevance import combined, dense_relevance
 from strata.retrieval.vectors import VectorIndex, best
 
@@ -33,32 +33,64 @@ def ranked(
     *,
     factor: Callable[[str], float] | None = None,
     graph: KnowledgeGraph | None = None,
-    lexical_top: Callable[[str, int, Callable[[str], bool]], list[str]] | None = None,
+    lexical_top: Callable[[str, int, Callable[[str], bool]], list[tuple[str, float]]] | None = None,
     span: tuple[float, float] = (0.0, 1.0),
+    fusion: str = "rrf",
+    feedback: tuple[int, float] = (0, 0.0),
 ) -> list[tuple[str, float, dict[str, int], float]]:
     """The ``top_k`` best keys that ``keep`` accepts: by cosine alone, or fused with
     BM25 and (given ``graph``) the entities the text names; each with its fused score,
     its rank per path and its relevance (:mod:`strata.retrieval.relevance`, the cosine
     placed on ``span``).
 
+    ``fusion``: ``rrf`` (weighted RRF of the ranks), or a weighted sum of the paths'
+    scores normalised per query, ``minmax`` over the candidates or ``theoretical``
+    from each path's floor (BM25 0, the cosine ``span[0]`` of an unrelated text) to
+    its best. ``feedback`` ``(m, beta)``: the dense path ranks by the query plus
+    ``beta`` x the mean vector of its ``m`` best hits (Rocchio); relevance stays the
+    original query's cosine.
+
     ``factor`` (at least 1) reweighs candidates before the cut; scores are divided
     by its largest value, so they stay in the range of the unweighted ones."""
     depth = max(top_k * 4, 50)  # rank deeper than we return, so agreement or a factor can lift an item
     cosines = index.scores(vector)
+    searched = cosines
+    docs, beta = feedback
+    if docs and beta and len(cosines):
+        seeds = [key for key, _ in best(index, vector, docs, keep, scores=cosines)]
+        if seeds:
+            moved = vector.astype(np.float32) + beta * index.vectors(seeds).mean(axis=0)
+            norm = float(np.linalg.norm(moved))
+            searched = index.scores(moved / norm if norm else moved)
     if "lexical" not in weights or not text:
         text = None
     if text is None:
-        found = best(index, vector, depth, keep, scores=cosines)
+        found = best(index, vector, depth, keep, scores=searched)
         fused = [(key, score, {"dense": n}) for n, (key, score) in enumerate(found, 1)]
     else:
-        dense = [key for key, _ in best(index, vector, depth, keep, scores=cosines)]
-        words = (lexical_top or lexical.top)(text, depth, keep)
-        rankings = {"dense": dense, "lexical": words}
+        dense = best(index, vector, depth, keep, scores=searched)
+        words = (lexical_top or lexical.top_scored)(text, depth, keep)
+        rankings = {"dense": [key for key, _ in dense], "lexical": [key for key, _ in words]}
+        mentions: list[tuple[str, float]] = []
         if graph is not None and weights.get("graph", 0) > 0:
-            mentions = [key for key, _ in graph.rank(text, limit=depth * 2) if keep(key)][:depth]
+            mentions = [(key, score) for key, score in graph.rank(text, limit=depth * 2) if keep(key)][:depth]
             if mentions:  # a query naming no known entity leaves the other paths' scale alone
-                rankings["graph"] = mentions
-        fused = rrf_fuse(rankings, weights)
+                rankings["graph"] = [key for key, _ in mentions]
+        if fusion == "rrf":
+            fused = rrf_fuse(rankings, weights)
+        else:
+            # Every candidate has a cosine; a candidate outside a ranking counts as
+            # that path's minimum (its score is below the ranking's last).
+            candidates = set().union(*rankings.values())
+            places = {key: index.position(key) for key in candidates}
+            scored = {
+                "dense": {key: float(searched[row]) for key, row in places.items() if row is not None},
+                "lexical": dict(words),
+            }
+            if mentions:
+                scored["graph"] = dict(mentions)
+            floors = {"dense": span[0], "lexical": 0.0, "graph": 0.0} if fusion == "theoretical" else None
+            fused = score_fuse(scored, weights, rankings, floors=floors)
     if factor is not None:
         factors = {key: factor(key) for key, _, _ in fused}
         top = max(factors.values(), default=1.0)

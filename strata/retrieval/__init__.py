@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from strata.retrieval.entities import EntityExtractor, Extraction, LLMExtractor, RuleExtractor, make_extractor
 from strata.retrieval.graph import KnowledgeGraph
-from strata.retrieval.lexical import LexicalIndex, language_weights, rrf_fuse
+from strata.retrieval.lexical import LexicalIndex, language_weights, rrf_fuse, score_fuse
 from strata.retrieval.terms import extract_terms
 from strata.retrieval.timeparse import TimeRange, resolve_time_range, strip_time_expression
 from strata.retrieval.vectors import VectorIndex, best
@@ -30,5 +30,6 @@ __all__ = [
     "make_extractor",
     "resolve_time_range",
     "rrf_fuse",
+    "score_fuse",
     "strip_time_expression",
 ]

@@ -30,7 +30,7 @@ import numpy as np
 
 from strata.retrieval.terms import CJK_STOP_CHARS, extract_terms
 
-__all__ = ["LexicalIndex", "cjk_share", "language_weights", "lexical_terms", "rrf_fuse"]
+__all__ = ["LexicalIndex", "cjk_share", "language_weights", "lexical_terms", "rrf_fuse", "score_fuse"]
 
 _CJK_RUN = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]+")
 
@@ -175,6 +175,10 @@ class LexicalIndex:
         return scores
 
     def _scores_now(self, query: str) -> np.ndarray | None:
+        return self._weighted_scores(dict.fromkeys(lexical_terms(query), 1.0))
+
+    def _weighted_scores(self, terms: Mapping[str, float]) -> np.ndarray | None:
+        """BM25 of every slot for a query whose terms each count ``terms[t]`` times."""
         n = len(self._slot)
         if not n:
             return None
@@ -182,9 +186,9 @@ class LexicalIndex:
         k1, b = self._k1, self._b
         lengths = self._lengths[: len(self._ids)]
         scores: np.ndarray | None = None
-        for term in lexical_terms(query):
+        for term, weight in terms.items():
             posting = self._postings.get(term)
-            if posting is None:
+            if posting is None or not weight:
                 continue
             slots = np.frombuffer(posting[0], dtype=np.int32)
             tf = np.frombuffer(posting[1], dtype=np.int32).astype(np.float32)
@@ -193,9 +197,31 @@ class LexicalIndex:
             norm = k1 * (1 - b + b * lengths[slots] / average)
             if scores is None:
                 scores = np.zeros(len(self._ids), dtype=np.float32)
-            scores[slots] += idf * tf * (k1 + 1) / (tf + norm)
+            scores[slots] += weight * idf * tf * (k1 + 1) / (tf + norm)
             del slots, tf  # release the views: the arrays may grow again
         return scores
+
+    def feedback_terms(self, query: str, docs: int, terms: int) -> dict[str, float]:
+        """Terms to add to ``query`` (RM3-like pseudo-relevance feedback): those of its
+        ``docs`` best BM25 matches, each weighed by the matches' share of the score
+        that hold it times its idf (distinctive terms first), the ``terms`` best,
+        their weights summing to 1. Terms of the query itself are left out, and so
+        are terms in one document only (they can only lift the match they came from)."""
+        own = lexical_terms(query)
+        found = self.top_scored(query, docs)
+        total = sum(score for _, score in found)
+        if not found or total <= 0:
+            return {}
+        n = len(self._slot)
+        weights: dict[str, float] = defaultdict(float)
+        for doc_id, score in found:
+            for term in self._terms[self._slot[doc_id]]:
+                df = self._df.get(term, 0)
+                if term not in own and df > 1:
+                    weights[term] += score / total * math.log(1 + (n - df + 0.5) / (df + 0.5))
+        chosen = sorted(weights.items(), key=lambda item: (-item[1], item[0]))[:terms]
+        mass = sum(weight for _, weight in chosen)
+        return {term: weight / mass for term, weight in chosen} if mass > 0 else {}
 
     def relevance(self, query: str, doc_ids: Iterable[str]) -> dict[str, float]:
         """Each document's BM25 score over the query's maximum, clipped to [0, 1]
@@ -227,9 +253,16 @@ class LexicalIndex:
         """The ``k`` best documents for ``query`` that ``keep`` accepts, ties by id."""
         return [doc_id for doc_id, _ in self.top_scored(query, k, keep)]
 
-    def top_scored(self, query: str, k: int, keep: Callable[[str], bool] | None = None) -> list[tuple[str, float]]:
-        """:meth:`top` with each document's BM25 score."""
+    def top_scored(
+        self, query: str, k: int, keep: Callable[[str], bool] | None = None, *, extra: Mapping[str, float] | None = None
+    ) -> list[tuple[str, float]]:
+        """:meth:`top` with each document's BM25 score; ``extra``: more terms, each
+        counting its weight times (:meth:`feedback_terms`)."""
         scores = self._score_array(query)
+        if extra:
+            more = self._weighted_scores(extra)
+            if more is not None:
+                scores = more if scores is None else scores + more
         if scores is None or k <= 0:
             return []
         ids = self._ids
@@ -268,6 +301,50 @@ def rrf_fuse(
     best = (k + 1) / total
     ordered = sorted(fused.items(), key=lambda item: (-item[1], item[0]))
     return [(doc_id, score * best, ranks[doc_id]) for doc_id, score in ordered]
+
+
+def score_fuse(
+    scored: Mapping[str, Mapping[str, float]],
+    weights: Mapping[str, float],
+    ranks: Mapping[str, Sequence[str]],
+    *,
+    floors: Mapping[str, float] | None = None,
+) -> list[tuple[str, float, dict[str, int]]]:
+    """Weighted CombSUM of normalised scores.
+
+    Args:
+        scored: per path, the score of each candidate it has one for (a candidate
+            missing on a path counts as that path's minimum).
+        weights: per path; a path without a weight counts 0.
+        ranks: per path, its ranking (for the ranks reported, as :func:`rrf_fuse`).
+        floors: per path, a fixed minimum (e.g. 0 for BM25); a path without one, or
+            whose best score is not above it (a query unrelated to everything), is
+            min-max normalised over its candidates.
+
+    Returns:
+        ``(doc_id, score, {path: 1-based rank})`` best first; ``score`` is the
+        weighted mean of the normalised scores, in [0, 1].
+    """
+    total = sum(weights.get(path, 0.0) for path in scored) or 1.0
+    fused: dict[str, float] = defaultdict(float)
+    for path, scores in scored.items():
+        weight = weights.get(path, 0.0)
+        if not scores or not weight:
+            continue
+        hi, lo = max(scores.values()), min(scores.values())
+        if floors and path in floors and floors[path] < hi:
+            lo = floors[path]
+        if hi <= lo:
+            continue
+        for doc_id, score in scores.items():
+            fused[doc_id] += weight * max(score - lo, 0.0) / (hi - lo)
+    places: dict[str, dict[str, int]] = defaultdict(dict)
+    for path, ranking in ranks.items():
+        for position, doc_id in enumerate(ranking, start=1):
+            places[doc_id][path] = position
+    keys = set(places) | {doc_id for scores in scored.values() for doc_id in scores}
+    ordered = sorted(((doc_id, fused.get(doc_id, 0.0) / total) for doc_id in keys), key=lambda item: (-item[1], item[0]))
+    return [(doc_id, score, places[doc_id]) for doc_id, score in ordered]
 
 
 def cjk_share(text: str) -> float:

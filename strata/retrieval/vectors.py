@@ -63,6 +63,11 @@ class VectorIndex:
         """The row of ``item_id`` in :meth:`scores`' result (None: not indexed)."""
         return self._pos.get(item_id)
 
+    def vectors(self, item_ids: list[str]) -> np.ndarray:
+        """The indexed vectors of ``item_ids`` (each in the index), one row each."""
+        assert self._matrix is not None
+        return self._matrix[[self._pos[item_id] for item_id in item_ids]]
+
     def scores(self, query: np.ndarray) -> np.ndarray:
         if self._matrix is None or not self.ids:
             return np.zeros(0, dtype=np.float32)

@@ -561,3 +561,21 @@ def test_lexical_context_finds_the_turn_next_to_the_named_fact(
     assert hits[0] == boss[0].turn_id
     shenzhen, hangzhou = hits.index(boss[2].turn_id), hits.index(cousin[1].turn_id)
     assert (shenzhen < hangzhou) is boosted
+
+
+@pytest.mark.parametrize(("mode", "first"), [("theoretical", "far"), ("minmax", "far"), ("rrf", "barely")])
+def test_score_fusion_lets_a_hit_far_ahead_on_one_path_win(store: InMemoryRecordStore, mode: str, first: str) -> None:
+    """Two turns each first on one path: "barely" leads the dense path by a hair,
+    "far" leads BM25 by three query terms to one. Ranks (RRF) call it for the
+    heavier dense path; scores see that "far" is nearly as close in meaning too."""
+    memory = make(store, settings=EpisodicSettings(fusion_mode=mode))
+    assert EpisodicSettings().fusion_mode == "theoretical"
+    barely = add(memory, "s1", [TurnInput(user="Notes on the cluster.")], vectors=np.stack([unit(0)]))
+    far = add(memory, "s2", [TurnInput(user="We deploy the staging cluster on Fridays.")],
+              vectors=np.stack([unit(0, (1, 0.15))]), now=NOW + DAY)
+    add(memory, "s3", [TurnInput(user="Lunch was great today."), TurnInput(user="The printer jammed again.")],
+        vectors=np.stack([unit(2), unit(3)]), now=NOW + 2 * DAY)
+    hits = memory.search(unit(0), query_text="deploy the staging cluster", top_k=2, include_summaries=False)
+    assert hits[0].ranks == ({"dense": 2, "lexical": 1} if first == "far" else {"dense": 1, "lexical": 2})
+    assert hits[0].id == {"far": far, "barely": barely}[first][0].turn_id
+    assert 0 < hits[1].score < hits[0].score <= 1

@@ -10,7 +10,7 @@ import pytest
 from strata.config import EpisodicSettings
 from strata.episodic.memory import NAMES_KEPT_FROM, EpisodicMemory
 from strata.episodic.turns import TurnInput
-from strata.retrieval.lexical import LexicalIndex, cjk_share, rrf_fuse
+from strata.retrieval.lexical import LexicalIndex, cjk_share, rrf_fuse, score_fuse
 from strata.store.records import InMemoryRecordStore
 
 NOW = datetime(2024, 5, 10, 12, 0, tzinfo=UTC)
@@ -81,7 +81,11 @@ def test_hybrid_search_finds_an_exact_term_the_vectors_miss() -> None:
     inputs.append(TurnInput(user="The upload failed with ERR_CONN_RESET", timestamp=NOW + timedelta(hours=1)))
     turns = memory.prepare("s", inputs, now=NOW)
     # The error turn's vector points away from the query; only the lexical path can find it.
-    vectors = np.stack([unit(0)] * 20 + [unit(5)])
+    # The fillers' cosines fall off as in a real memory: a few near the query, most far
+    # (were all twenty as close as the best, a score fusion would rightly rank them first).
+    cosines = [0.6 * 0.85**n for n in range(20)]
+    fillers = [c * unit(0) + np.sqrt(1 - c * c) * unit(1 + n % 4) for n, c in enumerate(cosines)]
+    vectors = np.stack([*fillers, unit(5)]).astype(np.float32)
     memory.record(turns, vectors)
     query = unit(0)
     dense_only = memory.search(query, top_k=5)
@@ -116,14 +120,14 @@ def test_dense_query_drops_the_speakers_it_names() -> None:
     assert memory.dense_query("小明喜欢什么？") == "喜欢什么？"
     assert memory.dense_query("What about Carolineville?") == "What about Carolineville?"
     assert memory.dense_query("Caroline?") == "Caroline?"  # nothing left: keep the query
-
-
-def test_chinese_words_join_the_bigrams() -> None:
-    from strata.retrieval.lexical import lexical_terms
     # A long message keeps its names: a small share of it, and not worth a second embedding.
     long = "Caroline said " + "the deploy failed again " * 60
     assert len(long) >= NAMES_KEPT_FROM and memory.dense_query(long) == long
     assert memory.dense_query(long[: NAMES_KEPT_FROM - 1]) == long[: NAMES_KEPT_FROM - 1].replace("Caroline ", "", 1)
+
+
+def test_chinese_words_join_the_bigrams() -> None:
+    from strata.retrieval.lexical import lexical_terms
 
     terms = lexical_terms("他下周过生日")
     assert "w:过生日" in terms and "生日" in terms  # jieba's word beside the bigrams
@@ -195,3 +199,20 @@ def test_a_query_scored_again_after_a_change_sees_the_change() -> None:
     index.remove(["a"])
     assert index.top("deploy", 5) == ["b"]
     assert index.relevance("deploy", ["a", "b"])["a"] == 0.0
+
+
+def test_score_fuse_normalises_each_path_then_weighs() -> None:
+    scored = {"dense": {"x": 0.9, "y": 0.85, "z": 0.1}, "lexical": {"y": 8.0, "x": 1.0}}
+    ranks = {"dense": ["x", "y", "z"], "lexical": ["y", "x"]}
+    weights = {"dense": 0.6, "lexical": 0.4}
+    fused = score_fuse(scored, weights, ranks, floors={"dense": 0.1, "lexical": 0.0})
+    assert [doc for doc, _, _ in fused] == ["y", "x", "z"]
+    assert fused[0][1] == pytest.approx(0.6 * 0.75 / 0.8 + 0.4)
+    assert fused[1][1] == pytest.approx(0.6 + 0.4 / 8)
+    assert fused[2] == ("z", 0.0, {"dense": 3})
+    minmax = score_fuse(scored, weights, ranks)  # min-max: x, last on BM25, gets nothing from it
+    assert {doc: score for doc, score, _ in minmax}["x"] == pytest.approx(0.6)
+    assert score_fuse({"dense": {"q": 0.5}}, {"dense": 1.0}, {"dense": ["q"]}, floors={"dense": 0.0})[0][1] == 1.0
+    # A path whose best is at or below its floor still orders its candidates (min-max).
+    below = score_fuse({"dense": {"a": 0.02, "b": 0.04}}, {"dense": 1.0}, {"dense": ["b", "a"]}, floors={"dense": 0.05})
+    assert [(doc, score) for doc, score, _ in below] == [("b", 1.0), ("a", 0.0)]
