@@ -537,8 +537,11 @@ class Stack:
             if self.settings.serve.throughput_optimized:  # read by Serve's processes, which Ray starts
                 env.setdefault("RAY_SERVE_THROUGHPUT_OPTIMIZED", "1")
                 # ... but not its 1,000-record buffer of request logs, which has no timed flush:
-                # at a few requests a minute an operator would see no access log for hours.
+                # at a few requests a minute an operator would see no access log for hours;
+                # nor its logs kept off stderr: with them off, the replica's own log lines (the
+                # "500 on POST ..." of an unexpected error) reached no log file at all.
                 env.setdefault("RAY_SERVE_REQUEST_PATH_LOG_BUFFER_SIZE", "1")
+                env.setdefault("RAY_SERVE_LOG_TO_STDERR", "1")
             done = subprocess.run(command, check=False, capture_output=True, text=True, timeout=120, env=env,
                                   umask=OWNER_ONLY_UMASK)
             if done.returncode != 0:

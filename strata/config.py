@@ -204,7 +204,7 @@ class ServeSettings(_Section):
     #: Start the embedded stack's Ray with RAY_SERVE_THROUGHPUT_OPTIMIZED=1: the ingress's own
     #: code and its router run on the replica's event loop, where HAProxy's requests arrive
     #: (not on a second loop in another thread, one hand-over each way per request); calls
-    #: between deployments go over gRPC; GC is frozen after start-up; request logs unbuffered.
+    #: between deployments go over gRPC; GC is frozen after start-up (logs as without it).
     #: On: with HAProxy, 8 clients calling /v1/context for 30 s, back to back while other work
     #: ran, made 66.6 calls/s at 22.9 ms of stack CPU per call, against 61.0 at 23.6 without
     #: (docs/benchmarks.md). Behind Serve's Python proxy it measured within noise. Each replica's inter-deployment gRPC server listens on every
