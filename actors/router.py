@@ -16,6 +16,7 @@ operating the actors (killing, placing) and for tests.
 
 from __future__ import annotations
 
+import gc
 from typing import Any
 
 import ray
@@ -38,7 +39,7 @@ from strata_actors.semantic import SemanticShard
 from strata_actors.shard import owner_shard
 from strata_actors.working import WorkingShard
 
-__all__ = ["LAYER_CLASSES", "LayerRouter", "actor_name"]
+__all__ = ["LAYER_CLASSES", "LayerRouter", "actor_name", "shutdown_ray"]
 
 #: Each layer's shard actor class.
 LAYER_CLASSES: dict[Layer, type] = {
@@ -51,6 +52,24 @@ LAYER_CLASSES: dict[Layer, type] = {
 _HANDLES: dict[Layer, type[LayerHandle]] = {
     h.layer: h for h in (WorkingHandle, EpisodicHandle, SemanticHandle, ProceduralHandle)
 }
+
+
+def shutdown_ray() -> None:
+    """``ray.shutdown()``, with no garbage collection in another thread while it runs.
+
+    An actor handle freed by the collector checks that Ray is connected, then tells the core
+    worker; a shutdown between the two makes Ray end the whole process ("The core worker has
+    already been shutdown ... The process will exit"; seen in the test suite, where a thread
+    writing audit rows collected handles left in reference cycles by earlier tests). So the
+    collector runs first, here, and is off until the shutdown is done."""
+    gc.collect()
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        ray.shutdown()
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def actor_name(layer: Layer, shard: int) -> str:

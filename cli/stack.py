@@ -729,7 +729,7 @@ class Stack:
                 import ray
                 from ray import serve
 
-                from strata_actors.router import LAYER_CLASSES, actor_name
+                from strata_actors.router import LAYER_CLASSES, actor_name, shutdown_ray
 
                 self.ensure_ray_client()
                 serve.shutdown()  # type: ignore[no-untyped-call]  # Ray Serve leaves it unannotated
@@ -739,7 +739,7 @@ class Stack:
                             ray.kill(ray.get_actor(actor_name(layer, shard), namespace=self.settings.ray.namespace))
                         except ValueError:
                             pass
-                ray.shutdown()
+                shutdown_ray()
             except Exception as exc:  # noqa: BLE001  (a broken cluster is stopped below all the same)
                 self.say(f"Serve shutdown skipped: {type(exc).__name__}: {exc}")
             if not self.settings.ray.address:

@@ -236,6 +236,8 @@ def settings_for(milvus: MilvusServer, **overrides: Any) -> StrataSettings:
 def ray_local() -> Iterator[None]:
     import ray
 
+    from strata_actors.router import shutdown_ray
+
     # address="local": a fresh instance even when a `strata up` head runs on this machine.
     for attempt in range(3):
         try:
@@ -248,10 +250,10 @@ def ray_local() -> Iterator[None]:
             # node "timed out during startup". A second start worked.
             if "timed out" not in str(exc).lower() or attempt == 2:
                 raise
-            ray.shutdown()
+            shutdown_ray()
             time.sleep(3)
     yield
-    ray.shutdown()
+    shutdown_ray()
 
 
 RAY_AUTH_ENV = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")

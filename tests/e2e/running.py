@@ -94,8 +94,8 @@ def started(
     try:
         yield running
     finally:
-        import ray
+        from strata_actors.router import shutdown_ray
 
-        ray.shutdown()  # a test may have joined the stack's Ray (the in-cluster client)
+        shutdown_ray()  # a test may have joined the stack's Ray (the in-cluster client)
         down = running.cli("down")
         assert down.returncode == 0, down.stdout + down.stderr

@@ -460,9 +460,9 @@ def _ray_core_pids(gcs_port: str) -> list[int]:
 
 
 def test_up_recovers_after_ray_is_killed(stack: Running) -> None:
-    import ray
+    from strata_actors.router import shutdown_ray
 
-    ray.shutdown()  # this process joined the cluster for the in-cluster client: leave it first
+    shutdown_ray()  # this process joined the cluster for the in-cluster client: leave it first
     pids = _ray_core_pids(stack.env["STRATA_RAY__GCS_PORT"])
     assert len(pids) == 2, pids
     for pid in pids:

@@ -37,7 +37,7 @@ from strata.config import StrataSettings
 from strata.errors import RateLimited, StoreUnavailable
 from strata.layers import LAYERS
 from strata.store.layout import open_store
-from strata_actors.router import LayerRouter
+from strata_actors.router import LayerRouter, shutdown_ray
 from strata_serve.app import APP_NAME
 from strata_serve.client import AsyncStrataClient
 from tests.autoscaling_cluster import LocalAutoscalingCluster, WorkerType
@@ -81,7 +81,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalAutoscali
 
                 with suppress(Exception):  # the cluster is stopped below all the same
                     serve.shutdown()  # type: ignore[no-untyped-call]  # Ray Serve leaves it unannotated
-                ray.shutdown()
+                shutdown_ray()
             cluster.shutdown()
 
 

@@ -26,7 +26,7 @@ from ray.cluster_utils import Cluster
 from strata.schema import LAYERS
 from strata.store.layout import open_store
 from strata_actors.client import InClusterClient
-from strata_actors.router import LayerRouter
+from strata_actors.router import LayerRouter, shutdown_ray
 from tests.conftest import RAY_AUTH_ENV, MilvusServer, free_port, milvus_settings, ray_token_auth, settings_for
 
 #: Each test runs on milvus-lite and on a Milvus server (tests/conftest.py).
@@ -79,7 +79,7 @@ def cluster(ray_token: Path, milvus: MilvusServer) -> Iterator[Cluster]:
         ray.init(address=cluster.address, logging_level="ERROR", log_to_driver=False)
         yield cluster
     finally:
-        ray.shutdown()
+        shutdown_ray()
         cluster.shutdown()
 
 
