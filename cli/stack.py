@@ -47,8 +47,10 @@ from strata_actors.ray_auth import use_ray_auth
 __all__ = [
     "OWNER_ONLY_UMASK",
     "PROXY_TIMEOUT_MARGIN_S",
+    "QUIET_PORTS",
     "Stack",
     "StackError",
+    "free_ports",
     "make_owner_only",
     "owner_only_dir",
     "processes_naming",
