@@ -726,7 +726,8 @@ class Stack:
 
     def _stop_ray(self) -> None:
         """Serve, the layer actors, and the Ray this stack started (a cluster's Ray stays up)."""
-        if self.ray_running():
+        running = self.ray_running()
+        if running:
             try:
                 import ray
                 from ray import serve
@@ -744,13 +745,10 @@ class Stack:
                 shutdown_ray()
             except Exception as exc:  # noqa: BLE001  (a broken cluster is stopped below all the same)
                 self.say(f"Serve shutdown skipped: {type(exc).__name__}: {exc}")
-            if not self.settings.ray.address:
-                stopped = _stop_processes_naming(str(self.ray_temp_dir))
-                stopped += _stop_processes_naming(str(self.haproxy_dir))  # HAProxy, should Serve have left it
-                self.say(f"stopped Ray ({stopped} processes)")
-        elif not self.settings.ray.address:  # a Ray that never answered may still have started processes
-            stopped = _stop_processes_naming(str(self.ray_temp_dir)) + _stop_processes_naming(str(self.haproxy_dir))
-            if stopped:
+        if not self.settings.ray.address:  # a Ray that never answered may still have started processes
+            stopped = _stop_processes_naming(str(self.ray_temp_dir))
+            stopped += _stop_processes_naming(str(self.haproxy_dir))  # HAProxy, should Serve have left it
+            if running or stopped:
                 self.say(f"stopped Ray ({stopped} processes)")
 
     def _stop_milvus(self) -> None:
