@@ -292,12 +292,11 @@ def rrf_fuse(
     """
     total = sum(weights.get(path, 0.0) for path in rankings) or 1.0
     fused: dict[str, float] = defaultdict(float)
-    ranks: dict[str, dict[str, int]] = defaultdict(dict)
+    ranks = _ranks(rankings)
     for path, ranking in rankings.items():
         weight = weights.get(path, 0.0)
         for position, doc_id in enumerate(ranking, start=1):
             fused[doc_id] += weight / (k + position)
-            ranks[doc_id][path] = position
     best = (k + 1) / total
     ordered = sorted(fused.items(), key=lambda item: (-item[1], item[0]))
     return [(doc_id, score * best, ranks[doc_id]) for doc_id, score in ordered]
@@ -338,13 +337,19 @@ def score_fuse(
             continue
         for doc_id, score in scores.items():
             fused[doc_id] += weight * max(score - lo, 0.0) / (hi - lo)
-    places: dict[str, dict[str, int]] = defaultdict(dict)
-    for path, ranking in ranks.items():
-        for position, doc_id in enumerate(ranking, start=1):
-            places[doc_id][path] = position
+    places = _ranks(ranks)
     keys = set(places) | {doc_id for scores in scored.values() for doc_id in scores}
     ordered = sorted(((doc_id, fused.get(doc_id, 0.0) / total) for doc_id in keys), key=lambda item: (-item[1], item[0]))
     return [(doc_id, score, places[doc_id]) for doc_id, score in ordered]
+
+
+def _ranks(rankings: Mapping[str, Sequence[str]]) -> dict[str, dict[str, int]]:
+    """Each document's 1-based rank on every path that ranks it."""
+    ranks: dict[str, dict[str, int]] = defaultdict(dict)
+    for path, ranking in rankings.items():
+        for position, doc_id in enumerate(ranking, start=1):
+            ranks[doc_id][path] = position
+    return ranks
 
 
 def cjk_share(text: str) -> float:
