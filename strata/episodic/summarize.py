@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from strata.errors import LLMError
 from strata.providers.llm import LLM, complete_json
-from strata.retrieval.terms import extract_terms
+from strata.retrieval.terms import extract_terms, stemmed_words
 
 __all__ = [
     "EpisodeSummary",
@@ -102,7 +102,12 @@ class ExtractiveSummarizer:
 
         best = sorted(sentences, key=lambda s: (-weight(s[2]), s[0]))[: self._max_sentences]
         summary = " ".join(f"{speaker}: {text}" for _, speaker, text in sorted(best))
-        topics = tuple(t for t, n in counts.most_common(self._max_topics * 2) if n > 1 or len(counts) < 8)
+        # A topic is shown as the word it was written as most often ("hiking"), not as its stem ("hike").
+        written = Counter(pair for _, _, s in sentences for pair in stemmed_words(s))
+        shown = {term: word for (term, word), _ in reversed(written.most_common())}
+        topics = tuple(
+            shown.get(t, t) for t, n in counts.most_common(self._max_topics * 2) if n > 1 or len(counts) < 8
+        )
         return EpisodeSummary(
             summary=summary,
             key_topics=topics[: self._max_topics],

@@ -8,8 +8,11 @@ means the same thing to each of them.
 from __future__ import annotations
 
 import re
+import threading
 
-__all__ = ["CJK_STOP_CHARS", "ENGLISH_STOP_WORDS", "LATIN_WORD", "extract_terms", "normalise"]
+import Stemmer  # PyStemmer
+
+__all__ = ["CJK_STOP_CHARS", "ENGLISH_STOP_WORDS", "LATIN_WORD", "extract_terms", "normalise", "stemmed_words"]
 
 ENGLISH_STOP_WORDS: frozenset[str] = frozenset(
     ["a", "about", "above", "after", "again", "against", "all", "also", "am", "an", "and", "any", "are", "aren't", "as", "at", "be", "because", "been", "before", "being", "below", "between", "both", "but", "by", "can", "can't", "cannot", "could", "couldn't", "did", "didn't", "do", "does", "doesn't", "doing", "don't", "down", "during", "each", "few", "for", "from", "further", "get", "got", "had", "hadn't", "has", "hasn't", "have", "haven't", "having", "he", "he'd", "he'll", "he's", "her", "here", "here's", "hers", "herself", "him", "himself", "his", "how", "how's", "i", "i'd", "i'll", "i'm", "i've", "if", "in", "into", "is", "isn't", "it", "it's", "its", "itself", "just", "let's", "like", "me", "more", "most", "much", "must", "mustn't", "my", "myself", "no", "nor", "not", "now", "of", "off", "on", "once", "only", "or", "other", "ought", "our", "ours", "ourselves", "out", "over", "own", "please", "really", "same", "said", "say", "says", "shan't", "she", "she'd", "she'll", "she's", "should", "shouldn't", "so", "some", "such", "than", "that", "that's", "the", "their", "theirs", "them", "themselves", "then", "there", "there's", "these", "they", "they'd", "they'll", "they're", "they've", "this", "those", "through", "to", "too", "under", "until", "up", "us", "very", "was", "wasn't", "we", "we'd", "we'll", "we're", "we've", "were", "weren't", "what", "what's", "when", "when's", "where", "where's", "which", "while", "who", "who's", "whom", "why", "why's", "will", "with", "won't", "would", "wouldn't", "yes", "yeah", "you", "you'd", "you'll", "you're", "you've", "your", "yours", "yourself", "yourselves", "ok", "okay", "thanks", "thank", "hi", "hello", "hey", "one", "also", "well", "still", "even", "want", "need", "know", "think", "make", "sure", "thing", "things", "something", "anything", "remember", "mentioned", "told", "going", "back", "earlier", "previously"]
@@ -32,19 +35,35 @@ def normalise(text: str) -> str:
     return text.translate(_APOSTROPHES).lower()
 
 
+_stemmers = threading.local()  # a PyStemmer object is not safe to share between threads
+
+
 def _stem(word: str) -> str:
-    # Plural folding only: "deadlines" should meet "deadline"; anything
-    # cleverer would need a real stemmer for little gain.
-    if len(word) > 4 and word.endswith("s") and not word.endswith("ss"):
-        return word[:-1]
-    return word
+    """The word's Snowball English (Porter2) stem: "painted", "painting" and "paints" all
+    meet "paint", "adoption" meets "adopting". Linear in the word's length, about 1 us a word.
+    Plural folding alone, before: LoCoMo R@10 0.778, R@5 0.680 (docs/retrieval-ablation.md)."""
+    stemmer = getattr(_stemmers, "english", None)
+    if stemmer is None:
+        stemmer = _stemmers.english = Stemmer.Stemmer("english")
+    stem: str = stemmer.stemWord(word)
+    return stem
+
+
+def stemmed_words(text: str) -> list[tuple[str, str]]:
+    """Each Latin word of ``text`` that :func:`extract_terms` keeps, as (its term, the word):
+    what a stem such as "hike" was written as, for showing terms to people."""
+    return [
+        (_stem(word), word)
+        for word in LATIN_WORD.findall(normalise(text))
+        if not ((len(word) < 2 and not word.isdigit()) or word in ENGLISH_STOP_WORDS)
+    ]
 
 
 def extract_terms(text: str) -> frozenset[str]:
     """Return the distinctive terms of ``text`` used for overlap rules.
 
     Latin words are lower-cased, stop words and one-letter words (not digits) removed and
-    plurals folded; CJK runs become character bigrams (bigrams made only of
+    stemmed; CJK runs become character bigrams (bigrams made only of
     function characters are dropped; a lone character counts as a unigram).
     """
     lowered = normalise(text)

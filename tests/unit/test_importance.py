@@ -210,7 +210,10 @@ def test_single_shared_word_without_marker_is_zero() -> None:
 
 
 def test_extract_terms_english_and_chinese() -> None:
-    assert extract_terms("The Deadlines for THE reports") == {"deadline", "report"}
+    assert extract_terms("The Deadlines for THE reports") == {"deadlin", "report"}
+    # Snowball English stems: a word's forms meet, stop words go before stemming.
+    assert extract_terms("painted") == extract_terms("painting") == extract_terms("paints") == {"paint"}
+    assert extract_terms("Caroline's adoption") == extract_terms("caroline adopting") == {"carolin", "adopt"}
     terms = extract_terms("修复登录页面")
     assert {"修复", "登录", "页面"} <= terms
     assert "我们" not in extract_terms("我们")

@@ -42,7 +42,7 @@ def test_english_key_topics_are_repeated_terms(summarizer: ExtractiveSummarizer)
     result = summarizer.summarize(EN)
     assert 0 < len(result.key_topics) <= 5
     assert result.key_topics[0] == "hiking"  # the most repeated content word
-    assert {"mountain", "denver"} <= set(result.key_topics)  # plurals fold, as in every term rule
+    assert {"mountains", "denver"} <= set(result.key_topics)  # forms of a word count as one, shown as written
     for topic in result.key_topics:
         assert topic not in {"the", "and", "in", "i", "for"}
 
