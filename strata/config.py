@@ -582,7 +582,7 @@ class ContextSettings(_Section):
     #: Share of the budget working memory may take when other layers have hits.
     working_share: float = Field(default=0.5, gt=0, le=1)
     #: Items scoring below this share of their layer's best hit stay out of the context.
-    min_relative_score: float = Field(default=0.4, ge=0, le=1)
+    min_relative_score: float = Field(default=0.3, ge=0, le=1)
     #: Items less relevant than this (0-1, comparable across queries: the hit's
     #: ``relevance``) stay out of the context, however much budget is left.
     min_relevance: float = Field(default=0.3, ge=0, le=1)
