@@ -119,23 +119,43 @@ def processes_naming(marker: str, *, also: Sequence[int] = ()) -> set[int]:
 def _stop_processes_naming(marker: str, timeout_s: float = 15.0) -> int:
     """SIGTERM the :func:`processes_naming` ``marker``; SIGKILL those still alive after
     ``timeout_s``. Returns how many there were. (``ray stop`` cannot name one cluster: it
-    stops every Ray of the user.)"""
+    stops every Ray of the user.)
+
+    Ray's GCS server goes last. A raylet, its agents and the autoscaler's monitor leave
+    within a second while the GCS answers them; terminated beside it, they waited for it
+    until the SIGKILL: ``strata down`` took 22 s, 15 of them here (0.8 s in this order)."""
     found = processes_naming(marker)
-    for pid in found:
+    gcs = {pid for pid in found if _GCS_SERVER in _cmdline(pid)}
+    _terminate(found - gcs, timeout_s)
+    _terminate(gcs, timeout_s)
+    return len(found)
+
+
+_GCS_SERVER = b"/gcs/gcs_server"
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:  # gone meanwhile
+        return b""
+
+
+def _terminate(pids: set[int], timeout_s: float) -> None:
+    for pid in pids:
         try:
             os.kill(pid, signal.SIGTERM)
         except ProcessLookupError:
             pass
     deadline = time.monotonic() + timeout_s
-    while any(_alive(pid) for pid in found) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    for pid in found:
+    while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    for pid in pids:
         if _alive(pid):
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-    return len(found)
 
 
 #: Where the stack's free ports are drawn from: below the kernel's ephemeral range (32768-60999

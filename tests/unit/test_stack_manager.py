@@ -8,10 +8,12 @@ import socket
 import stat
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
+import strata_cli.stack as stack_module
 from strata.config import StrataSettings, load_settings
 from strata_cli.stack import Stack, StackError, make_owner_only, owner_only_dir
 from tests.conftest import free_port
@@ -287,3 +289,42 @@ def test_down_reads_a_stack_recorded_by_a_version_with_settings_this_one_lacks(t
     (tmp_path / "stack.json").write_text(json.dumps({"serve_port": 8000, "settings": recorded}))
     with pytest.raises(ValueError, match="port"):
         Stack.recorded(tmp_path, say=lambda _: None)
+
+
+def test_ray_processes_are_stopped_before_the_gcs_server(tmp_path: Path) -> None:
+    """A raylet terminated while its GCS is gone waits for it until the SIGKILL (15 s of
+    ``strata down``): every other process of the stack is asked to stop first."""
+    marker = tmp_path / "ray-1234"
+    marker.mkdir()
+    gcs_dir = tmp_path / "core" / "gcs"
+    gcs_dir.mkdir(parents=True)
+    gcs_server = gcs_dir / "gcs_server"
+    gcs_server.write_text("")
+    seen = tmp_path / "seen"
+    gcs = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(60)", str(gcs_server), f"--log_dir={marker}/logs"]
+    )
+    raylet_code = (
+        "import os, signal, sys, time\n"
+        "def stop(*_):\n"
+        "    try:\n"
+        "        os.kill(int(sys.argv[1]), 0); state = open(f'/proc/{sys.argv[1]}/stat').read().split()[2]\n"
+        "    except ProcessLookupError:\n"
+        "        state = 'gone'\n"
+        "    open(sys.argv[2], 'w').write(state); sys.exit(0)\n"
+        "signal.signal(signal.SIGTERM, stop)\n"
+        "open(sys.argv[2] + '.ready', 'w').close()\n"
+        "time.sleep(60)\n"
+    )
+    raylet = subprocess.Popen([sys.executable, "-c", raylet_code, str(gcs.pid), str(seen), f"--store={marker}/sockets"])
+    try:
+        while not Path(str(seen) + ".ready").exists():
+            assert raylet.poll() is None
+            time.sleep(0.01)
+        assert stack_module._stop_processes_naming(str(marker), timeout_s=10) == 2
+        assert seen.read_text() not in ("gone", "Z")  # the GCS still ran when the raylet was told to stop
+        assert raylet.wait(timeout=5) == 0 and gcs.wait(timeout=5) == -15  # both by SIGTERM, none killed
+    finally:
+        for process in (gcs, raylet):
+            process.kill()
+            process.wait()
