@@ -55,7 +55,8 @@ def stemmed_words(text: str) -> list[tuple[str, str]]:
     return [
         (_stem(word), word)
         for word in LATIN_WORD.findall(normalise(text))
-        if not ((len(word) < 2 and not word.isdigit()) or word in ENGLISH_STOP_WORDS)
+        # Single digits stay: "6月8日" and "May 8" are found by their numbers.
+        if (len(word) > 1 or word.isdigit()) and word not in ENGLISH_STOP_WORDS
     ]
 
 
@@ -67,12 +68,7 @@ def extract_terms(text: str) -> frozenset[str]:
     function characters are dropped; a lone character counts as a unigram).
     """
     lowered = normalise(text)
-    terms: set[str] = set()
-    for word in LATIN_WORD.findall(lowered):
-        # Single digits stay: "6月8日" and "May 8" are found by their numbers.
-        if (len(word) < 2 and not word.isdigit()) or word in ENGLISH_STOP_WORDS:
-            continue
-        terms.add(_stem(word))
+    terms = {term for term, _ in stemmed_words(lowered)}
     for run in _CJK_RUN.findall(lowered):
         if len(run) == 1:
             if run not in CJK_STOP_CHARS:
