@@ -116,6 +116,10 @@ def processes_naming(marker: str, *, also: Sequence[int] = ()) -> set[int]:
     return found
 
 
+#: What names Ray's GCS server in its command line (``…/ray/core/src/ray/gcs/gcs_server``).
+_GCS_SERVER = b"/gcs/gcs_server"
+
+
 def _stop_processes_naming(marker: str, timeout_s: float = 15.0) -> int:
     """SIGTERM the :func:`processes_naming` ``marker``; SIGKILL those still alive after
     ``timeout_s``. Returns how many there were. (``ray stop`` cannot name one cluster: it
@@ -129,9 +133,6 @@ def _stop_processes_naming(marker: str, timeout_s: float = 15.0) -> int:
     _terminate(found - gcs, timeout_s)
     _terminate(gcs, timeout_s)
     return len(found)
-
-
-_GCS_SERVER = b"/gcs/gcs_server"
 
 
 def _cmdline(pid: int) -> bytes:
