@@ -52,9 +52,13 @@ def _stem(word: str) -> str:
 def stemmed_words(text: str) -> list[tuple[str, str]]:
     """Each Latin word of ``text`` that :func:`extract_terms` keeps, as (its term, the word):
     what a stem such as "hike" was written as, for showing terms to people."""
+    return _stemmed_words(normalise(text))
+
+
+def _stemmed_words(lowered: str) -> list[tuple[str, str]]:
     return [
         (_stem(word), word)
-        for word in LATIN_WORD.findall(normalise(text))
+        for word in LATIN_WORD.findall(lowered)
         # Single digits stay: "6月8日" and "May 8" are found by their numbers.
         if (len(word) > 1 or word.isdigit()) and word not in ENGLISH_STOP_WORDS
     ]
@@ -68,7 +72,7 @@ def extract_terms(text: str) -> frozenset[str]:
     function characters are dropped; a lone character counts as a unigram).
     """
     lowered = normalise(text)
-    terms = {term for term, _ in stemmed_words(lowered)}
+    terms = {term for term, _ in _stemmed_words(lowered)}
     for run in _CJK_RUN.findall(lowered):
         if len(run) == 1:
             if run not in CJK_STOP_CHARS:
