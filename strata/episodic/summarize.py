@@ -94,13 +94,14 @@ class ExtractiveSummarizer:
             for part in _SENTENCE.split(turn.text.strip()):
                 if part.strip():
                     sentences.append((len(sentences), turn.speaker, part.strip()))
-        counts = Counter(t for _, _, s in sentences for t in extract_terms(s))
+        terms = [extract_terms(s) for _, _, s in sentences]  # by order, each sentence's once
+        counts = Counter(t for found in terms for t in found)
 
-        def weight(sentence: str) -> float:
-            found = extract_terms(sentence)
+        def weight(order: int) -> float:
+            found = terms[order]
             return sum(counts[t] for t in found) / (1 + len(found)) ** 0.5 if found else 0.0
 
-        best = sorted(sentences, key=lambda s: (-weight(s[2]), s[0]))[: self._max_sentences]
+        best = sorted(sentences, key=lambda s: (-weight(s[0]), s[0]))[: self._max_sentences]
         summary = " ".join(f"{speaker}: {text}" for _, speaker, text in sorted(best))
         # A topic is shown as the word it was written as most often ("hiking"), not as its stem ("hike").
         written = Counter(pair for _, _, s in sentences for pair in stemmed_words(s))
