@@ -5,15 +5,24 @@ Both have the same method names as the API and as the in-cluster client
 Each method is written once, as a request spec (a function returning a
 ``_Call``); the two classes bind every spec to their transport with
 ``_sync`` / ``_async``, which keep the spec's signature for type checkers.
+
+The synchronous client sends through httpx. The asynchronous one sends through aiohttp over
+the network (httpx's async request path cost 1.7-2.0 ms of the caller's CPU per context call
+here, aiohttp's about a third of that: docs/benchmarks.md), and through httpx when given an
+httpx transport (an ASGI app in the same process, a mock in a test). Either way a request that
+gets no answer raises an ``httpx.HTTPError``, and an answer that is an error a
+:class:`~strata.errors.StrataError`.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Concatenate, Generic, ParamSpec, Self, TypeVar
+from typing import Any, Concatenate, Generic, ParamSpec, Protocol, Self, TypeVar
 
+import aiohttp
 import httpx
 from pydantic import BaseModel
 
@@ -102,23 +111,30 @@ class _Call(Generic[_M]):
     params: dict[str, Any] | None = None
 
     def request(self) -> dict[str, Any]:
+        """The request's method, path, body (JSON bytes, or None), headers and query parameters."""
         headers = {"If-Match": f'"{self.if_match}"'} if self.if_match is not None else {}
-        body = self.body.model_dump(mode="json", exclude_none=True) if self.body is not None else None
+        content = None
+        if self.body is not None:
+            content = self.body.model_dump_json(exclude_none=True).encode()
+            headers["Content-Type"] = "application/json"
         params = {k: _param(v) for k, v in (self.params or {}).items() if v is not None}
-        return {"method": self.method, "url": self.path, "json": body, "headers": headers, "params": params}
+        return {"method": self.method, "url": self.path, "content": content, "headers": headers, "params": params}
 
-    def parse(self, response: httpx.Response) -> _M:
-        if response.status_code >= 400:
+    def parse(self, status: int, content: bytes) -> _M:
+        """The answer's model, or the error its status and body say."""
+        if status >= 400:
             try:
-                data = response.json()
+                data = json.loads(content)
             except ValueError:
-                if response.status_code == 404:  # Serve's proxy, not Strata: the routes are not back yet
+                data = None
+            if not isinstance(data, dict):
+                if status == 404:  # Serve's proxy, not Strata: the routes are not back yet
                     raise StoreUnavailable(_NOT_SERVED, retry_after_s=1, status=503) from None
-                data = {"message": response.text[:500]}
+                data = {"message": content[:500].decode(errors="replace")}
             message = data.get("message") or str(data)[:500]
             details = {k: v for k, v in data.items() if k not in ("message", "error")}
-            raise _BY_STATUS.get(response.status_code, StrataError)(message, status=response.status_code, **details)
-        return self.result.model_validate(response.json())
+            raise _BY_STATUS.get(status, StrataError)(message, status=status, **details)
+        return self.result.model_validate_json(content)
 
 
 def _param(value: Any) -> Any:
@@ -322,7 +338,8 @@ def _health() -> _Call[Health]:
 def _sync(spec: Callable[_P, _Call[_M]]) -> Callable[Concatenate[StrataClient, _P], _M]:
     def method(self: StrataClient, /, *args: _P.args, **kwargs: _P.kwargs) -> _M:
         call = spec(*args, **kwargs)
-        return call.parse(self._http.request(**call.request()))
+        response = self._http.request(**call.request())
+        return call.parse(response.status_code, response.content)
 
     method.__name__ = spec.__name__.removeprefix("_")
     method.__doc__ = f"``{method.__name__}`` over HTTP, blocking."
@@ -332,11 +349,70 @@ def _sync(spec: Callable[_P, _Call[_M]]) -> Callable[Concatenate[StrataClient, _
 def _async(spec: Callable[_P, _Call[_M]]) -> Callable[Concatenate[AsyncStrataClient, _P], Coroutine[Any, Any, _M]]:
     async def method(self: AsyncStrataClient, /, *args: _P.args, **kwargs: _P.kwargs) -> _M:
         call = spec(*args, **kwargs)
-        return call.parse(await self._http.request(**call.request()))
+        return call.parse(*await self._http.send(**call.request()))
 
     method.__name__ = spec.__name__.removeprefix("_")
     method.__doc__ = f"``{method.__name__}`` over HTTP, awaitable."
     return method
+
+
+class _AsyncSender(Protocol):
+    async def send(
+        self, *, method: str, url: str, content: bytes | None, headers: dict[str, str], params: dict[str, Any]
+    ) -> tuple[int, bytes]:
+        """The answer's status and body."""
+        ...
+
+    async def aclose(self) -> None: ...
+
+
+class _Httpx:
+    def __init__(self, client: httpx.AsyncClient) -> None:
+        self._client = client
+
+    async def send(
+        self, *, method: str, url: str, content: bytes | None, headers: dict[str, str], params: dict[str, Any]
+    ) -> tuple[int, bytes]:
+        response = await self._client.request(method, url, content=content, headers=headers, params=params)
+        return response.status_code, response.content
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+
+class _Aiohttp:
+    """Requests over aiohttp; its failures raised as the ``httpx.HTTPError`` the httpx path raises.
+
+    The session is opened by the first request, on the event loop that sends it (aiohttp binds
+    a session to the loop it was made on)."""
+
+    def __init__(self, base_url: str, headers: dict[str, str], timeout_s: float) -> None:
+        self._base = base_url.rstrip("/")
+        self._headers = headers
+        self._timeout = aiohttp.ClientTimeout(total=timeout_s)
+        self._session: aiohttp.ClientSession | None = None
+
+    async def send(
+        self, *, method: str, url: str, content: bytes | None, headers: dict[str, str], params: dict[str, Any]
+    ) -> tuple[int, bytes]:
+        if self._session is None or self._session.closed:
+            self._session = aiohttp.ClientSession(headers=self._headers, timeout=self._timeout)
+        where = f"{method} {url}"
+        try:
+            async with self._session.request(
+                method, self._base + url, data=content, headers=headers, params=params or None
+            ) as response:
+                return response.status, await response.read()
+        except aiohttp.ClientConnectorError as exc:
+            raise httpx.ConnectError(f"{where}: {exc}") from exc
+        except TimeoutError as exc:  # aiohttp's timeouts are TimeoutErrors (some also ClientErrors)
+            raise httpx.TimeoutException(f"{where}: no answer within {self._timeout.total:g} s") from exc
+        except aiohttp.ClientError as exc:
+            raise httpx.TransportError(f"{where}: {type(exc).__name__}: {exc}") from exc
+
+    async def aclose(self) -> None:
+        if self._session is not None:
+            await self._session.close()
 
 
 class StrataClient:
@@ -407,8 +483,11 @@ class AsyncStrataClient:
         timeout_s: float = 30.0,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
-        self._http = httpx.AsyncClient(
-            base_url=base_url, headers={"Authorization": f"Bearer {api_key}"}, timeout=timeout_s, transport=transport
+        headers = {"Authorization": f"Bearer {api_key}"}
+        self._http: _AsyncSender = (
+            _Aiohttp(base_url, headers, timeout_s)
+            if transport is None
+            else _Httpx(httpx.AsyncClient(base_url=base_url, headers=headers, timeout=timeout_s, transport=transport))
         )
 
     async def aclose(self) -> None:
