@@ -10,6 +10,8 @@ Who can reach what: milvus-lite answers only calls that carry the data dir's
 ``milvus-token`` (:mod:`strata.store.milvus_lite`), Ray only its ``ray-auth-token``,
 and the data dir and Ray's temporary directory (``/tmp/strata-<uid>/ray-<port>``) are
 owner-only: directories 0700, files 0600, and a directory of another user is refused.
+``down`` moves that run's Ray logs into ``logs/ray`` and removes Ray's and HAProxy's
+temporary directories.
 
 Ports: each data dir's stack picks free ones for milvus-lite and Ray's GCS on its
 first start, and serves HTTP on ``serve.port`` (8000), or on a free port when that
@@ -25,6 +27,7 @@ import logging
 import os
 import random
 import re
+import shutil
 import signal
 import socket
 import stat
@@ -602,7 +605,8 @@ class Stack:
                 if attempt == 2:
                     raise StackError(
                         f"Ray Serve did not start ({type(exc).__name__}: {first}); Serve's logs are in "
-                        f"{self.ray_temp_dir}/session_latest/logs/serve. Run the command again (the rest of the "
+                        f"{self.ray_temp_dir}/session_latest/logs/serve (in {self.data_dir}/logs/ray once the "
+                        "stack is stopped). Run the command again (the rest of the "
                         "stack is up); on a busy machine, wait for the load to drop"
                     ) from exc
                 self.say(f"Ray Serve did not start ({type(exc).__name__}); trying once more")
@@ -658,7 +662,10 @@ class Stack:
             try:
                 _wait("the Serve application", self.healthy, 180)
             except StackError as exc:
-                raise StackError(f"{exc}; its logs are in {self.ray_temp_dir}/session_latest/logs/serve/") from None
+                raise StackError(
+                    f"{exc}; its logs are in {self.ray_temp_dir}/session_latest/logs/serve/ "
+                    f"(in {self.data_dir}/logs/ray once the stack is stopped)"
+                ) from None
         key = self._dev_key()
         # The settings hold secrets (auth.admin_key, pii.hash_key, API keys, the Milvus
         # token) that `strata keys` and `down` read back: owner-only, like the key files.
@@ -771,6 +778,20 @@ class Stack:
             stopped += _stop_processes_naming(str(self.haproxy_dir))  # HAProxy, should Serve have left it
             if running or stopped:
                 self.say(f"stopped Ray ({stopped} processes)")
+            self._keep_ray_logs()
+
+    def _keep_ray_logs(self) -> None:
+        """This run's Ray logs into the data dir (``logs/ray``, the last run's), then Ray's
+        temporary directory and HAProxy's files removed: each start picks free ports, so each
+        run's directories under /tmp/strata-<uid> stayed behind (287 MB after a day of runs)."""
+        logs = self.ray_temp_dir / "session_latest" / "logs"
+        if logs.is_dir():
+            kept = self.data_dir / "logs" / "ray"
+            shutil.rmtree(kept, ignore_errors=True)
+            kept.parent.mkdir(parents=True, exist_ok=True)
+            shutil.move(logs.resolve(), kept)
+        for runtime in (self.ray_temp_dir, self.haproxy_dir):
+            shutil.rmtree(runtime, ignore_errors=True)
 
     def _stop_milvus(self) -> None:
         pid = self.milvus_pid()

@@ -328,3 +328,24 @@ def test_ray_processes_are_stopped_before_the_gcs_server(tmp_path: Path) -> None
         for process in (gcs, raylet):
             process.kill()
             process.wait()
+
+
+def test_down_keeps_rays_logs_in_the_data_dir_and_removes_its_temporary_directories(tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    data_dir.mkdir()
+    stack = Stack(_settings(data_dir, ray={"gcs_port": free_port()}), say=lambda _: None)
+    for earlier in (1, 2):  # an earlier run's logs give way to the last run's
+        session = stack.ray_temp_dir / f"session_2026-12-05_0{earlier}"
+        (session / "logs" / "serve").mkdir(parents=True)
+        (session / "logs" / "serve" / "replica.log").write_text(f"run {earlier}")
+        (session / "sockets").mkdir()
+        latest = stack.ray_temp_dir / "session_latest"
+        latest.unlink(missing_ok=True)
+        latest.symlink_to(session)
+        stack.haproxy_dir.mkdir(exist_ok=True)
+        (stack.haproxy_dir / "haproxy.cfg").write_text("global")
+        stack.down()
+        assert (data_dir / "logs" / "ray" / "serve" / "replica.log").read_text() == f"run {earlier}"
+        assert not stack.ray_temp_dir.exists() and not stack.haproxy_dir.exists()
+    stack.down()  # nothing left to move: no error
+    assert (data_dir / "logs" / "ray" / "serve" / "replica.log").read_text() == "run 2"
