@@ -92,8 +92,22 @@ def best(
         else:
             order = np.argsort(-scores, kind="stable")
         return [(index.ids[i], float(scores[i])) for i in order]
+    # Most filters keep most ids: look through the best few first (a partition, linear), and
+    # sort the whole index only when they do not hold ``top_k`` accepted ids.
+    first = min(len(scores), max(4 * top_k, 64))
+    if first < len(scores):
+        top = np.argpartition(-scores, first)[:first]
+        found = _accepted(index, scores, top[np.argsort(-scores[top], kind="stable")], keep, top_k)
+        if len(found) >= top_k:
+            return found
+    return _accepted(index, scores, np.argsort(-scores, kind="stable"), keep, top_k)
+
+
+def _accepted(
+    index: VectorIndex, scores: np.ndarray, order: np.ndarray, keep: Callable[[str], bool], top_k: int
+) -> list[tuple[str, float]]:
     found: list[tuple[str, float]] = []
-    for i in np.argsort(-scores):
+    for i in order:
         key = index.ids[i]
         if keep(key):
             found.append((key, float(scores[i])))
