@@ -83,3 +83,24 @@ def test_more_texts_than_one_batch(embedder: OnnxMiniLMEmbedder) -> None:
 def test_embedding_dim_without_loading() -> None:
     assert embedding_dim(EmbeddingSettings()) == 384
     assert embedding_dim(EmbeddingSettings(provider="openai", base_url="http://x", dimension=1536)) == 1536
+
+
+def test_a_query_is_read_from_its_first_query_max_tokens_pieces_and_stored_text_from_max_tokens() -> None:
+    embedder = OnnxMiniLMEmbedder(max_tokens=64, query_max_tokens=32)
+    opening = " ".join(f"word{n}" for n in range(10))  # about 30 pieces
+    longer = opening + " " + " ".join(f"other{n}" for n in range(200))
+    question = "where do I live?"
+    # A short query is embedded as stored text is; a long one from its opening only.
+    np.testing.assert_allclose(embedder.embed_query([question]), embedder.embed([question]), atol=1e-6)
+    tokens = embedder._tokenizer.encode(longer).ids
+    cut = embedder._tokenizer.decode(tokens[1:31])  # the 30 pieces between [CLS] and [SEP]
+    np.testing.assert_allclose(embedder.embed_query([longer]), embedder.embed_query([cut]), atol=1e-5)
+    assert float(embedder.embed([longer])[0] @ embedder.embed_query([longer])[0]) < 0.999
+
+
+def test_a_text_of_pathological_length_costs_only_the_characters_its_pieces_can_come_from() -> None:
+    embedder = OnnxMiniLMEmbedder(max_tokens=64, query_max_tokens=32)
+    hostile = "a_" * 8_000
+    # The first 32 x 32 characters already hold more than 32 pieces: the rest changes nothing.
+    np.testing.assert_allclose(embedder.embed_query([hostile]), embedder.embed_query([hostile[:1_024]]), atol=1e-6)
+    np.testing.assert_allclose(embedder.embed([hostile]), embedder.embed([hostile[:2_048]]), atol=1e-6)
