@@ -60,8 +60,9 @@ class EmbedBatcher:
     SLACK_CHARS = 64
     #: A text this long or longer queues in a lane of its own, beside the short ones' (each
     #: lane one model call at a time): a question must not wait behind a message of the
-    #: maximum length, ~80 ms of model here against ~5 ms for a question (docs/benchmarks.md,
-    #: the hostile neighbour).
+    #: maximum length, ~28 ms of model here (~80 before queries were cut to
+    #: ``embedding.query_max_tokens``) against ~5 ms for a question (docs/benchmarks.md, the
+    #: hostile neighbour).
     LONG_CHARS = 1024
 
     def __init__(self, embed: Callable[[Sequence[str]], np.ndarray], *, max_batch: int = 32) -> None:
