@@ -8,7 +8,7 @@ Each method is written once, as a request spec (a function returning a
 
 The synchronous client sends through httpx. The asynchronous one sends through aiohttp over
 the network (httpx's async request path cost 1.7-2.0 ms of the caller's CPU per context call
-here, aiohttp's about a third of that: docs/benchmarks.md), and through httpx when given an
+here, aiohttp's about half of that: docs/benchmarks.md), and through httpx when given an
 httpx transport (an ASGI app in the same process, a mock in a test). Either way a request that
 gets no answer raises an ``httpx.HTTPError``, and an answer that is an error a
 :class:`~strata.errors.StrataError`.
@@ -16,6 +16,7 @@ gets no answer raises an ``httpx.HTTPError``, and an answer that is an error a
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
@@ -383,20 +384,24 @@ class _Httpx:
 class _Aiohttp:
     """Requests over aiohttp; its failures raised as the ``httpx.HTTPError`` the httpx path raises.
 
-    The session is opened by the first request, on the event loop that sends it (aiohttp binds
-    a session to the loop it was made on)."""
+    The session is opened by the first request, on the event loop that sends it: aiohttp binds
+    a session to the loop it was made on, so a request from another loop (a client kept across
+    ``asyncio.run`` calls) opens a session of its own."""
 
     def __init__(self, base_url: str, headers: dict[str, str], timeout_s: float) -> None:
         self._base = base_url.rstrip("/")
         self._headers = headers
         self._timeout = aiohttp.ClientTimeout(total=timeout_s)
         self._session: aiohttp.ClientSession | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     async def send(
         self, *, method: str, url: str, content: bytes | None, headers: dict[str, str], params: dict[str, Any]
     ) -> tuple[int, bytes]:
-        if self._session is None or self._session.closed:
+        loop = asyncio.get_running_loop()
+        if self._session is None or self._session.closed or self._loop is not loop:
             self._session = aiohttp.ClientSession(headers=self._headers, timeout=self._timeout)
+            self._loop = loop
         where = f"{method} {url}"
         try:
             async with self._session.request(
@@ -411,8 +416,9 @@ class _Aiohttp:
             raise httpx.TransportError(f"{where}: {type(exc).__name__}: {exc}") from exc
 
     async def aclose(self) -> None:
-        if self._session is not None:
+        if self._session is not None and self._loop is asyncio.get_running_loop():
             await self._session.close()
+        self._session = None
 
 
 class StrataClient:

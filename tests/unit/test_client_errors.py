@@ -110,3 +110,18 @@ async def test_the_async_client_raises_httpx_errors_when_no_answer_comes() -> No
     async with _server(hang_up) as url, AsyncStrataClient(url, "sk-strata-x") as client:
         with pytest.raises(httpx.HTTPError):
             await client.health()
+
+
+def test_the_async_client_answers_from_each_event_loop_it_is_used_on() -> None:
+    async def handler(request: web.Request) -> web.Response:
+        return web.json_response({"status": "ok"})
+
+    async def serve_and_ask(client: AsyncStrataClient) -> str:
+        async with _server(handler) as url:
+            client._http._base = url  # type: ignore[attr-defined]  # the server's port changes with each loop
+            return (await client.health()).status
+
+    client = AsyncStrataClient("http://127.0.0.1:1", "sk-strata-x")
+    assert asyncio.run(serve_and_ask(client)) == "ok"
+    assert asyncio.run(serve_and_ask(client)) == "ok"  # a new loop: a session of its own, not the closed loop's
+    asyncio.run(client.aclose())
