@@ -140,7 +140,7 @@ class OnnxMiniLMEmbedder:
         # The tokenizer reads a whole text before it truncates (11 ms for 16,000 characters):
         # it gets no more characters than ``limit`` word pieces could come from.
         cut = _CHARS_PER_PIECE_MAX * limit
-        encodings = self._tokenizer.encode_batch([t[:cut] if t.strip() else " " for t in texts])
+        encodings = self._tokenizer.encode_batch([t.lstrip()[:cut] or " " for t in texts])
         pieces = [e.ids if len(e.ids) <= limit else [*e.ids[: limit - 1], e.ids[-1]] for e in encodings]  # [SEP] last
         lengths = [len(p) for p in pieces]
         for batch in length_groups(lengths, max_batch=self._batch_size, slack=_PAD_SLACK_TOKENS):

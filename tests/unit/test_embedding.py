@@ -104,3 +104,10 @@ def test_a_text_of_pathological_length_costs_only_the_characters_its_pieces_can_
     # The first 32 x 32 characters already hold more than 32 pieces: the rest changes nothing.
     np.testing.assert_allclose(embedder.embed_query([hostile]), embedder.embed_query([hostile[:1_024]]), atol=1e-6)
     np.testing.assert_allclose(embedder.embed([hostile]), embedder.embed([hostile[:2_048]]), atol=1e-6)
+
+
+def test_leading_space_does_not_use_up_the_characters_a_text_is_read_from() -> None:
+    embedder = OnnxMiniLMEmbedder(max_tokens=64, query_max_tokens=32)
+    text = "where do I live now?"
+    np.testing.assert_allclose(embedder.embed_query([" " * 5_000 + text]), embedder.embed_query([text]), atol=1e-6)
+    np.testing.assert_allclose(embedder.embed(["   "]), embedder.embed([" "]), atol=1e-6)  # blank: as before
