@@ -86,21 +86,23 @@ def best(
     ``scores``: ``index.scores(query)`` when the caller has it already."""
     scores = index.scores(query) if scores is None else scores
     if keep is None:
-        if top_k < len(scores):
-            top = np.argpartition(-scores, top_k)[:top_k]
-            order = top[np.argsort(-scores[top], kind="stable")]
-        else:
-            order = np.argsort(-scores, kind="stable")
-        return [(index.ids[i], float(scores[i])) for i in order]
+        return [(index.ids[i], float(scores[i])) for i in _best_rows(scores, top_k)]
     # Most filters keep most ids: look through the best few first (a partition, linear), and
     # sort the whole index only when they do not hold ``top_k`` accepted ids.
-    first = min(len(scores), max(4 * top_k, 64))
-    if first < len(scores):
-        top = np.argpartition(-scores, first)[:first]
-        found = _accepted(index, scores, top[np.argsort(-scores[top], kind="stable")], keep, top_k)
-        if len(found) >= top_k:
-            return found
-    return _accepted(index, scores, np.argsort(-scores, kind="stable"), keep, top_k)
+    first = max(4 * top_k, 64)
+    found = _accepted(index, scores, _best_rows(scores, first), keep, top_k)
+    if len(found) < top_k and first < len(scores):
+        found = _accepted(index, scores, _best_rows(scores, len(scores)), keep, top_k)
+    return found
+
+
+def _best_rows(scores: np.ndarray, n: int) -> np.ndarray:
+    """The rows of the ``n`` highest ``scores``, highest first (ties by row): a partition
+    before the sort when ``n`` is less than all of them."""
+    if n < len(scores):
+        top = np.argpartition(-scores, n)[:n]
+        return top[np.argsort(-scores[top], kind="stable")]
+    return np.argsort(-scores, kind="stable")
 
 
 def _accepted(
