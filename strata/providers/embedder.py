@@ -109,7 +109,7 @@ class OnnxMiniLMEmbedder:
         model_path, tokenizer_path = minilm_files()
         self._tokenizer = Tokenizer.from_file(str(tokenizer_path))
         self._tokenizer.no_padding()
-        self._tokenizer.enable_truncation(max_length=max_tokens)
+        self._tokenizer.no_truncation()  # its file's is 128 pieces; _embed cuts each text to its own limit
         options = ort.SessionOptions()
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
