@@ -29,6 +29,7 @@ from pydantic import BaseModel
 
 from strata.access.keys import Forbidden
 from strata.errors import (
+    EmbedderError,
     InvalidInput,
     LLMError,
     NotFound,
@@ -95,6 +96,10 @@ _BY_STATUS: dict[int, type[StrataError]] = {
         StoreUnavailable,
     )
 }
+#: Errors that share a status with another (502: the LLM or the embedding endpoint), by the
+#: ``error`` name of the answer's body.
+_NAMED: list[type[StrataError]] = [EmbedderError, *_BY_STATUS.values()]
+_BY_NAME: dict[str, type[StrataError]] = {error.__name__: error for error in _NAMED}
 
 
 #: A 404 whose body is not Strata's JSON comes from Serve's proxy: for a few seconds after
@@ -134,7 +139,10 @@ class _Call(Generic[_M]):
                 data = {"message": content[:500].decode(errors="replace")}
             message = data.get("message") or str(data)[:500]
             details = {k: v for k, v in data.items() if k not in ("message", "error")}
-            raise _BY_STATUS.get(status, StrataError)(message, status=status, **details)
+            kind = _BY_NAME.get(str(data.get("error")), _BY_STATUS.get(status, StrataError))
+            if kind.status_code != status:  # a name another server gave: the status decides
+                kind = _BY_STATUS.get(status, StrataError)
+            raise kind(message, status=status, **details)
         return self.result.model_validate_json(content)
 
 

@@ -82,6 +82,8 @@ class EmbeddingSettings(_Section):
     api_key: str | None = None
     #: Vector size of the ``openai`` provider's model (MiniLM and e5 are always 384).
     dimension: int = Field(default=384, ge=8, le=8192)
+    #: Seconds an ``openai``-provider endpoint has to answer one call (tried twice at most).
+    timeout_s: float = Field(default=10.0, gt=0, le=600)
     threads: int = Field(default=1, ge=1, le=64)
     batch_size: int = Field(default=32, ge=1, le=1024)
     max_tokens: int = Field(default=256, ge=16, le=512)

@@ -15,6 +15,7 @@ place (``serve_app/errors.py``)::
     ├── RateLimited           429  the key sent more than its rate; carries retry_after_s
     ├── StoreUnavailable      503  Milvus (or another store) cannot be reached
     ├── VectorModelMismatch   503  stored vectors were made by another embedder: run `strata reindex`
+    ├── EmbedderError         502  the configured embedding endpoint failed or answered garbage
     └── LLMError              502  the configured LLM failed or answered garbage
         └── LLMOutputInvalid       its answer did not parse or validate
 
@@ -28,6 +29,7 @@ from __future__ import annotations
 from typing import Any
 
 __all__ = [
+    "EmbedderError",
     "InvalidInput",
     "LLMError",
     "LLMOutputInvalid",
@@ -101,6 +103,13 @@ class VectorModelMismatch(StrataError):
     """The store's vectors were made by another embedder than the configured one."""
 
     status_code = 503
+
+
+class EmbedderError(StrataError):
+    """An embedding endpoint (``embedding.provider: openai``) did not answer, refused the texts
+    (its status and its own message are in ``message``) or answered vectors of another size."""
+
+    status_code = 502
 
 
 class LLMError(StrataError):

@@ -27,6 +27,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from strata.config import EmbeddingSettings
+from strata.errors import EmbedderError
 from strata.providers.batching import length_groups
 
 __all__ = [
@@ -172,10 +173,12 @@ class OnnxMiniLMEmbedder:
 class OpenAIEmbedder:
     """Any OpenAI-compatible ``/embeddings`` endpoint (OpenAI, vLLM, Ollama, TEI)."""
 
-    def __init__(self, *, base_url: str, model: str, dimension: int, api_key: str | None) -> None:
+    def __init__(
+        self, *, base_url: str, model: str, dimension: int, api_key: str | None, timeout_s: float = 10.0
+    ) -> None:
         from openai import OpenAI
 
-        self._client = OpenAI(base_url=base_url, api_key=api_key or "unused", max_retries=1)
+        self._client = OpenAI(base_url=base_url, api_key=api_key or "unused", max_retries=1, timeout=timeout_s)
         self._model = model
         self._dim = dimension
 
@@ -184,16 +187,39 @@ class OpenAIEmbedder:
         return self._dim
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """Raises:
+        EmbedderError: the endpoint did not answer, answered an error (its status and its
+            message are in the error's), or answered another number or size of vectors."""
+        import openai
+
         if not texts:
             return np.zeros((0, self._dim), dtype=np.float32)
-        response = self._client.embeddings.create(model=self._model, input=list(texts))
-        vectors = np.asarray([d.embedding for d in response.data], dtype=np.float32)
-        if vectors.shape != (len(texts), self._dim):
-            raise ValueError(f"embedding endpoint returned shape {vectors.shape}, expected dim {self._dim}")
+        try:
+            response = self._client.embeddings.create(model=self._model, input=list(texts))
+        except openai.APIStatusError as exc:
+            raise EmbedderError(
+                f"the embedding endpoint answered {exc.status_code} for model {self._model!r}: {_said(exc)}"
+            ) from None
+        except openai.OpenAIError as exc:  # no answer: refused, timed out, cut
+            raise EmbedderError(f"the embedding endpoint did not answer ({type(exc).__name__})") from None
+        rows = sorted(response.data, key=lambda d: d.index)
+        vectors = np.asarray([d.embedding for d in rows], dtype=np.float32)
+        if vectors.ndim != 2 or vectors.shape != (len(texts), self._dim):
+            raise EmbedderError(
+                f"the embedding endpoint answered {len(rows)} vectors of shape {vectors.shape[1:]} for "
+                f"{len(texts)} texts; embedding.dimension is {self._dim}"
+            )
         return _normalise(vectors)
 
     def embed_query(self, texts: Sequence[str]) -> np.ndarray:
         return self.embed(texts)  # the endpoint's one call; a model that wants prefixes needs its own provider
+
+
+def _said(exc: Any) -> str:
+    """What an endpoint's error answer says, in at most 300 characters (its ``message``, else its body)."""
+    body = getattr(exc, "body", None)
+    said = body.get("message") if isinstance(body, dict) else None
+    return str(said or getattr(exc, "message", "") or "no message")[:300]
 
 
 class E5Embedder:
@@ -290,6 +316,7 @@ def make_embedder(settings: EmbeddingSettings) -> Embedder:
         model=settings.model,
         dimension=settings.dimension,
         api_key=settings.api_key,
+        timeout_s=settings.timeout_s,
     )
 
 

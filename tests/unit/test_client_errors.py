@@ -14,7 +14,7 @@ import httpx
 import pytest
 from aiohttp import web
 
-from strata.errors import NotFound, StoreUnavailable, VersionConflict
+from strata.errors import EmbedderError, LLMError, NotFound, StoreUnavailable, StrataError, VersionConflict
 from strata_serve.client import AsyncStrataClient, StrataClient
 
 
@@ -33,6 +33,17 @@ def test_stratas_own_404_stays_not_found() -> None:
     strata = httpx.Response(404, json={"error": "NotFound", "message": "no document 'd1'"})
     with pytest.raises(NotFound, match="no document 'd1'"):
         _client(strata).get_document("d1")
+
+
+def test_a_502_is_the_error_its_body_names_the_llms_or_the_embedders() -> None:
+    for name, kind in (("EmbedderError", EmbedderError), ("LLMError", LLMError), ("Unheard", LLMError)):
+        answer = httpx.Response(502, json={"error": name, "message": "the endpoint answered 400"})
+        with pytest.raises(kind, match="answered 400") as raised:
+            _client(answer).search("q")
+        assert raised.value.status_code == 502
+    with pytest.raises(StrataError) as raised:  # a name whose status is another: the status decides
+        _client(httpx.Response(500, json={"error": "EmbedderError", "message": "?"})).search("q")
+    assert type(raised.value) is StrataError
 
 
 # -- the asynchronous client over the network (aiohttp), against a server on loopback ---------
