@@ -95,9 +95,10 @@ class InClusterClient:
         return await asyncio.to_thread(self._embedder.embed, list(texts))
 
     async def _embed_query(self, texts: Sequence[str]) -> np.ndarray:
-        if len(texts) == 1:  # concurrent queries share model calls
-            return (await self._queries.embed(texts[0]))[None, :]
-        return await asyncio.to_thread(self._embedder.embed_query, list(texts))
+        if not texts:
+            return await asyncio.to_thread(self._embedder.embed_query, [])
+        # Concurrent queries share model calls (a query and its speakerless twin among them).
+        return np.stack(await asyncio.gather(*(self._queries.embed(text) for text in texts)))
 
     async def record_turn(self, session_id: str, user: str | None = None, agent: str | None = None, *,
                           timestamp: datetime | None = None, turn_id: str | None = None, speaker: str | None = None,

@@ -27,10 +27,13 @@ from strata.store.layout import Collections
 from strata.store.records import RecordStore
 from strata_actors.shard import LayerShard
 
-__all__ = ["EpisodicShard", "turn_text"]
+__all__ = ["SPEAKERS_SENT_MAX", "EpisodicShard", "turn_text"]
 
 _log = logging.getLogger(__name__)
 _SCOPE = "episodic"
+#: The most speaker labels a search answer carries (see :meth:`EpisodicShard.search`): a tenant
+#: with more has its queries' names taken out here, as before callers kept them.
+SPEAKERS_SENT_MAX = 64
 
 
 def turn_text(turn: dict[str, Any]) -> str:
@@ -78,6 +81,9 @@ class EpisodicShard(LayerShard[EpisodicMemory]):
         self.llm = make_llm(self.settings.llm)
         self._summarizer: Summarizer = LLMSummarizer(self.llm) if self.llm else ExtractiveSummarizer()
         self._summarising: dict[str, asyncio.Task[None]] = {}
+        #: Searches whose query this shard embedded itself (its speakers taken out), since it
+        #: started: a caller that keeps the tenant's speakers sends that vector along instead.
+        self.query_embeds = 0
 
     def make_layer(self, tenant: str, store: RecordStore, collections: Collections) -> EpisodicMemory:
         return EpisodicMemory(
@@ -179,6 +185,10 @@ class EpisodicShard(LayerShard[EpisodicMemory]):
         )
         return {"removed": removed, "version": version}
 
+    async def ping(self) -> dict[str, Any]:
+        """:meth:`LayerShard.ping`, and how many queries this shard embedded itself."""
+        return {**await super().ping(), "query_embeds": self.query_embeds}
+
     # -- reads ----------------------------------------------------------------
 
     async def search(
@@ -193,18 +203,34 @@ class EpisodicShard(LayerShard[EpisodicMemory]):
         end: datetime | None = None,
         include_summaries: bool = True,
         prefer: tuple[datetime, datetime] | None = None,
+        dense_text: str | None = None,
+        speakers_seen: int | None = None,
     ) -> dict[str, Any]:
         """Hits for ``query`` (text, for the lexical path) and ``vector`` (its embedding,
-        made here when not given); dense only when no text is given. A query that
-        names speakers is embedded here again without the names (see
-        :meth:`EpisodicMemory.dense_query`)."""
+        made here when not given); dense only when no text is given.
+
+        The dense path embeds the query without the speaker names it mentions
+        (:meth:`EpisodicMemory.dense_query`). ``vector`` is taken as the embedding of
+        ``dense_text`` (of ``query`` when None); when that is not the text the dense path
+        wants, the wanted one is embedded here. A caller that keeps the tenant's speakers
+        makes that text itself and sends its vector, and says which speakers it knows by their
+        token (``speakers_seen``; -1 for none): the answer then has ``speakers``, the current
+        token, and the labels themselves when the caller's token is not it (None when there
+        are more than :data:`SPEAKERS_SENT_MAX`)."""
         if vector is None and query is None:
             raise ValueError("give query or vector")
+        speakers: dict[str, Any] | None = None
         if query is not None:
             slot = await self._tenant(tenant, scope=_SCOPE)  # the read below needs its version
-            dense_text = slot.layer.dense_query(query)
-            if vector is None or dense_text != query:
-                vector = (await self.embed_query([dense_text]))[0]
+            wanted = slot.layer.dense_query(query)
+            if vector is None or wanted != (query if dense_text is None else dense_text):
+                self.query_embeds += 1
+                vector = (await self.embed_query([wanted]))[0]
+            if speakers_seen is not None:
+                speakers = {"token": slot.layer.speakers_token, "names": None}
+                if speakers["token"] != speakers_seen:
+                    names = slot.layer.speakers()
+                    speakers["names"] = names if len(names) <= SPEAKERS_SENT_MAX else None
         hits, version = await self.read(
             tenant,
             _SCOPE,
@@ -219,7 +245,10 @@ class EpisodicShard(LayerShard[EpisodicMemory]):
                 prefer=prefer,
             ),
         )
-        return {"hits": [_hit(h) for h in hits], "version": version}
+        found = {"hits": [_hit(h) for h in hits], "version": version}
+        if speakers is not None:
+            found["speakers"] = speakers
+        return found
 
     async def list_sessions(self, tenant: str, *, after: str | None = None, limit: int = 50) -> dict[str, Any]:
         """The sessions with turns, by id, ``limit`` after the session ``after`` (``SessionList`` fields)."""

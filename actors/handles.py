@@ -55,6 +55,7 @@ __all__ = [
     "Removed",
     "SemanticHandle",
     "SessionLayerHandle",
+    "Speakers",
     "WorkingHandle",
     "WorkingMessages",
     "WorkingView",
@@ -83,10 +84,22 @@ class Hit(TypedDict):
     matched: NotRequired[list[dict[str, Any]]]
 
 
+class Speakers(TypedDict):
+    """A tenant's speaker labels, as a search answer carries them (``speakers_seen``)."""
+
+    #: Changes when the labels do.
+    token: int
+    #: The labels, sent when the caller's token was another; None when it was the same, or
+    #: when the tenant has too many to send.
+    names: list[str] | None
+
+
 class EpisodicHits(TypedDict):
     hits: list[Hit]
     #: The episodic version the hits were read at.
     version: int
+    #: When asked for with ``speakers_seen``.
+    speakers: NotRequired[Speakers]
 
 
 class FoundSkill(TypedDict):
@@ -149,6 +162,8 @@ class Ping(TypedDict):
     tenants_loaded: int
     #: Items purged because they expired, since the actor started.
     expired_items: int
+    #: Episodic shards: searches whose query the shard embedded itself, since it started.
+    query_embeds: NotRequired[int]
 
 
 # -- the handles ----------------------------------------------------------------------------
@@ -356,12 +371,15 @@ class EpisodicHandle(SessionLayerHandle):
         start: datetime | None = None,
         end: datetime | None = None,
         prefer: tuple[datetime, datetime] | None = None,
+        dense_text: str | None = None,
+        speakers_seen: int | None = None,
     ) -> EpisodicHits:
-        """Turns and summaries like ``query`` (``vector`` is its embedding), in ``[start, end)``,
-        those in ``prefer`` ranked up."""
+        """Turns and summaries like ``query`` (``vector`` is the embedding of ``dense_text``, or
+        of ``query`` when None), in ``[start, end)``, those in ``prefer`` ranked up; with
+        ``speakers_seen``, the tenant's speakers too (``EpisodicShard.search``)."""
         found: EpisodicHits = await self._read(
             "search", tenant, query=query, vector=vector, top_k=top_k, session_id=session_id,
-            start=start, end=end, prefer=prefer,
+            start=start, end=end, prefer=prefer, dense_text=dense_text, speakers_seen=speakers_seen,
         )
         return found
 

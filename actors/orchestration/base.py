@@ -4,6 +4,7 @@ handles, the query embedder, PII redaction, the LLM and the audit writer."""
 from __future__ import annotations
 
 import asyncio
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
@@ -12,15 +13,19 @@ from pydantic import BaseModel
 
 from strata.access.audit import AuditWriter
 from strata.config import StrataSettings
+from strata.episodic.memory import NAMES_KEPT_FROM
+from strata.episodic.ranking import dense_text
 from strata.privacy.redaction import Redaction
 from strata.providers.llm import LLM, make_llm
 from strata.providers.tokens import TiktokenCounter
 from strata.retrieval.timeparse import TimeRange
 from strata.schema import TimeRangeOut
-from strata_actors.handles import FoundSkill, Hit
+from strata_actors.handles import EpisodicHits, FoundSkill, Hit
 from strata_actors.router import LayerRouter
 
-__all__ = ["INLINE_CHARS", "Embed", "FlowBase", "over_text", "plain_trace", "range_out", "skill_hit"]
+__all__ = [
+    "INLINE_CHARS", "SPEAKER_TENANTS_MAX", "Embed", "FlowBase", "over_text", "plain_trace", "range_out", "skill_hit",
+]
 
 _R = TypeVar("_R")
 
@@ -29,6 +34,9 @@ _R = TypeVar("_R")
 #: characters; both linear), and about 0.1 ms for a usual question, less than the hop to a
 #: worker thread and back that a longer one takes (~0.12 ms each, two per query).
 INLINE_CHARS = 256
+
+#: Tenants whose speaker labels a flow keeps, the least recently used dropped first.
+SPEAKER_TENANTS_MAX = 4096
 
 #: Embeds texts into one row per text: the Serve embedding deployment, or a local embedder.
 #: A flow takes two: one for stored text (``Embedder.embed``), one for queries (``Embedder.embed_query``).
@@ -65,6 +73,37 @@ class FlowBase:
         #: PII goes before anything is written, and queries use the same policy.
         self._pii = Redaction(settings.pii)
         self._audit: AuditWriter | None = None
+        #: Per tenant, the token and labels of its speakers, as episodic searches last told them.
+        self._speakers: OrderedDict[str, tuple[int, tuple[str, ...]]] = OrderedDict()
+
+    async def _query_texts(self, tenant: str, query: str) -> tuple[list[str], int]:
+        """What to embed for a query that episodic memory will search: the query, then the text
+        episodic memory's dense path embeds when it differs (the query without the tenant's
+        speakers it names; ``EpisodicMemory.dense_query``); and the token of the speakers that
+        text was made with (-1: none known yet). Both go into one model call: a query naming a
+        speaker was embedded a second time in the episodic shard, after the first, ~3.5 ms on
+        every such context. Speakers the shard has and this flow does not know yet only cost
+        that as before: the shard checks the text and embeds the right one itself."""
+        known = self._speakers.get(tenant)
+        if known is None:
+            return [query], -1
+        token, names = known
+        dense = await over_text(lambda text: dense_text(text, names, names_kept_from=NAMES_KEPT_FROM), query)
+        return ([query] if dense == query else [query, dense]), token
+
+    def _learn_speakers(self, tenant: str, found: EpisodicHits) -> None:
+        """Keep the speakers an episodic search answered with (``speakers_seen``)."""
+        speakers = found.get("speakers")
+        if speakers is None:
+            return
+        known = self._speakers.get(tenant)
+        if speakers["names"] is not None:
+            self._speakers[tenant] = (speakers["token"], tuple(speakers["names"]))
+        elif known is None or known[0] != speakers["token"]:  # too many to send: the shard takes them out
+            self._speakers[tenant] = (speakers["token"], ())
+        self._speakers.move_to_end(tenant)
+        while len(self._speakers) > SPEAKER_TENANTS_MAX:
+            self._speakers.popitem(last=False)
 
 
 def plain_trace(trace: Sequence[Any]) -> list[Any]:

@@ -60,13 +60,16 @@ class ContextFlow(FlowBase):
         fetch = [layer for layer in policy if layer != "working"]
         working_budget = int(max_tokens * (ctx.working_share if fetch else 1.0))
 
-        # The query is embedded once, and only if a layer needs it; every layer gets the vector.
-        vector_task = asyncio.ensure_future(self._embed_query([query])) if fetch else None
+        # The query is embedded once, and only if a layer needs it; every layer gets the vector,
+        # episodic memory the one of its own text, embedded with it (FlowBase._query_texts).
+        texts, speakers_seen = await self._query_texts(tenant, query) if "episodic" in fetch else ([query], None)
+        vector_task = asyncio.ensure_future(self._embed_query(texts)) if fetch else None
 
         async def layer_hits(layer: str) -> tuple[list[ContextItem], int | None]:
             assert vector_task is not None
             # Shielded: a layer cancelled at its deadline must not cancel the shared embedding.
-            vector = (await asyncio.shield(vector_task))[0]
+            vectors = await asyncio.shield(vector_task)
+            vector = vectors[0]
             top_k = req.top_k or policy[layer].top_k or ctx.default_top_k
             if layer == "semantic":
                 passages = await self.router.semantic(tenant).search(tenant, query=query, vector=vector, top_k=top_k)
@@ -77,11 +80,14 @@ class ContextFlow(FlowBase):
             found = await self.router.episodic(tenant).search(
                 tenant,
                 query=query,
-                vector=vector,
+                vector=vectors[-1],
                 top_k=top_k,
                 session_id=req.session_id if session_only else None,
                 prefer=(time_range.start, time_range.end) if time_range else None,
+                dense_text=texts[-1],
+                speakers_seen=speakers_seen,
             )
+            self._learn_speakers(tenant, found)
             return [ContextItem.model_validate(h) for h in found["hits"]], found["version"]
 
         async def working() -> WorkingMessages:

@@ -36,19 +36,22 @@ class SearchFlow(ReadFlow):
         hits: list[SearchHit] = []
         versions: dict[str, int] = {}
 
+        # Embedded once; episodic memory gets the vector of its own text (FlowBase._query_texts).
+        texts, speakers_seen = await self._query_texts(tenant, query) if "episodic" in layers else ([query], None)
         vector_task = (
-            asyncio.ensure_future(self._embed_query([query]))
+            asyncio.ensure_future(self._embed_query(texts))
             if {"episodic", "semantic", "procedural"} & set(layers)
             else None
         )
 
         async def episodic() -> None:
             assert vector_task is not None
-            vector = (await vector_task)[0]
+            vector = (await vector_task)[-1]
             found = await self.router.episodic(tenant).search(
                 tenant, query=query, vector=vector, top_k=req.top_k, session_id=req.session_id, start=start, end=end,
-                prefer=prefer,
+                prefer=prefer, dense_text=texts[-1], speakers_seen=speakers_seen,
             )
+            self._learn_speakers(tenant, found)
             hits.extend(SearchHit.model_validate(h) for h in found["hits"])
             versions["episodic"] = found["version"]
 

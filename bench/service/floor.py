@@ -244,9 +244,10 @@ def measure_floor(floor: Floor, embedder: Any, queries: Sequence[str], *, top_k:
         t0 = time.perf_counter()
         if context is not None:
             query = redactor.redact(query).text
-        vector = embedder.embed_query([query])[0]
         dense = floor.episodic.dense_query(query)
-        dense_vector = vector if dense == query else embedder.embed_query([dense])[0]  # as the episodic actor does
+        # One model call for the query and, when it names a speaker, its speakerless twin, as the ingress makes
+        vectors = embedder.embed_query([query] if dense == query else [query, dense])
+        vector, dense_vector = vectors[0], vectors[-1]
         t1 = time.perf_counter()
         found = resolve_time_range(query, now)
         prefer = (found.start, found.end) if found else None

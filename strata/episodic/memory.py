@@ -26,7 +26,7 @@ import numpy as np
 
 from strata.clock import to_ms
 from strata.config import EpisodicSettings, TTLSettings
-from strata.episodic.ranking import ranked, speakers_named, without_speakers
+from strata.episodic.ranking import dense_text, ranked, speakers_named, speakers_token
 from strata.episodic.summarize import EpisodeSummary
 from strata.episodic.turns import (
     SUMMARY,
@@ -92,6 +92,7 @@ class EpisodicMemory:
         self._raw: dict[str, np.ndarray] = {}
         self._order: dict[str, list[tuple[tuple[datetime, int], str]]] = {}
         self._speakers: Counter[str] = Counter()
+        self._speakers_token: int | None = None  # of the speaker labels, computed when asked
         self._summarised: dict[str, set[str]] = {}  # session -> turn ids covered by a summary
         self._next_seq = 0
 
@@ -303,6 +304,7 @@ class EpisodicMemory:
             if speaker:
                 self._speakers[speaker] -= 1
         self._speakers = +self._speakers  # drop speakers with no turns left
+        self._speakers_token = None
         for session, order in list(self._order.items()):
             self._order[session] = [entry for entry in order if entry[1] not in gone]
             if not self._order[session]:
@@ -439,9 +441,20 @@ class EpisodicMemory:
         it they are a small share, and the changed text would be embedded a second
         time (~80 ms of model for a message of the maximum length).
         """
-        if len(text) >= NAMES_KEPT_FROM:
-            return text
-        return without_speakers(text, self._speakers_named(text))
+        return dense_text(text, self._speakers, names_kept_from=NAMES_KEPT_FROM)
+
+    @property
+    def speakers_token(self) -> int:
+        """A number that changes when the tenant's speaker labels do (:func:`speakers_token`):
+        a caller that keeps the labels, to make :meth:`dense_query`'s text itself, knows by it
+        when to read them again (:meth:`speakers`)."""
+        if self._speakers_token is None:
+            self._speakers_token = speakers_token(self._speakers)
+        return self._speakers_token
+
+    def speakers(self) -> list[str]:
+        """The tenant's speaker labels, sorted."""
+        return sorted(self._speakers)
 
     def _speakers_named(self, text: str) -> set[str]:
         """Speaker labels of this tenant that ``text`` mentions (whole words; CJK names as substrings)."""
@@ -504,6 +517,8 @@ class EpisodicMemory:
         key = f"{turn.session_id}/{turn.turn_id}"
         self._turns[key] = turn
         if turn.speaker:
+            if turn.speaker not in self._speakers:
+                self._speakers_token = None
             self._speakers[turn.speaker] += 1
         if vector is not None:
             order = self._order.setdefault(turn.session_id, [])

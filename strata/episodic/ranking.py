@@ -10,6 +10,7 @@ the search can boost their turns and the embedding can leave their names out.
 from __future__ import annotations
 
 import re
+import zlib
 from collections.abc import Callable, Iterable
 
 import numpy as np
@@ -19,7 +20,7 @@ from strata.retrieval.lexical import LexicalIndex, cjk_share, rrf_fuse, score_fu
 from strata.retrieval.relevance import combined, dense_relevance
 from strata.retrieval.vectors import VectorIndex, best
 
-__all__ = ["ranked", "speakers_named", "without_speakers"]
+__all__ = ["dense_text", "ranked", "speakers_named", "speakers_token", "without_speakers"]
 
 
 def ranked(
@@ -125,13 +126,27 @@ def speakers_named(speakers: Iterable[str], text: str) -> set[str]:
 
 
 def without_speakers(text: str, speakers: Iterable[str]) -> str:
-    """``text`` with the names of ``speakers`` (and their possessives) taken out;
-    ``text`` itself when nothing but punctuation would be left."""
+    """``text`` with the names of ``speakers`` (and their possessives) taken out, the longest
+    first (and so the same in every process); ``text`` itself when nothing but punctuation would
+    be left."""
     stripped = text
-    for speaker in speakers:
+    for speaker in sorted(speakers, key=lambda name: (-len(name), name)):
         if cjk_share(speaker) > 0.5:
             stripped = stripped.replace(speaker, " ")
         else:
             stripped = re.sub(r"(?<![\w])" + re.escape(speaker) + r"(?:'s|’s)?(?![\w])", " ", stripped, flags=re.IGNORECASE)
     stripped = " ".join(stripped.split())
     return stripped if stripped.strip(" ?!.,") else text
+
+
+def dense_text(text: str, speakers: Iterable[str], *, names_kept_from: int) -> str:
+    """The text to embed for the dense path: ``text`` without the ``speakers`` it names, unless
+    it is ``names_kept_from`` characters or longer (see ``EpisodicMemory.dense_query``)."""
+    if len(text) >= names_kept_from:
+        return text
+    return without_speakers(text, speakers_named(speakers, text))
+
+
+def speakers_token(speakers: Iterable[str]) -> int:
+    """A number that changes when the set of ``speakers`` does, the same in every process."""
+    return zlib.crc32("\x1f".join(sorted(speakers)).encode())

@@ -352,3 +352,34 @@ async def test_concurrent_reads_of_a_shard_share_actor_calls_and_keep_their_own_
         [("forget_tenant", (tenants[0],), {})])
     assert status == "error" and "not a read" in str(error)
     assert (await search(tenants[0]))["hits"]  # nothing was forgotten
+
+
+async def test_a_query_naming_a_speaker_is_embedded_once_with_its_speakerless_twin(settings: Any) -> None:
+    """The flow keeps a tenant's speakers from its episodic answers and sends the vector of the
+    query without their names (one model call with the query's): the shard embeds nothing. A
+    speaker it does not know yet costs the shard's own embedding once, and the hits are the same."""
+    client = InClusterClient("speakers-twin", settings)
+    await client.record_turns("s1", [
+        {"user": "I painted a sunrise over the lake last week.", "speaker": "Caroline", "timestamp": T0},
+        {"user": "I ran a marathon in Boston.", "speaker": "Melanie", "timestamp": T0 + timedelta(minutes=1)},
+    ])
+    shard = LayerRouter(settings).episodic("speakers-twin")
+
+    async def embeds() -> int:
+        return int((await shard.ping())["query_embeds"])
+
+    question = "What did Caroline paint?"
+    before = await embeds()
+    first = await client.search(question, layers=["episodic"])  # no speakers known yet: the shard embeds
+    assert await embeds() == before + 1
+    again = await client.search(question, layers=["episodic"])
+    ctx = await client.build_context("Where did Melanie run a marathon?", "s1", task_type="planning")
+    assert await embeds() == before + 1  # neither embedded in the shard
+    assert [h.id for h in again.hits] == [h.id for h in first.hits] and "sunrise" in first.hits[0].text
+    assert "Boston" in ctx.context
+
+    await client.record_turn("s2", "I adopted a dog called Rex.", speaker="Jon", timestamp=T0 + timedelta(days=1))
+    found = await client.search("What did Jon adopt?", layers=["episodic"])  # Jon not known here yet
+    assert await embeds() == before + 2 and "Rex" in found.hits[0].text
+    found = await client.search("Which dog did Jon adopt?", layers=["episodic"])
+    assert await embeds() == before + 2 and "Rex" in found.hits[0].text

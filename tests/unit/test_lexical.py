@@ -9,6 +9,7 @@ import pytest
 
 from strata.config import EpisodicSettings
 from strata.episodic.memory import NAMES_KEPT_FROM, EpisodicMemory
+from strata.episodic.ranking import speakers_token, without_speakers
 from strata.episodic.turns import TurnInput
 from strata.retrieval.lexical import LexicalIndex, cjk_share, rrf_fuse, score_fuse
 from strata.store.records import InMemoryRecordStore
@@ -124,6 +125,36 @@ def test_dense_query_drops_the_speakers_it_names() -> None:
     long = "Caroline said " + "the deploy failed again " * 60
     assert len(long) >= NAMES_KEPT_FROM and memory.dense_query(long) == long
     assert memory.dense_query(long[: NAMES_KEPT_FROM - 1]) == long[: NAMES_KEPT_FROM - 1].replace("Caroline ", "", 1)
+
+
+def test_speakers_token_changes_with_the_set_of_speakers_only() -> None:
+    """A caller keeps a tenant's speakers to make dense_query's text itself; the token tells it when
+    to read them again: a new speaker or a speaker's last turn gone changes it, another turn not."""
+    store = InMemoryRecordStore()
+    store.ensure_collection("c", dim=8)
+    memory = EpisodicMemory("t", store=store, collection="c", settings=EpisodicSettings())
+
+    def record(session: str, speaker: str) -> None:
+        memory.record(memory.prepare(session, [TurnInput(user="hello there", speaker=speaker)], now=NOW), unit(0)[None])
+
+    empty = memory.speakers_token
+    record("s1", "Caroline")
+    caroline = memory.speakers_token
+    record("s1", "Caroline")
+    assert memory.speakers_token == caroline != empty and memory.speakers() == ["Caroline"]
+    record("s2", "Melanie")
+    both = memory.speakers_token
+    assert both not in (caroline, empty) and memory.speakers() == ["Caroline", "Melanie"]
+    assert both == speakers_token(["Melanie", "Caroline"])  # the same in every process
+    memory.delete_session("s2")
+    memory.drop_session("s2")
+    assert memory.speakers_token == caroline and memory.speakers() == ["Caroline"]
+
+
+def test_without_speakers_takes_the_longest_name_first() -> None:
+    """The same text whatever order the names come in (a set's order differs between processes)."""
+    for names in (["Ann", "Ann Lee"], ["Ann Lee", "Ann"]):
+        assert without_speakers("Where did Ann Lee go with Ann?", names) == "Where did go with ?"
 
 
 def test_chinese_words_join_the_bigrams() -> None:
