@@ -463,7 +463,8 @@ class ProceduralShard(WholeRecordExpiry, LayerShard[ProceduralMemory]):
     async def list_skills(self, tenant: str, *, after: str | None = None, limit: int = 50) -> dict[str, Any]:
         slot = await self._tenant(tenant)
         page = slot.layer.skills(after=after, limit=limit + 1)
-        skills = [{**s.to_dict(), "version": await self.version(tenant, s.skill_id)} for s in page[:limit]]
+        versions = await self.versions(tenant, [s.skill_id for s in page[:limit]])
+        skills = [{**s.to_dict(), "version": versions[s.skill_id]} for s in page[:limit]]
         return {
             "skills": skills,
             "total": len(slot.layer),
@@ -486,7 +487,8 @@ class ProceduralShard(WholeRecordExpiry, LayerShard[ProceduralMemory]):
             vector = (await self.embed_query([query]))[0]
         slot = await self._tenant(tenant)
         hits = slot.layer.search(np.asarray(vector, np.float32), top_k=top_k, min_success_rate=min_success_rate)
-        out = [_hit(h.skill, await self.version(tenant, h.skill.skill_id), h.similarity, h.score, h.relevance) for h in hits]
+        versions = await self.versions(tenant, [h.skill.skill_id for h in hits])
+        out = [_hit(h.skill, versions[h.skill.skill_id], h.similarity, h.score, h.relevance) for h in hits]
         return {"skills": out}
 
     async def history(self, tenant: str, skill_id: str) -> dict[str, Any]:

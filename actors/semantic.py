@@ -248,9 +248,8 @@ class SemanticShard(WholeRecordExpiry, LayerShard[SemanticMemory]):
         slot = await self._tenant(tenant)
         docs = slot.layer.documents(after=after, limit=limit + 1)
         page = docs[:limit]
-        out = []
-        for d in page:
-            out.append({**d.to_dict(), "version": await self.version(tenant, d.doc_id), "status": "ready"})
+        versions = await self.versions(tenant, [d.doc_id for d in page])
+        out = [{**d.to_dict(), "version": versions[d.doc_id], "status": "ready"} for d in page]
         return {
             "documents": out,
             "total": len(slot.layer),

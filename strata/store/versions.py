@@ -6,6 +6,8 @@ failure between the two leaves a gap, never a reused number.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from strata.ids import validate_id
 from strata.store.records import Record, RecordStore
 
@@ -24,6 +26,15 @@ class VersionStore:
     def get(self, tenant: str, layer: str, scope: str) -> int:
         rows = self._store.get(self._collection, tenant=tenant, pks=[self._pk(tenant, layer, scope)])
         return int(rows[0].payload["version"]) if rows else 0
+
+    def get_many(self, tenant: str, layer: str, scopes: Sequence[str]) -> dict[str, int]:
+        """:meth:`get` of each of ``scopes``, in one read of the store."""
+        if not scopes:
+            return {}
+        keys = {self._pk(tenant, layer, scope): scope for scope in scopes}
+        found = {keys[row.pk]: int(row.payload["version"])
+                 for row in self._store.get(self._collection, tenant=tenant, pks=list(keys)) if row.pk in keys}
+        return {scope: found.get(scope, 0) for scope in scopes}
 
     def put(self, tenant: str, layer: str, scope: str, version: int) -> None:
         self._store.upsert(

@@ -342,6 +342,9 @@ def test_version_put_get_round_trip(store: InMemoryRecordStore) -> None:
     assert versions.get("t1", "episodic", "s1") == 0
     versions.put("t1", "working", "s1", 4)
     assert VersionStore(store, STATE).get("t1", "working", "s1") == 4
+    # several in one read: another tenant's, another layer's and unwritten ones are 0
+    assert versions.get_many("t1", "working", ["s2", "s1", "s9", "s2"]) == {"s1": 4, "s2": 5, "s9": 0}
+    assert versions.get_many("t3", "working", ["s1"]) == {"s1": 0} and versions.get_many("t1", "working", []) == {}
 
 
 def test_version_survives_deleting_the_sessions_rows(store: InMemoryRecordStore) -> None:
