@@ -5,8 +5,9 @@ app's middleware first: a missing or wrong bearer key is answered 401 before its
 and the key's rate limit is taken. Each tool call then calls the API *in process*, through
 ``httpx.ASGITransport`` on the app that served the request (``scope["app"]``), with the
 caller's own ``Authorization`` header: the same middleware, routes and scope checks as a REST
-call, no second definition of any of them, and no loopback address to find (the app need not
-know the host and port it is served on, behind Serve's proxy or another).
+call (but for the key's rate limit, which the /mcp request took: a tool call costs one request
+of it, not two), no second definition of any of them, and no loopback address to find (the app
+need not know the host and port it is served on, behind Serve's proxy or another).
 
 The MCP side is stateless, with JSON responses: any replica answers any call, and nothing is
 kept between calls. The SDK's session manager needs a task group running for as long as the
@@ -33,7 +34,7 @@ from starlette.requests import Request
 from starlette.types import Receive, Scope, Send
 
 from strata_mcp.tools import Connect, build_server
-from strata_serve.auth import bearer_key
+from strata_serve.auth import INNER_HEADER, bearer_key, inner_token
 from strata_serve.client import AsyncStrataClient
 
 __all__ = ["McpHttp"]
@@ -50,9 +51,18 @@ async def _as_caller(ctx: Context) -> AsyncIterator[AsyncStrataClient]:
     key = bearer_key(request.headers.get("authorization"))
     if not key:  # the app's Authenticate refuses such a request before it gets here
         raise ToolError("send your API key as 'Authorization: Bearer <key>'")
-    transport = httpx.ASGITransport(app=request.scope["app"])
+    transport = _Inner(app=request.scope["app"])
     async with AsyncStrataClient("http://strata", key, transport=transport) as client:
         yield client
+
+
+class _Inner(httpx.ASGITransport):
+    """The app in process, each request marked as made on behalf of the MCP request being served
+    (``INNER_HEADER``): the /mcp request took the key's rate limit, the API call does not again."""
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        request.headers[INNER_HEADER] = inner_token()
+        return await super().handle_async_request(request)
 
 
 @asynccontextmanager

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import secrets
 import time
 from collections.abc import Callable, Iterable
 from contextlib import suppress
@@ -60,6 +61,7 @@ from strata_serve.errors import error_response
 
 __all__ = [
     "ADMIN_ROUTES",
+    "INNER_HEADER",
     "OPEN_PATHS",
     "ROUTES",
     "UI_PATH",
@@ -68,6 +70,7 @@ __all__ = [
     "bearer_key",
     "current_key",
     "health_for_caller",
+    "inner_token",
 ]
 
 #: Paths served without a key (a key sent along is still resolved: /healthz shows more to an admin).
@@ -75,6 +78,13 @@ OPEN_PATHS = frozenset(("/healthz", "/docs", "/docs/oauth2-redirect", "/redoc", 
 #: Where the memory inspector's static files are served. A GET of it or of a file below it
 #: needs no key: the page holds no data, and each call it makes sends the key pasted into it.
 UI_PATH = "/ui"
+
+#: Marks a request this process's app sends to itself on behalf of one it is serving (an MCP
+#: tool call, ``strata_mcp.http``): its key is checked as any other's, but its rate limit is not
+#: taken again, the outer request took it. The value is :func:`inner_token`, made at import and
+#: never sent off the process: a request from outside cannot carry it.
+INNER_HEADER = "x-strata-inner"
+_INNER_TOKEN = secrets.token_urlsafe(32)
 
 _ALL: frozenset[Layer] = frozenset(LAYERS)
 _DOCS: frozenset[Layer] = frozenset({"semantic"})
@@ -139,6 +149,11 @@ def bearer_key(authorization: str | None) -> str | None:
     if not authorization or not authorization.lower().startswith("bearer "):
         return None
     return authorization[7:].strip()
+
+
+def inner_token() -> str:
+    """The value of :data:`INNER_HEADER` on a request this process sends to its own app."""
+    return _INNER_TOKEN
 
 
 def current_key() -> KeyInfo | None:
@@ -206,11 +221,12 @@ class KeyGate:
 
     # -- resolving a key (the middleware's) --------------------------------------------
 
-    async def check(self, authorization: str | None, *, address: str | None) -> KeyInfo:
+    async def check(self, authorization: str | None, *, address: str | None, take: bool = True) -> KeyInfo:
         """The active key of an ``Authorization`` header, after taking one request from its rate limit.
 
         Args:
             address: the client's address, whose failed attempts are limited; None: not limited.
+            take: False for a request whose rate limit its outer request took (:data:`INNER_HEADER`).
 
         Raises:
             strata.errors.Unauthorized: no key, or an unknown or revoked one (the same words for both).
@@ -220,7 +236,8 @@ class KeyGate:
         info = await self.resolve(_bearer(authorization), address=address)
         if info is None:
             raise Unauthorized("unknown API key")
-        self._limits.take(info.key_id)
+        if take:
+            self._limits.take(info.key_id)
         return info
 
     async def resolve(self, key: str, *, address: str | None) -> KeyInfo | None:
@@ -405,7 +422,9 @@ class Authenticate:
             if path in self.open_paths or _is_ui_file(scope["method"], path):
                 info = await gate.optional(headers.get("authorization"), address=address)
             else:
-                info = await gate.check(headers.get("authorization"), address=address)
+                inner = headers.get(INNER_HEADER)
+                take = inner is None or not hmac.compare_digest(inner.encode(), _INNER_TOKEN.encode())
+                info = await gate.check(headers.get("authorization"), address=address, take=take)
         except StrataError as exc:
             response = error_response(exc)
             if headers.get("content-length", "0") != "0" or "transfer-encoding" in headers:

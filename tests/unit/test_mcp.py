@@ -10,6 +10,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import httpx
 import httpx2
 import pytest
 from fastapi import FastAPI, Header
@@ -18,7 +19,11 @@ from mcp.client import Client
 from mcp.client.streamable_http import streamable_http_client
 from starlette.routing import Route
 
+from strata.access.keys import KeyStore
+from strata.config import StrataSettings
+from strata.store.records import InMemoryRecordStore
 from strata_mcp import McpHttp, stdio_server
+from strata_serve.auth import INNER_HEADER, Authenticate, KeyGate
 from tests.conftest import free_port
 
 TOOLS = {
@@ -135,3 +140,41 @@ def test_the_example_client_configs_start_what_this_package_serves() -> None:
     assert set(stdio["env"]) == {"STRATA_URL", "STRATA_API_KEY"}  # what `strata mcp` reads
     http = json.loads((examples / "http.json").read_text())["mcpServers"]["strata"]
     assert http["url"].endswith("/mcp") and http["headers"]["Authorization"].startswith("Bearer ")
+
+
+async def test_a_tool_call_takes_one_request_of_the_keys_rate_limit_not_two() -> None:
+    """The /mcp requests take it; the API call a tool makes in process is marked as made on their
+    behalf (a token only this process knows) and takes none. A request from outside with a forged
+    mark takes one as any other."""
+    store = InMemoryRecordStore()
+    store.ensure_collection("keys", dim=4)
+    keys = KeyStore(store, "keys")
+    gate = KeyGate(StrataSettings(), keys=keys)
+    key = keys.create("tenant-a")
+    taken: list[str] = []
+    take = gate._limits.take
+    gate._limits.take = lambda key_id: (taken.append(key_id), take(key_id))[1]  # type: ignore[method-assign]
+    app, seen = api()
+    mcp = McpHttp()
+    app.router.routes.append(Route("/mcp", mcp))
+    app.add_middleware(Authenticate, gate=lambda: gate)
+    requests: list[str] = []
+
+    @app.middleware("http")
+    async def count(request: Any, call_next: Any) -> Any:
+        requests.append(request.url.path)
+        return await call_next(request)
+
+    try:
+        async with mcp_over_http(app, key) as client:
+            for _ in range(2):
+                listed = await client.call_tool("list_sessions", {})
+                assert not listed.is_error
+        assert seen == [f"Bearer {key}"] * 2 and requests.count("/v1/sessions") == 2  # the API route was called
+        assert len(taken) == requests.count("/mcp") > 0  # and took nothing more
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://api") as outside:
+            forged = {"Authorization": f"Bearer {key}", INNER_HEADER: "a-guess"}
+            assert (await outside.get("/v1/sessions", headers=forged)).status_code == 200
+        assert len(taken) == requests.count("/mcp") + 1
+    finally:
+        await mcp.aclose()
