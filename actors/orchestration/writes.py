@@ -213,5 +213,6 @@ class WriteFlow(AuditFlow):
         if tenant == SYSTEM_TENANT:
             raise InvalidInput("the system tenant cannot be forgotten", field="tenant")
         removed = await asyncio.gather(*(self.router.layer(layer, tenant).forget_tenant(tenant) for layer in LAYERS))
+        self._speakers.pop(tenant, None)  # its speakers' names (another ingress's go at its next search)
         await self._record(tenant, by, "forget_tenant", "all", tenant, None)
         return dict(zip(LAYERS, removed))

@@ -383,3 +383,6 @@ async def test_a_query_naming_a_speaker_is_embedded_once_with_its_speakerless_tw
     assert await embeds() == before + 2 and "Rex" in found.hits[0].text
     found = await client.search("Which dog did Jon adopt?", layers=["episodic"])
     assert await embeds() == before + 2 and "Rex" in found.hits[0].text
+    assert "speakers-twin" in client._flow._speakers
+    await client._flow.forget_tenant("speakers-twin")
+    assert "speakers-twin" not in client._flow._speakers  # no name of a forgotten tenant kept
