@@ -354,6 +354,7 @@ async def test_concurrent_reads_of_a_shard_share_actor_calls_and_keep_their_own_
     assert (await search(tenants[0]))["hits"]  # nothing was forgotten
 
 
+@pytest.mark.stores("lite")  # what the ingress and the shard embed, whatever the store
 async def test_a_query_naming_a_speaker_is_embedded_once_with_its_speakerless_twin(settings: Any) -> None:
     """The flow keeps a tenant's speakers from its episodic answers and sends the vector of the
     query without their names (one model call with the query's): the shard embeds nothing. A

@@ -92,6 +92,7 @@ def _join(address: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]
                           check=False)
 
 
+@pytest.mark.stores("lite")  # Ray's token, whatever the store (43 s a run)
 def test_a_process_without_the_token_cannot_join_the_cluster(cluster: Cluster, ray_token: Path) -> None:
     """Anyone who reaches Ray's ports could run code on the cluster; with token auth on
     every node (cluster.yaml), a driver without the token, or with a wrong one, is refused."""
