@@ -275,7 +275,7 @@ class E5Embedder:
         3,205 tokens and cost 7.3 s of model on one thread here, against 20 ms for a question,
         and a query of that length may come with every context call. The engine counts tokens
         (~0.7 us a character) but does not cut, so the cut is found by bisection over the
-        text's first ``_CHARS_PER_PIECE_MAX * limit`` characters: at most 13 counts of at most
+        text's first ``_CHARS_PER_PIECE_MAX * limit`` characters: at most 14 counts of at most
         that many characters (a few ms), against ~1.5 ms of model per token."""
         text = text.lstrip()[: _CHARS_PER_PIECE_MAX * limit]
         if self._model.token_count(text, query) <= limit:
