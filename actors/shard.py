@@ -410,23 +410,21 @@ class LayerShard(Generic[_L]):
         read in one store read, not one each (a page of 50 documents was 50 reads one after
         the other, and on a Milvus server each strong read waits for its next time tick,
         ~200 ms by default)."""
-        slot = await self._tenant(tenant)
+        return await self._versions_of(tenant, await self._tenant(tenant), scopes)
+
+    async def _version(self, tenant: str, slot: _Tenant[_L], scope: str) -> int:
+        return (await self._versions_of(tenant, slot, [scope]))[scope]
+
+    async def _versions_of(self, tenant: str, slot: _Tenant[_L], scopes: Sequence[str]) -> dict[str, int]:
         unknown = [scope for scope in dict.fromkeys(scopes) if scope not in slot.versions]
         if unknown:
             _, _, versions = await self._backend()
             durable = await asyncio.to_thread(versions.get_many, tenant, self.layer_name, unknown)
-            for scope, value in durable.items():  # as _version: never below a claim made meanwhile
-                slot.versions[scope] = max(value, slot.versions.get(scope, 0))
-        return {scope: slot.versions[scope] for scope in scopes}
-
-    async def _version(self, tenant: str, slot: _Tenant[_L], scope: str) -> int:
-        if scope not in slot.versions:
-            _, _, versions = await self._backend()
-            durable = await asyncio.to_thread(versions.get, tenant, self.layer_name, scope)
             # Reads take no lock: a claim may have cached a newer version while this one was
             # read, and writing the older value over it would hand that version out again.
-            slot.versions[scope] = max(durable, slot.versions.get(scope, 0))
-        return slot.versions[scope]
+            for scope, value in durable.items():
+                slot.versions[scope] = max(value, slot.versions.get(scope, 0))
+        return {scope: slot.versions[scope] for scope in scopes}
 
     async def read(self, tenant: str, scope: str, fn: Callable[[_L], _R]) -> tuple[_R, int]:
         """Run a read of the tenant's layer on the event loop; returns its result and

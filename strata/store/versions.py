@@ -24,8 +24,7 @@ class VersionStore:
         self._collection = collection
 
     def get(self, tenant: str, layer: str, scope: str) -> int:
-        rows = self._store.get(self._collection, tenant=tenant, pks=[self._pk(tenant, layer, scope)])
-        return int(rows[0].payload["version"]) if rows else 0
+        return self.get_many(tenant, layer, [scope])[scope]
 
     def get_many(self, tenant: str, layer: str, scopes: Sequence[str]) -> dict[str, int]:
         """:meth:`get` of each of ``scopes``, in one read of the store."""
