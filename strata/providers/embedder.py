@@ -140,8 +140,7 @@ class OnnxMiniLMEmbedder:
             return out
         # The tokenizer reads a whole text before it truncates (11 ms for 16,000 characters):
         # it gets no more characters than ``limit`` word pieces could come from.
-        cut = _CHARS_PER_PIECE_MAX * limit
-        encodings = self._tokenizer.encode_batch([t.lstrip()[:cut] or " " for t in texts])
+        encodings = self._tokenizer.encode_batch([_readable(t, limit) or " " for t in texts])
         pieces = [e.ids if len(e.ids) <= limit else [*e.ids[: limit - 1], e.ids[-1]] for e in encodings]  # [SEP] last
         lengths = [len(p) for p in pieces]
         for batch in length_groups(lengths, max_batch=self._batch_size, slack=_PAD_SLACK_TOKENS):
@@ -215,6 +214,12 @@ class OpenAIEmbedder:
         return self.embed(texts)  # the endpoint's one call; a model that wants prefixes needs its own provider
 
 
+def _readable(text: str, limit: int) -> str:
+    """The start of ``text`` (after leading whitespace) that ``limit`` tokens could come from:
+    what a tokenizer is given, so it never reads a whole 16,000-character text to keep a few."""
+    return text.lstrip()[: _CHARS_PER_PIECE_MAX * limit]
+
+
 def _said(exc: Any) -> str:
     """What an endpoint's error answer says, in at most 300 characters (its ``message``, else its body)."""
     body = getattr(exc, "body", None)
@@ -277,7 +282,7 @@ class E5Embedder:
         (~0.7 us a character) but does not cut, so the cut is found by bisection over the
         text's first ``_CHARS_PER_PIECE_MAX * limit`` characters: at most 14 counts of at most
         that many characters (a few ms), against ~1.5 ms of model per token."""
-        text = text.lstrip()[: _CHARS_PER_PIECE_MAX * limit]
+        text = _readable(text, limit)
         if self._model.token_count(text, query) <= limit:
             return text
         keep, over = 0, len(text)  # the start of ``keep`` characters fits; of ``over``, not
