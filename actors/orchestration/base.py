@@ -13,7 +13,6 @@ from pydantic import BaseModel
 
 from strata.access.audit import AuditWriter
 from strata.config import StrataSettings
-from strata.episodic.memory import NAMES_KEPT_FROM
 from strata.episodic.ranking import dense_text
 from strata.privacy.redaction import Redaction
 from strata.providers.llm import LLM, make_llm
@@ -88,7 +87,7 @@ class FlowBase:
         if known is None:
             return [query], -1
         token, names = known
-        dense = await over_text(lambda text: dense_text(text, names, names_kept_from=NAMES_KEPT_FROM), query)
+        dense = await over_text(lambda text: dense_text(text, names), query)
         return ([query] if dense == query else [query, dense]), token
 
     def _learn_speakers(self, tenant: str, found: EpisodicHits) -> None:

@@ -26,7 +26,7 @@ import numpy as np
 
 from strata.clock import to_ms
 from strata.config import EpisodicSettings, TTLSettings
-from strata.episodic.ranking import dense_text, ranked, speakers_named, speakers_token
+from strata.episodic.ranking import NAMES_KEPT_FROM, dense_text, ranked, speakers_named, speakers_token
 from strata.episodic.summarize import EpisodeSummary
 from strata.episodic.turns import (
     SUMMARY,
@@ -43,7 +43,6 @@ from strata.episodic.turns import (
 from strata.errors import InvalidInput, NotFound
 from strata.ids import validate_id
 from strata.limits import RECORD_TEXT_BYTES_MAX
-from strata.providers.batching import EmbedBatcher
 from strata.retrieval.entities import EntityExtractor, Extraction, RuleExtractor
 from strata.retrieval.graph import KnowledgeGraph
 from strata.retrieval.lexical import LexicalIndex, language_weights, lexical_terms
@@ -52,11 +51,6 @@ from strata.store.records import Record, RecordStore
 from strata.store.ttl import Expiries, expires_ms
 
 __all__ = ["NAMES_KEPT_FROM", "EpisodicMemory"]
-
-#: A query this long or longer is embedded with the speaker names it mentions
-#: (:meth:`EpisodicMemory.dense_query`): the length from which the query batcher also
-#: gives a text a lane of its own.
-NAMES_KEPT_FROM = EmbedBatcher.LONG_CHARS
 
 
 class EpisodicMemory:
@@ -441,7 +435,7 @@ class EpisodicMemory:
         it they are a small share, and the changed text would be embedded a second
         time (~80 ms of model for a message of the maximum length).
         """
-        return dense_text(text, self._speakers, names_kept_from=NAMES_KEPT_FROM)
+        return dense_text(text, self._speakers)
 
     @property
     def speakers_token(self) -> int:

@@ -15,12 +15,18 @@ from collections.abc import Callable, Iterable
 
 import numpy as np
 
+from strata.providers.batching import EmbedBatcher
 from strata.retrieval.graph import KnowledgeGraph
 from strata.retrieval.lexical import LexicalIndex, cjk_share, rrf_fuse, score_fuse
 from strata.retrieval.relevance import combined, dense_relevance
 from strata.retrieval.vectors import VectorIndex, best
 
-__all__ = ["dense_text", "ranked", "speakers_named", "speakers_token", "without_speakers"]
+__all__ = ["NAMES_KEPT_FROM", "dense_text", "ranked", "speakers_named", "speakers_token", "without_speakers"]
+
+#: A query this long or longer is embedded with the speaker names it mentions
+#: (:func:`dense_text`): the length from which the query batcher also gives a text a lane of
+#: its own.
+NAMES_KEPT_FROM = EmbedBatcher.LONG_CHARS
 
 
 def ranked(
@@ -139,10 +145,10 @@ def without_speakers(text: str, speakers: Iterable[str]) -> str:
     return stripped if stripped.strip(" ?!.,") else text
 
 
-def dense_text(text: str, speakers: Iterable[str], *, names_kept_from: int) -> str:
+def dense_text(text: str, speakers: Iterable[str]) -> str:
     """The text to embed for the dense path: ``text`` without the ``speakers`` it names, unless
-    it is ``names_kept_from`` characters or longer (see ``EpisodicMemory.dense_query``)."""
-    if len(text) >= names_kept_from:
+    it is :data:`NAMES_KEPT_FROM` characters or longer (see ``EpisodicMemory.dense_query``)."""
+    if len(text) >= NAMES_KEPT_FROM:
         return text
     return without_speakers(text, speakers_named(speakers, text))
 
