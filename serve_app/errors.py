@@ -106,7 +106,10 @@ def too_large_response(limit_bytes: int, *, declared_bytes: int | None = None) -
     return JSONResponse(
         {"error": "BodyTooLarge", "message": message, "max_body_bytes": limit_bytes},
         status_code=413,
-        headers={"Connection": "close"},  # the rest of the body is not read
+        # No "Connection: close": the server would close with the rest of the body unread,
+        # and the kernel answers that with a reset that can drop this very answer. Kept
+        # open, the connection's parser discards the rest of the body, and the client
+        # reads its 413 once it has sent it.
     )
 
 
