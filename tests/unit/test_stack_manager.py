@@ -145,6 +145,12 @@ def test_the_launcher_of_this_data_dir_is_recognised(tmp_path: Path) -> None:
         start_new_session=True,
     )
     try:
+        # Popen returns once the child's exec has begun, before the kernel has set the new
+        # command line (/proc/PID/cmdline reads empty in between): wait for it.
+        launcher = str(data_dir / "milvus").encode()
+        deadline = time.monotonic() + 10
+        while launcher not in Path(f"/proc/{fake.pid}/cmdline").read_bytes() and time.monotonic() < deadline:
+            time.sleep(0.01)
         (data_dir / "milvus.pid").write_text(str(fake.pid))
         assert stack.milvus_pid() == fake.pid
         other = Stack(_settings(tmp_path / "other"), say=lambda _: None)
