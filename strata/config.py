@@ -84,6 +84,9 @@ class EmbeddingSettings(_Section):
     dimension: int = Field(default=384, ge=8, le=8192)
     #: Seconds an ``openai``-provider endpoint has to answer one call (tried twice at most).
     timeout_s: float = Field(default=10.0, gt=0, le=600)
+    #: The ``openai`` provider's input limit, in cl100k tokens (OpenAI's embedding models: 8,191):
+    #: a longer text is embedded from its start, not refused with the write that carries it.
+    endpoint_max_tokens: int = Field(default=8191, ge=16, le=1_000_000)
     threads: int = Field(default=1, ge=1, le=64)
     batch_size: int = Field(default=32, ge=1, le=1024)
     max_tokens: int = Field(default=256, ge=16, le=512)

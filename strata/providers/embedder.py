@@ -170,16 +170,32 @@ class OnnxMiniLMEmbedder:
 
 
 class OpenAIEmbedder:
-    """Any OpenAI-compatible ``/embeddings`` endpoint (OpenAI, vLLM, Ollama, TEI)."""
+    """Any OpenAI-compatible ``/embeddings`` endpoint (OpenAI, vLLM, Ollama, TEI).
+
+    Texts are cut to ``max_tokens`` cl100k tokens (``embedding.endpoint_max_tokens``) and sent
+    ``batch_size`` to a call (``embedding.batch_size``)."""
 
     def __init__(
-        self, *, base_url: str, model: str, dimension: int, api_key: str | None, timeout_s: float = 10.0
+        self,
+        *,
+        base_url: str,
+        model: str,
+        dimension: int,
+        api_key: str | None,
+        timeout_s: float = 10.0,
+        batch_size: int = 32,
+        max_tokens: int = 8191,
     ) -> None:
         from openai import OpenAI
+
+        from strata.providers.tokens import TiktokenCounter
 
         self._client = OpenAI(base_url=base_url, api_key=api_key or "unused", max_retries=1, timeout=timeout_s)
         self._model = model
         self._dim = dimension
+        self._batch_size = batch_size
+        self._max_tokens = max_tokens
+        self._tokens = TiktokenCounter()  # cl100k: OpenAI's embedding models' own tokenizer
 
     @property
     def dim(self) -> int:
@@ -189,12 +205,21 @@ class OpenAIEmbedder:
         """Raises:
         EmbedderError: the endpoint did not answer, answered an error (its status and its
             message are in the error's), or answered another number or size of vectors."""
-        import openai
-
         if not texts:
             return np.zeros((0, self._dim), dtype=np.float32)
+        # A text over the model's input limit fails the whole call (OpenAI: 400), and with it
+        # the write: each text is cut to ``max_tokens``, and a call carries at most
+        # ``batch_size`` of them (OpenAI also limits the inputs and the tokens of one call).
+        cut = [self._tokens.truncate(_readable(t, self._max_tokens), self._max_tokens) or " " for t in texts]
+        batches = [self._call(cut[i : i + self._batch_size]) for i in range(0, len(cut), self._batch_size)]
+        return _normalise(np.concatenate(batches))
+
+    def _call(self, texts: list[str]) -> np.ndarray:
+        """One ``/embeddings`` call: the vectors of ``texts``, in their order, as answered."""
+        import openai
+
         try:
-            response = self._client.embeddings.create(model=self._model, input=list(texts))
+            response = self._client.embeddings.create(model=self._model, input=texts)
         except openai.APIStatusError as exc:
             raise EmbedderError(
                 f"the embedding endpoint answered {exc.status_code} for model {self._model!r}: {_said(exc)}"
@@ -208,7 +233,7 @@ class OpenAIEmbedder:
                 f"the embedding endpoint answered {len(rows)} vectors of shape {vectors.shape[1:]} for "
                 f"{len(texts)} texts; embedding.dimension is {self._dim}"
             )
-        return _normalise(vectors)
+        return vectors
 
     def embed_query(self, texts: Sequence[str]) -> np.ndarray:
         return self.embed(texts)  # the endpoint's one call; a model that wants prefixes needs its own provider
@@ -322,6 +347,8 @@ def make_embedder(settings: EmbeddingSettings) -> Embedder:
         dimension=settings.dimension,
         api_key=settings.api_key,
         timeout_s=settings.timeout_s,
+        batch_size=settings.batch_size,
+        max_tokens=settings.endpoint_max_tokens,
     )
 
 

@@ -15,6 +15,7 @@ import pytest
 from strata.config import EmbeddingSettings
 from strata.errors import EmbedderError, StrataError
 from strata.providers.embedder import Embedder, OpenAIEmbedder, make_embedder
+from strata.providers.tokens import TiktokenCounter
 from tests.llm_server import llm_server
 
 DIM = 8
@@ -94,3 +95,20 @@ def test_no_answer_is_an_embedder_error_within_the_timeout() -> None:
         with pytest.raises(EmbedderError, match="did not answer"):
             _embedder(url, timeout_s=0.3).embed(["hello"])
         assert time.monotonic() - started < 2.5  # two tries of 0.3 s and a back-off, not the SDK's 600 s
+
+
+def test_texts_over_the_input_limit_are_cut_and_calls_carry_batch_size_texts() -> None:
+    """A turn of 16,000 characters can be 8,000 tokens and more ("a_" x 8,000): sent whole, the
+    endpoint refuses the call (OpenAI: over 8,191 tokens) and the write fails with it."""
+    texts = ["short", "a_" * 8000, "word " * 3000, "x" * 16000, "你好" * 4000]
+    with _endpoint(_vectors) as (url, received):
+        embedder = _embedder(url, endpoint_max_tokens=100, batch_size=2)
+        vectors = embedder.embed(texts)
+    assert [len(r["input"]) for r in received] == [2, 2, 1]
+    sent = [t for r in received for t in r["input"]]
+    counter = TiktokenCounter()
+    assert sent[0] == "short" and all(90 <= counter.count(t) <= 100 for t in sent[1:])
+    assert all(text.startswith(cut) for text, cut in zip(texts, sent, strict=True))
+    for row, cut in enumerate(sent):  # each row its own text's, across the calls
+        expected = np.array([len(cut) + 1.0] + [row % 2 + 1.0] * (DIM - 1))
+        np.testing.assert_allclose(vectors[row], expected / np.linalg.norm(expected), atol=1e-6)
