@@ -4,6 +4,7 @@ handles, the query embedder, PII redaction, the LLM and the audit writer."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
@@ -23,7 +24,7 @@ from strata_actors.handles import EpisodicHits, FoundSkill, Hit
 from strata_actors.router import LayerRouter
 
 __all__ = [
-    "INLINE_CHARS", "SPEAKER_TENANTS_MAX", "Embed", "FlowBase", "over_text", "plain_trace", "range_out", "skill_hit",
+    "INLINE_CHARS", "SPEAKERS_IDLE_S", "SPEAKER_TENANTS_MAX", "Embed", "FlowBase", "over_text", "plain_trace", "range_out", "skill_hit",
 ]
 
 _R = TypeVar("_R")
@@ -36,6 +37,10 @@ INLINE_CHARS = 256
 
 #: Tenants whose speaker labels a flow keeps, the least recently used dropped first.
 SPEAKER_TENANTS_MAX = 4096
+#: Labels no episodic search has confirmed for this long are dropped (at the next search of any
+#: tenant): a tenant forgotten through another ingress leaves no name here for longer. A tenant
+#: searched again after that embeds its query once more in the shard, as on its first search.
+SPEAKERS_IDLE_S = 60.0
 
 #: Embeds texts into one row per text: the Serve embedding deployment, or a local embedder.
 #: A flow takes two: one for stored text (``Embedder.embed``), one for queries (``Embedder.embed_query``).
@@ -72,8 +77,9 @@ class FlowBase:
         #: PII goes before anything is written, and queries use the same policy.
         self._pii = Redaction(settings.pii)
         self._audit: AuditWriter | None = None
-        #: Per tenant, the token and labels of its speakers, as episodic searches last told them.
-        self._speakers: OrderedDict[str, tuple[int, tuple[str, ...]]] = OrderedDict()
+        #: Per tenant, the token and labels of its speakers, as episodic searches last told them,
+        #: and when one last confirmed them (``time.monotonic``); the least recent first.
+        self._speakers: OrderedDict[str, tuple[int, tuple[str, ...], float]] = OrderedDict()
 
     async def _query_texts(self, tenant: str, query: str) -> tuple[list[str], int]:
         """What to embed for a query that episodic memory will search: the query, then the text
@@ -84,9 +90,9 @@ class FlowBase:
         every such context. Speakers the shard has and this flow does not know yet only cost
         that as before: the shard checks the text and embeds the right one itself."""
         known = self._speakers.get(tenant)
-        if known is None:
+        if known is None or known[2] < time.monotonic() - SPEAKERS_IDLE_S:
             return [query], -1
-        token, names = known
+        token, names, _ = known
         dense = await over_text(lambda text: dense_text(text, names), query)
         return ([query] if dense == query else [query, dense]), token
 
@@ -95,13 +101,18 @@ class FlowBase:
         speakers = found.get("speakers")
         if speakers is None:
             return
+        now = time.monotonic()
         known = self._speakers.get(tenant)
         if speakers["names"] is not None:
-            self._speakers[tenant] = (speakers["token"], tuple(speakers["names"]))
+            self._speakers[tenant] = (speakers["token"], tuple(speakers["names"]), now)
         elif known is None or known[0] != speakers["token"]:  # too many to send: the shard takes them out
-            self._speakers[tenant] = (speakers["token"], ())
+            self._speakers[tenant] = (speakers["token"], (), now)
+        else:  # the labels this flow sent the token of: confirmed
+            self._speakers[tenant] = (*known[:2], now)
         self._speakers.move_to_end(tenant)
-        while len(self._speakers) > SPEAKER_TENANTS_MAX:
+        while self._speakers and (
+            len(self._speakers) > SPEAKER_TENANTS_MAX or next(iter(self._speakers.values()))[2] < now - SPEAKERS_IDLE_S
+        ):
             self._speakers.popitem(last=False)
 
 
