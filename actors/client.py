@@ -200,8 +200,8 @@ class InClusterClient:
         body = interaction if isinstance(interaction, InteractionIn) else InteractionIn(**interaction)
         return await self._flow.post_interaction(self._tenant, body, by=_BY)
 
-    async def audit(self, *, since: datetime | None = None, limit: int = 100) -> AuditHistory:
-        return await self._flow.audit(self._tenant, since=since, limit=limit)
+    async def audit(self, *, since: datetime | None = None, after: str | None = None, limit: int = 100) -> AuditHistory:
+        return await self._flow.audit(self._tenant, since=since, after=after, limit=limit)
 
     # -- in-cluster only: operating and evaluating -----------------------------
 

@@ -638,11 +638,12 @@ class Api:
         since: datetime | None = Query(  # noqa: B008
             default=None, description="Only changes after this time; without a zone, UTC"
         ),
+        after: str | None = Query(default=None, max_length=64, description="next_after of the previous page"),
         limit: int = Query(default=100, ge=1, le=1000),
         authorization: str | None = Header(default=None),
     ) -> AuditHistory:
         """Every write, update and delete of your tenant: when, which key, which layer and
-        record, which version. Never the content."""
+        record, which version. Never the content. A page at a time, oldest first."""
         tenant = (await self._gate.caller(authorization, "audit")).tenant
-        history: AuditHistory = await self._flow.audit(tenant, since=since, limit=limit)
+        history: AuditHistory = await self._flow.audit(tenant, since=since, after=after, limit=limit)
         return history

@@ -48,20 +48,23 @@ class AuditFlow(FlowBase):
         except StrataError as exc:
             _log.warning("audit of %s %s for tenant %s not written: %s", op, record_id, tenant, exc.message)
 
-    async def audit(self, tenant: str, *, since: datetime | None = None, limit: int = 100) -> AuditHistory:
+    async def audit(
+        self, tenant: str, *, since: datetime | None = None, after: str | None = None, limit: int = 100
+    ) -> AuditHistory:
         """The tenant's changes, oldest first: time, key id, operation, layer, record, version.
         The tenant's queued entries are written first: a caller sees its own changes.
-        ``since`` without a zone is UTC (:meth:`AuditLog.read`)."""
+        ``since`` without a zone is UTC; ``after``: the ``next_after`` of the page before
+        (:meth:`AuditLog.page`)."""
         if not 1 <= limit <= 1000:
             raise InvalidInput(f"limit must be between 1 and 1000, got {limit}", field="limit")
         writer = self._audit_writer()
 
-        def read() -> list[AuditEntry]:
+        def read() -> tuple[list[AuditEntry], str | None]:
             writer.flush(tenant)
-            return writer.log().read(tenant, since=since, limit=limit)
+            return writer.log().page(tenant, since=since, after=after, limit=limit)
 
-        entries = await asyncio.to_thread(read)
-        return AuditHistory(entries=[AuditEntryOut(**e.to_payload()) for e in entries])
+        entries, next_after = await asyncio.to_thread(read)
+        return AuditHistory(entries=[AuditEntryOut(**e.to_payload()) for e in entries], next_after=next_after)
 
     async def aclose(self) -> None:
         """Write the audit entries still queued (call when the process shuts down; an exiting

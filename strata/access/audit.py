@@ -35,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import logging
+import re
 import threading
 import time
 import uuid
@@ -45,6 +46,7 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from strata.errors import InvalidInput
 from strata.ids import validate_id
 from strata.store.records import Record, RecordStore
 
@@ -53,6 +55,8 @@ __all__ = ["AUDIT_KIND", "AuditEntry", "AuditLog", "AuditWriter", "entry"]
 AUDIT_KIND = "audit"
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND = timedelta(microseconds=1)
+#: What a row's id holds after ``tenant/audit/``: its time, its place in its batch, a random tail.
+_CURSOR = re.compile(r"[0-9]{1,20}-[0-9a-f]{1,32}")
 
 _log = logging.getLogger(__name__)
 
@@ -125,16 +129,32 @@ class AuditLog:
 
     def read(self, tenant: str, *, since: datetime | None = None, limit: int = 100) -> list[AuditEntry]:
         """The tenant's changes since ``since`` (without a zone: UTC), oldest first, at most ``limit``."""
+        return self.page(tenant, since=since, limit=limit)[0]
+
+    def page(
+        self, tenant: str, *, since: datetime | None = None, after: str | None = None, limit: int = 100
+    ) -> tuple[list[AuditEntry], str | None]:
+        """At most ``limit`` of the tenant's changes, oldest first: after ``since`` (without a
+        zone: UTC) and after the cursor ``after``; and the cursor of the last one returned when
+        more follow (else None). Paging by cursor misses nothing: paging by ``since`` would skip
+        the entries that share the last one's time.
+
+        Raises:
+            InvalidInput: ``after`` is not a cursor this log gave."""
+        if after is not None and not _CURSOR.fullmatch(after):
+            raise InvalidInput("after must be the next_after of an earlier page of this history", field="after")
         if since is not None and since.tzinfo is None:
             since = since.replace(tzinfo=UTC)  # compared with the entries' aware times, it would raise
         rows = self._store.scan(
             self._collection, tenant=tenant, session=AUDIT_KIND, kinds=[AUDIT_KIND], with_vectors=False
         )
-        rows.sort(key=lambda r: r.pk)
-        entries = [AuditEntry.from_payload(r.payload) for r in rows]
-        if since is not None:
-            entries = [e for e in entries if e.at > since]
-        return entries[:limit]
+        prefix = f"{tenant}/{AUDIT_KIND}/"
+        rows = sorted((r for r in rows if after is None or r.pk[len(prefix) :] > after), key=lambda r: r.pk)
+        entries = ((r.pk, AuditEntry.from_payload(r.payload)) for r in rows)
+        picked = [(pk, e) for pk, e in entries if since is None or e.at > since]
+        page = picked[:limit]
+        more = len(picked) > limit
+        return [e for _, e in page], (page[-1][0][len(prefix) :] if more else None)
 
 
 class AuditWriter:

@@ -357,6 +357,7 @@ class AuditEntryOut(_Out):
 
 class AuditHistory(_Out):
     entries: list[AuditEntryOut] = Field(description="Oldest first; never the content of what changed")
+    next_after: str | None = Field(default=None, description="Pass as ?after= for the next page; null on the last")
 
 
 class TenantForgotten(_Out):

@@ -84,6 +84,9 @@ MALFORMED: list[tuple[str, str, dict[str, str], bytes | None, int]] = [
     ("GET", "/v1/audit?since=2026-01-01T00:00:00", {}, None, 200),
     ("GET", "/v1/audit?since=not-a-time", {}, None, 422),
     ("GET", "/v1/audit?limit=1e9", {}, None, 422),
+    ("GET", "/v1/audit?after=../other/audit/1", {}, None, 422),
+    ("GET", "/v1/audit?after=" + "1" * 65, {}, None, 422),
+    ("GET", "/v1/audit?after=0-0", {}, None, 200),
     # NaN and infinite weights were accepted and gave NaN scores.
     ("POST", "/v1/search", {}, b'{"query": "x", "weights": {"dense": NaN, "lexical": 1}}', 422),
     ("POST", "/v1/search", {}, b'{"query": "x", "weights": {"dense": Infinity}}', 422),

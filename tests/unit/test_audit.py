@@ -6,11 +6,12 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
-from strata.access.audit import AuditLog, AuditWriter, entry
+from strata.access.audit import AuditEntry, AuditLog, AuditWriter, entry
 from strata.config import StrataSettings
 from strata.errors import InvalidInput, StoreUnavailable
 from strata.store.records import InMemoryRecordStore, Record
@@ -189,3 +190,29 @@ def test_rows_are_content_free_state_rows_of_the_tenant() -> None:
     writer.flush()
     [row] = store.scan(STATE, tenant="a")
     assert isinstance(row, Record) and row.kind == "audit" and row.text == "" and row.pk.startswith("a/audit/")
+
+
+async def test_pages_by_cursor_miss_no_entry_that_shares_a_time() -> None:
+    """Paging by ``since`` skips what shares the last entry's time; ``next_after`` skips nothing."""
+    store = _Store()
+    flow = _Flow(store)
+    at = datetime(2026, 12, 5, 10, 0, tzinfo=UTC)
+    log = AuditLog(store, STATE)
+    log.append("acme", [AuditEntry(at, "k", "record_turns", "episodic", f"s{i}", i) for i in range(7)])
+    log.append("acme", [AuditEntry(at + timedelta(seconds=1), "k", "delete_skill", "procedural", "x", 1)])
+    log.append("other", [AuditEntry(at, "k", "record_turns", "episodic", "theirs", 1)])
+    seen, after, pages = [], None, 0
+    while True:
+        page = await flow.audit("acme", after=after, limit=3)
+        seen += [e.record_id for e in page.entries]
+        pages += 1
+        if page.next_after is None:
+            break
+        after = page.next_after
+    assert seen == [*(f"s{i}" for i in range(7)), "x"] and pages == 3
+    late = await flow.audit("acme", since=at, limit=3)  # ``since`` still filters, the cursor pages
+    assert [e.record_id for e in late.entries] == ["x"] and late.next_after is None
+    for bad in ("../other", "x" * 10, "1-2/3"):
+        with pytest.raises(InvalidInput, match="next_after"):
+            await flow.audit("acme", after=bad)
+    await flow.aclose()
