@@ -428,7 +428,11 @@ class Authenticate:
         except StrataError as exc:
             response = error_response(exc)
             if headers.get("content-length", "0") != "0" or "transfer-encoding" in headers:
-                response.headers["Connection"] = "close"  # the body is not read
+                # The body is not read: a wrong key's is not worth it (a flood of maximal bodies
+                # costs the proxy nothing). The price: closing with it unread, the kernel resets the
+                # connection, and a client still sending may see that instead of this 401. A 413
+                # (a known key) keeps the connection and discards the rest (BodyLimit).
+                response.headers["Connection"] = "close"
             await response(scope, receive, send)
             return
         token = _CURRENT.set(info)

@@ -90,7 +90,9 @@ async def test_content_length_over_the_limit_is_refused_before_the_app_runs(
     refused = await client.post("/raw", content=b"y" * (LIMIT + 1))
     message = assert_refused(refused)
     assert "1,001 bytes, over the limit" in message
-    assert refused.headers["connection"] == "close"
+    # Not "Connection: close": closing with the body unread makes the kernel reset the
+    # connection, which can drop the 413 itself; kept open, the server discards the rest.
+    assert "connection" not in refused.headers
     big = await client.post("/notes", json={"text": "a" * 5000})
     assert "5,0" in assert_refused(big)  # says how big the body was
     assert seen.notes == [] and seen.streamed == []
