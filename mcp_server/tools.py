@@ -12,6 +12,7 @@ refuses before sending, or a Strata that does not answer; the server answers the
 from __future__ import annotations
 
 import inspect
+import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Annotated, Any, Literal, cast
@@ -322,7 +323,14 @@ def build_server(lifespan: Lifespan) -> MCPServer:
         lifespan: yields the :data:`Connect` the tools reach Strata with, for as long as the
             server runs.
     """
+    # MCPServer configures the root logger when built (logging.basicConfig with rich's handler):
+    # in the ingress that re-formatted every later log line of the process, its 500 lines
+    # wrapped at 80 columns over several lines. The process's logging is not the library's.
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
     server: MCPServer = MCPServer("strata", instructions=INSTRUCTIONS, lifespan=lifespan, log_level="WARNING")
+    root.handlers[:] = handlers
+    root.setLevel(level)
     for fn, hints in _TOOLS:
         server.add_tool(fn, description=inspect.cleandoc(fn.__doc__ or ""), annotations=hints, structured_output=True)
     return server

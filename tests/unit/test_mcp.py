@@ -178,3 +178,27 @@ async def test_a_tool_call_takes_one_request_of_the_keys_rate_limit_not_two() ->
         assert len(taken) == requests.count("/mcp") + 1
     finally:
         await mcp.aclose()
+
+
+def test_building_the_server_leaves_the_processs_logging_alone() -> None:
+    """The MCP library configures the root logger when its server is built (rich's handler): in
+    the ingress, every later line of the process was re-formatted, a 500's line wrapped over
+    several lines at 80 columns."""
+    import logging
+
+    from strata_mcp import build_server
+
+    @asynccontextmanager
+    async def lifespan(_: Any) -> AsyncIterator[Any]:
+        yield None
+
+    root = logging.getLogger()
+    kept = (list(root.handlers), root.level)
+    root.handlers[:] = []  # as in a Serve replica: logging.basicConfig acts only on a bare root
+    root.setLevel(logging.NOTSET)
+    try:
+        build_server(lifespan)
+        assert (root.handlers, root.level) == ([], logging.NOTSET)
+    finally:
+        root.handlers[:] = kept[0]
+        root.setLevel(kept[1])
