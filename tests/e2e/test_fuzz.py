@@ -5,7 +5,6 @@ operation, so the run stays within CI time."""
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -15,16 +14,15 @@ import schemathesis
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import content_type_conformance, response_schema_conformance
 
-from tests.e2e.running import Running, started
+from tests.e2e.running import Running
 
 #: Examples per operation; 28 operations, so about 700 requests (50 each: 1,351 cases, all passing).
 EXAMPLES = int(os.environ.get("STRATA_FUZZ_EXAMPLES", "25"))
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
-    with started(tmp_path_factory, "fuzz") as running:
-        yield running
+def stack(agents_stack: Running) -> Running:
+    return agents_stack  # the session's default stack (tests/e2e/conftest.py): one start fewer
 
 
 def _fuzz(operation: Any, name: str, cases: dict[str, int], headers: dict[str, str]) -> Any:

@@ -3,14 +3,13 @@ ids: every attempt is a 4xx or B's own data, and A's content never appears."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 from urllib.parse import quote
 
 import httpx
 import pytest
 
-from tests.e2e.running import Running, started
+from tests.e2e.running import Running
 
 ALPHA = "Alpha-Secret-7731"  # only tenant A writes it; tenant B searches for it
 HIDDEN = "Quokka-Ledger-5512"  # written by A next to ALPHA, never sent by B: any sight of it is a leak
@@ -34,9 +33,8 @@ HOSTILE_IDS = [
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
-    with started(tmp_path_factory, "isolation") as running:
-        yield running
+def stack(agents_stack: Running) -> Running:
+    return agents_stack  # the session's default stack (tests/e2e/conftest.py): one start fewer
 
 
 class Probe:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +14,7 @@ import pytest
 
 from strata.access.idempotency import IdempotencyStore
 from strata.store.ttl import EXPIRES
-from tests.e2e.running import Running, started
+from tests.e2e.running import Running
 from tests.unit.test_scopes import EXPECTED
 
 DOC = "Ocelot-Harbor-3391"  # only in the tenant's document and skill: a session key must never see it
@@ -30,9 +29,8 @@ KINDS = {  # the keys of tests/unit/test_scopes.py, in its order (admin made sep
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
-    with started(tmp_path_factory, "scopes") as running:
-        yield running
+def stack(agents_stack: Running) -> Running:
+    return agents_stack  # the session's default stack (tests/e2e/conftest.py): one start fewer
 
 
 @pytest.fixture(scope="module")
