@@ -332,11 +332,11 @@
 
   // -- audit -------------------------------------------------------------------------------
 
-  let auditSince = null;
+  let auditAfter = null;
 
   async function loadAudit(more) {
-    const since = more ? auditSince : null;
-    const page = await api("GET", `v1/audit${query({ since, limit: 100 })}`);
+    const after = more ? auditAfter : null;  // the cursor: paging by time skips entries that share one
+    const page = await api("GET", `v1/audit${query({ after, limit: 100 })}`);
     const rows = page.entries.map((e) => el("tr", { data: { audit: e.record_id } },
       el("td", null, when(e.at)),
       el("td", null, e.key_id || "in-cluster"),
@@ -344,12 +344,12 @@
       el("td", null, e.layer),
       el("td", null, e.record_id),
       el("td", { class: "num" }, e.version ?? "")));
-    if (page.entries.length) auditSince = page.entries[page.entries.length - 1].at;
+    auditAfter = page.next_after;
     const body = $("audit-list").querySelector("tbody");
     if (more && body) body.append(...rows);
     else table($("audit-list"), ["At", "Key", "Operation", "Layer", "Record", "Version"], rows);
     if (!more && rows.length === 0) fill($("audit-list"), el("caption", null, "No changes recorded yet."));
-    show($("audit-more"), page.entries.length === 100);
+    show($("audit-more"), page.next_after !== null);
   }
 
   // -- search and context ------------------------------------------------------------------

@@ -295,3 +295,19 @@ def test_a_key_of_tenant_a_never_shows_tenant_b(page: Page, tenants: Tenants) ->
     text = page.everything()
     assert "b-private" not in page.text("session-list") and "b-notes" not in text
     assert B_ONLY not in text
+
+
+def test_the_audit_pages_through_every_entry(page: Page, agents_stack: Running) -> None:
+    """"Later entries" follows the history's cursor: 101 changes show as 100, then all 101."""
+    key = agents_stack.new_key("create", "inspector-audit")
+    for i in range(101):
+        ok(agents_stack.post(f"/v1/sessions/s{i % 3}/turns", {"user": f"note {i}"}, key=key))
+    page.paste_key(key)
+    page.tab("audit")
+
+    def rows() -> int:
+        return len(page.driver.find_elements(By.CSS_SELECTOR, "#audit-list tbody tr"))
+
+    page.until("the first page of the history", lambda: rows() == 100)
+    page.click("#audit-more")
+    page.until("every entry, and no more to load", lambda: rows() == 101 and not page.by_id("audit-more").is_displayed())
