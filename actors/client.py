@@ -146,6 +146,9 @@ class InClusterClient:
     async def forget_session(self, session_id: str) -> ForgetResult:
         return await self._flow.forget_session(self._tenant, session_id, by=_BY)
 
+    async def forget_turn(self, session_id: str, turn_id: str) -> ForgetResult:
+        return await self._flow.forget_turn(self._tenant, session_id, turn_id, by=_BY)
+
     async def index_document(self, text: str, *, doc_id: str | None = None, title: str | None = None,
                              metadata: dict[str, Any] | None = None, expected_version: int | None = None,
                              wait: bool = True, ttl_s: float | None = None) -> DocumentOut:

@@ -185,6 +185,21 @@ class EpisodicShard(LayerShard[EpisodicMemory]):
         )
         return {"removed": removed, "version": version}
 
+    async def forget_turn(
+        self, tenant: str, session_id: str, turn_id: str, *, expected_version: int | None = None
+    ) -> dict[str, Any]:
+        """Forget one turn: its row and vector, and the summaries that cover it."""
+        keys: list[tuple[list[str], list[str]]] = []
+
+        def delete(layer: EpisodicMemory) -> int:
+            keys.append(layer.turn_keys(session_id, turn_id))
+            return layer.delete_keys(*keys[0])
+
+        removed, version = await self.remove(
+            tenant, _SCOPE, expected_version, delete, lambda layer: layer.drop_keys(*keys[0])
+        )
+        return {"removed": removed, "version": version}
+
     async def ping(self) -> dict[str, Any]:
         """:meth:`LayerShard.ping`, and how many queries this shard embedded itself."""
         return {**await super().ping(), "query_embeds": self.query_embeds}

@@ -312,6 +312,11 @@ class SessionLayerHandle(LayerHandle):
         removed: Removed = await self._call("forget_session", tenant, session_id)
         return removed
 
+    async def forget_turn(self, tenant: str, session_id: str, turn_id: str) -> Removed:
+        """Raises ``NotFound`` when the layer holds nothing of the turn."""
+        removed: Removed = await self._call("forget_turn", tenant, session_id, turn_id)
+        return removed
+
 
 class WorkingHandle(SessionLayerHandle):
     layer = "working"

@@ -164,3 +164,8 @@ class WorkingShard(LayerShard[WorkingSessions]):
     ) -> dict[str, Any]:
         removed, version = await self.mutate(tenant, session_id, expected_version, lambda s: s.forget(session_id))
         return {"removed": removed, "version": version}
+
+    async def forget_turn(self, tenant: str, session_id: str, turn_id: str) -> dict[str, Any]:
+        """Forget the items that copy one turn of the session."""
+        removed, version = await self.mutate(tenant, session_id, None, lambda s: s.forget_turn(session_id, turn_id))
+        return {"removed": removed, "version": version}

@@ -20,10 +20,10 @@ How items map onto the session's turns, one turn per item, in the order they wer
 - a turn the adapter did not write (recorded over REST, by another adapter) reads back as a
   user message and/or an assistant message.
 
-``pop_item``: Strata forgets a whole session, not one turn, so popping reads the session,
-forgets it and records every turn but the last again, with its id, time and metadata: O(turns)
-requests' worth of work, and a turn another writer records between the read and the forget is
-lost. ``clear_session`` is ``DELETE /v1/sessions/{id}``: turns, vectors, summaries and
+``pop_item``: the session's last turn is forgotten in every layer
+(``DELETE /v1/sessions/{id}/turns/{turn_id}``); a turn of another writer with both sides keeps
+its user side, recorded again with its id, time and metadata. Finding the last turn reads the
+session's turns. ``clear_session`` is ``DELETE /v1/sessions/{id}``: turns, vectors, summaries and
 working memory. The tenant's PII rules may mask text, in the metadata too, so an item with an
 e-mail address can come back with ``[EMAIL]`` in it.
 """
@@ -112,13 +112,12 @@ class StrataSession:
             return None
         last = turns[-1]
         items = items_from_turn(last)
-        kept = [_again(turn) for turn in turns[:-1]]
-        if len(items) > 1:  # a turn of another writer with both sides: the agent side goes
-            kept.append(_again(last).model_copy(update={"agent": None}))
-        await _forget(self.connection, self.session_id)
         client = self.connection.async_client
-        for start in range(0, len(kept), _BATCH_MAX):
-            await client.record_turns(self.session_id, kept[start : start + _BATCH_MAX])
+        # One turn is forgotten, in every layer; the others are not touched (this forgot the
+        # whole session and recorded it again: a failure in between lost every earlier turn).
+        await client.forget_turn(self.session_id, last.turn_id)
+        if len(items) > 1:  # a turn of another writer with both sides: the agent side goes
+            await client.record_turns(self.session_id, [_again(last).model_copy(update={"agent": None})])
         return cast("TResponseInputItem", items[-1]) if items else None
 
     async def clear_session(self) -> None:

@@ -91,6 +91,7 @@ _SKILL_ID = _id_path("Skill id")
 _JOB_ID = _id_path("Skill job id")
 _TENANT_ID = _id_path("Tenant id")
 _SESSION = _id_path("Session id")
+_TURN_ID = _id_path("Turn id")
 _KEY_ID = Path(pattern=KEY_ID_PATTERN.pattern.join("^$"), description="Key id (12 hex characters)")
 
 app = FastAPI(
@@ -362,6 +363,16 @@ class Api:
         key = await self._gate.caller(authorization, "forget_session", session=session_id)
         tenant, key_id = key.tenant, key.key_id
         forgotten: ForgetResult = await self._flow.forget_session(tenant, session_id, by=key_id)
+        return forgotten
+
+    @app.delete("/v1/sessions/{session_id}/turns/{turn_id}", response_model=ForgetResult, tags=["forget"])
+    async def forget_turn(
+        self, session_id: str = _SESSION, turn_id: str = _TURN_ID, authorization: str | None = Header(default=None)
+    ) -> ForgetResult:
+        """Forget one turn: its episodic row and vector, the summaries that cover it (the rest of
+        their turns are summarised again), and its copies in working memory."""
+        key = await self._gate.caller(authorization, "forget_turn", session=session_id)
+        forgotten: ForgetResult = await self._flow.forget_turn(key.tenant, session_id, turn_id, by=key.key_id)
         return forgotten
 
     @app.post("/v1/documents", status_code=201, response_model=DocumentOut, tags=["documents"])

@@ -103,6 +103,7 @@ ROUTES: dict[str, Need] = {
     "get_working": Need(reads=_WORKING),
     "add_working_items": Need(writes=_WORKING),
     "forget_session": Need(writes=SESSION_LAYERS),
+    "forget_turn": Need(writes=SESSION_LAYERS),
     "post_interaction": Need(writes=SESSION_LAYERS, learns=_SKILLS),
     "list_turns": Need(reads=_EPISODIC),
     # the layers the request names, by default all the key sees

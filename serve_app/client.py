@@ -276,6 +276,10 @@ def _forget_session(session_id: str) -> _Call[ForgetResult]:
     return _Call("DELETE", f"/v1/sessions/{session_id}", ForgetResult)
 
 
+def _forget_turn(session_id: str, turn_id: str) -> _Call[ForgetResult]:
+    return _Call("DELETE", f"/v1/sessions/{session_id}/turns/{turn_id}", ForgetResult)
+
+
 def _list_sessions(*, after: str | None = None, limit: int = 50) -> _Call[SessionList]:
     return _Call("GET", "/v1/sessions", SessionList, params={"after": after, "limit": limit})
 
@@ -336,8 +340,9 @@ def _post_interaction(interaction: InteractionIn | dict[str, Any]) -> _Call[Inte
     return _Call("POST", "/v1/interactions", InteractionResult, body)
 
 
-def _audit(*, since: datetime | None = None, limit: int = 100) -> _Call[AuditHistory]:
-    return _Call("GET", "/v1/audit", AuditHistory, params={"since": since.isoformat() if since else None, "limit": limit})
+def _audit(*, since: datetime | None = None, after: str | None = None, limit: int = 100) -> _Call[AuditHistory]:
+    params = {"since": since.isoformat() if since else None, "after": after, "limit": limit}
+    return _Call("GET", "/v1/audit", AuditHistory, params=params)
 
 
 def _health() -> _Call[Health]:
@@ -454,6 +459,7 @@ class StrataClient:
     get_working = _sync(_get_working)
     add_working_items = _sync(_add_working_items)
     forget_session = _sync(_forget_session)
+    forget_turn = _sync(_forget_turn)
     list_sessions = _sync(_list_sessions)
     list_turns = _sync(_list_turns)
     index_document = _sync(_index_document)
@@ -514,6 +520,7 @@ class AsyncStrataClient:
     get_working = _async(_get_working)
     add_working_items = _async(_add_working_items)
     forget_session = _async(_forget_session)
+    forget_turn = _async(_forget_turn)
     list_sessions = _async(_list_sessions)
     list_turns = _async(_list_turns)
     index_document = _async(_index_document)

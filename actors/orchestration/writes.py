@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from datetime import UTC, datetime
+from typing import Any
 
 from strata.errors import InvalidInput, NotFound, StrataError
 from strata.ids import SYSTEM_TENANT, validate_id
@@ -192,6 +193,25 @@ class WriteFlow(AuditFlow):
         validate_id(session_id, field="session_id")
         owners = [self.router.session_layer(layer, tenant) for layer in SESSION_LAYERS]
         results = await asyncio.gather(*(h.forget_session(tenant, session_id) for h in owners), return_exceptions=True)
+        return await self._forgotten(tenant, by, "forget_session", session_id, session_id, results)
+
+    async def forget_turn(self, tenant: str, session_id: str, turn_id: str, *, by: str = "") -> ForgetResult:
+        """Forget one turn of a session: its episodic row, vector and the summaries that cover
+        it, and its copies in working memory; 404 only if no layer knew it. A layer that failed
+        is forgotten by a retry (the other then answers 404, which a retry skips)."""
+        validate_id(session_id, field="session_id")
+        validate_id(turn_id, field="turn_id")
+        owners = [self.router.session_layer(layer, tenant) for layer in SESSION_LAYERS]
+        results = await asyncio.gather(
+            *(h.forget_turn(tenant, session_id, turn_id) for h in owners), return_exceptions=True
+        )
+        return await self._forgotten(tenant, by, "forget_turn", session_id, f"{session_id}/{turn_id}", results)
+
+    async def _forgotten(
+        self, tenant: str, by: str, op: str, session_id: str, record_id: str, results: list[Any]
+    ) -> ForgetResult:
+        """The result of a forget that each session layer answered (``results``, in
+        SESSION_LAYERS' order), audited per layer; 404 if none knew ``record_id``."""
         removed: dict[str, int] = {}
         versions: dict[str, int] = {}
         for layer, result in zip(SESSION_LAYERS, results):
@@ -201,9 +221,10 @@ class WriteFlow(AuditFlow):
                 raise result
             removed[layer], versions[layer] = result["removed"], result["version"]
         if not removed:
-            raise NotFound(f"session {session_id!r} has no memory to forget")
+            what = "session" if op == "forget_session" else "turn"
+            raise NotFound(f"{what} {record_id!r} has no memory to forget")
         for name, version in versions.items():
-            await self._record(tenant, by, "forget_session", name, session_id, version)
+            await self._record(tenant, by, op, name, record_id, version)
         return ForgetResult(session_id=session_id, removed=removed, versions=versions)
 
     async def forget_tenant(self, tenant: str, *, by: str = "") -> dict[str, int]:

@@ -242,6 +242,24 @@ class EpisodicMemory:
         self.drop_session(session_id)
         return removed
 
+    def turn_keys(self, session_id: str, turn_id: str) -> tuple[list[str], list[str]]:
+        """The keys forgetting one turn removes: the turn's, and those of the summaries that
+        cover it (a summary carries its turns' content; :meth:`drop_keys` summarises the rest
+        of them again).
+
+        Raises:
+            NotFound: the session has no such turn.
+        """
+        validate_id(session_id, field="session_id")
+        validate_id(turn_id, field="turn_id")
+        key = f"{session_id}/{turn_id}"
+        if key not in self._turns:
+            raise NotFound(f"session {session_id!r} has no turn {turn_id!r}")
+        summaries = sorted(
+            k for k, s in self._summaries.items() if s.session_id == session_id and turn_id in s.turn_ids
+        )
+        return [key], summaries
+
     def delete_session(self, session_id: str) -> int:
         """The durable half of :meth:`forget_session`.
 

@@ -166,6 +166,20 @@ class WorkingSessions:
         self._unload(session_id)
         return removed
 
+    def forget_turn(self, session_id: str, turn_id: str) -> int:
+        """Delete the items that copy the turn ``turn_id`` (their ``metadata.turn_id``); the rows removed.
+
+        Raises:
+            NotFound: no item of the session copies that turn.
+        """
+        memory = self.session(session_id)
+        ids = [i.id for i in memory.items if i.metadata.get(TURN_ID) == turn_id]
+        if not ids:
+            raise NotFound(f"session {session_id!r} has no working item of turn {turn_id!r}")
+        removed = self.delete_items(session_id, ids)
+        self.drop_items(session_id, ids)
+        return removed
+
     def _unload(self, session_id: str) -> None:
         """Drop a session from memory (it reloads from the store on next use)."""
         self._sessions.pop(session_id, None)

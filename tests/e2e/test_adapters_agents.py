@@ -232,3 +232,29 @@ def test_example_runs(agents_stack: Running, example: str, expected: str) -> Non
     if example.startswith("openai"):
         assert "session in Strata: 8 items" in out and "7 items left" in out
         assert "search 'weather': nothing" not in out
+
+
+def test_one_turn_is_forgotten_in_every_layer_and_the_rest_stays(agents_stack: Running) -> None:
+    """``DELETE /v1/sessions/{id}/turns/{turn_id}``, which ``pop_item`` uses: the turn leaves
+    episodic and working memory; its neighbours stay; a second forget is a 404."""
+    from strata.errors import NotFound
+
+    client = _connection(agents_stack, "forget-turn").client
+    secret = "Zebra-Tango-4410"
+    recorded = client.record_turns(
+        "ft",
+        [{"user": "I fly to Oslo on Friday.", "agent": "Noted."},
+         {"user": f"My locker code is {secret}.", "agent": f"Kept: {secret}."},
+         {"user": "I prefer window seats.", "agent": "Window it is."}],
+    )
+    turn = recorded.turns[1].turn_id
+    forgotten = client.forget_turn("ft", turn)
+    assert forgotten.removed == {"episodic": 1, "working": 2}, forgotten
+    assert [t.user for t in client.list_turns("ft").turns] == ["I fly to Oslo on Friday.", "I prefer window seats."]
+    assert secret not in str(client.get_working("ft").model_dump())
+    assert all(secret not in h.text for h in client.search(secret, layers=["episodic"]).hits)
+    assert secret not in client.build_context(secret, session_id="ft").context
+    with pytest.raises(NotFound):
+        client.forget_turn("ft", turn)
+    ops = [(e.op, e.layer, e.record_id) for e in client.audit(limit=1000).entries]
+    assert ("forget_turn", "episodic", f"ft/{turn}") in ops and ("forget_turn", "working", f"ft/{turn}") in ops

@@ -106,6 +106,7 @@ def requests(skill: str, job: str, kind: str) -> dict[str, tuple[str, str, Any, 
         "audit": ("GET", "/v1/audit", None, {}),
         "delete_skill": ("DELETE", f"/v1/skills/{skill}", None, stale),
         "delete_document": ("DELETE", "/v1/documents/never-made", None, {}),
+        "forget_turn": ("DELETE", "/v1/sessions/own/turns/never-made", None, {}),
         "forget_session": ("DELETE", "/v1/sessions/never-made", None, {}),
     }
 

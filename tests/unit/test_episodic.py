@@ -579,3 +579,24 @@ def test_score_fusion_lets_a_hit_far_ahead_on_one_path_win(store: InMemoryRecord
     assert hits[0].ranks == ({"dense": 2, "lexical": 1} if first == "far" else {"dense": 1, "lexical": 2})
     assert hits[0].id == {"far": far, "barely": barely}[first][0].turn_id
     assert 0 < hits[1].score < hits[0].score <= 1
+
+
+def test_forgetting_one_turn_takes_the_summaries_that_cover_it_and_nothing_else(store: InMemoryRecordStore) -> None:
+    memory = make(store)
+    turns = plain(memory, "s1", 7)
+    other = plain(memory, "s2", 3)
+    covering = memory.add_summary(turns[0:3], EpisodeSummary(summary="first three"), unit(1))
+    memory.add_summary(turns[3:6], EpisodeSummary(summary="next three"), unit(1))
+    gone, summaries = memory.turn_keys("s1", turns[1].turn_id)
+    assert gone == [f"s1/{turns[1].turn_id}"] and summaries == [f"s1/{covering.summary_id}"]
+    assert memory.delete_keys(gone, summaries) == 2
+    memory.drop_keys(gone, summaries)
+    left = {(r.kind, r.session, r.text) for r in store.scan(COLL, tenant="t1")}
+    assert ("turn", "s1", turns[1].text) not in left and ("summary", "s1", "first three") not in left
+    assert ("summary", "s1", "next three") in left and len(left) == 6 + 3 + 1
+    hits = memory.search(unit(0), top_k=20)
+    assert turns[1].turn_id not in {h.id for h in hits} and {t.turn_id for t in other} <= {h.id for h in hits}
+    with pytest.raises(NotFound, match="no turn"):
+        memory.turn_keys("s1", turns[1].turn_id)
+    with pytest.raises(InvalidInput):
+        memory.turn_keys("s1", "../s2")
