@@ -193,7 +193,8 @@ class WriteFlow(AuditFlow):
         validate_id(session_id, field="session_id")
         owners = [self.router.session_layer(layer, tenant) for layer in SESSION_LAYERS]
         results = await asyncio.gather(*(h.forget_session(tenant, session_id) for h in owners), return_exceptions=True)
-        return await self._forgotten(tenant, by, "forget_session", session_id, session_id, results)
+        missing = f"session {session_id!r} has no memory to forget"
+        return await self._forgotten(tenant, by, "forget_session", session_id, session_id, results, missing)
 
     async def forget_turn(self, tenant: str, session_id: str, turn_id: str, *, by: str = "") -> ForgetResult:
         """Forget one turn of a session: its episodic row, vector and the summaries that cover
@@ -205,13 +206,15 @@ class WriteFlow(AuditFlow):
         results = await asyncio.gather(
             *(h.forget_turn(tenant, session_id, turn_id) for h in owners), return_exceptions=True
         )
-        return await self._forgotten(tenant, by, "forget_turn", session_id, f"{session_id}/{turn_id}", results)
+        record = f"{session_id}/{turn_id}"
+        missing = f"turn {record!r} has no memory to forget"
+        return await self._forgotten(tenant, by, "forget_turn", session_id, record, results, missing)
 
     async def _forgotten(
-        self, tenant: str, by: str, op: str, session_id: str, record_id: str, results: list[Any]
+        self, tenant: str, by: str, op: str, session_id: str, record_id: str, results: list[Any], missing: str
     ) -> ForgetResult:
         """The result of a forget that each session layer answered (``results``, in
-        SESSION_LAYERS' order), audited per layer; 404 if none knew ``record_id``."""
+        SESSION_LAYERS' order), audited per layer; NotFound(``missing``) if none knew ``record_id``."""
         removed: dict[str, int] = {}
         versions: dict[str, int] = {}
         for layer, result in zip(SESSION_LAYERS, results):
@@ -221,8 +224,7 @@ class WriteFlow(AuditFlow):
                 raise result
             removed[layer], versions[layer] = result["removed"], result["version"]
         if not removed:
-            what = "session" if op == "forget_session" else "turn"
-            raise NotFound(f"{what} {record_id!r} has no memory to forget")
+            raise NotFound(missing)
         for name, version in versions.items():
             await self._record(tenant, by, op, name, record_id, version)
         return ForgetResult(session_id=session_id, removed=removed, versions=versions)
