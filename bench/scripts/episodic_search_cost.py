@@ -1,4 +1,4 @@
-"""Episodic search cost with and without neighbour-aware BM25: 10,000 LoCoMo turn texts in one
+"""Episodic search cost with and without neighbour-aware BM25 and cosines: 10,000 LoCoMo turn texts in one
 session of one tenant (random unit vectors), 100 questions, p50 of EpisodicMemory.search in-process.
 
 Run from the repository root, with LoCoMo at ``../shared/bench/locomo10.json``::
@@ -30,7 +30,7 @@ LOCOMO = Path(__file__).resolve().parents[3] / "shared/bench/locomo10.json"
 
 
 def main() -> None:
-    """Print the p50 of a search over 10,000 turns, plain BM25 and neighbour-aware."""
+    """Print the p50 of a search over 10,000 turns, plain and neighbour-aware."""
     with LOCOMO.open() as f:
         d = json.load(f)
     texts = [t["text"] for c in d for k, v in c["conversation"].items()
@@ -38,7 +38,11 @@ def main() -> None:
     texts = (texts * 2)[:10000]
     qs = [q["question"] for q in d[0]["qa"][:50]]
     rng = np.random.default_rng(0)
-    configurations = [("plain BM25", EpisodicSettings(lexical_context_weight=0)), ("neighbour-aware", EpisodicSettings())]
+    configurations = [
+        ("plain BM25 and cosines", EpisodicSettings(lexical_context_weight=0, dense_context_weight=0)),
+        ("neighbour-aware BM25", EpisodicSettings(dense_context_weight=0)),
+        ("neighbour-aware BM25 and cosines", EpisodicSettings()),
+    ]
     for label, st in configurations:
         store = InMemoryRecordStore()
         store.ensure_collection("e", dim=384)

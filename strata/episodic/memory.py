@@ -26,6 +26,7 @@ import numpy as np
 
 from strata.clock import to_ms
 from strata.config import EpisodicSettings, TTLSettings
+from strata.episodic.neighbours import NeighbourRows
 from strata.episodic.ranking import NAMES_KEPT_FROM, dense_text, ranked, speakers_named, speakers_token
 from strata.episodic.summarize import EpisodeSummary
 from strata.episodic.turns import (
@@ -85,6 +86,12 @@ class EpisodicMemory:
         # time order, so a turn's indexed vector can include its neighbours'.
         self._raw: dict[str, np.ndarray] = {}
         self._order: dict[str, list[tuple[tuple[datetime, int], str]]] = {}
+        # Each turn's neighbours as rows of the turn index, for the dense path's share of
+        # theirs (none when that share is off).
+        self._near = (
+            NeighbourRows(settings.dense_context_window)
+            if settings.dense_context_weight and settings.dense_context_window else None
+        )
         self._speakers: Counter[str] = Counter()
         self._speakers_token: int | None = None  # of the speaker labels, computed when asked
         self._summarised: dict[str, set[str]] = {}  # session -> turn ids covered by a summary
@@ -332,6 +339,8 @@ class EpisodicMemory:
         self._summaries = {k: s for k, s in self._summaries.items() if k not in gone_summaries}
         self._summarised = {session: ids for session, ids in self._summarised.items() if ids}
         self._turn_index.remove(gone)
+        if self._near is not None:
+            self._near.invalidate()  # rows were renumbered
         self._summary_index.remove(gone_summaries)
         self.expiries.drop([(TURN, k) for k in gone] + [(SUMMARY, k) for k in gone_summaries])
 
@@ -421,6 +430,7 @@ class EpisodicMemory:
             factor=factor if use_factor else None, graph=self._graph, lexical_top=self._lexical_top,
             span=self._settings.cosine_span, fusion=self._settings.fusion_mode,
             feedback=(self._settings.dense_feedback_docs, self._settings.dense_feedback_weight),
+            neighbours=(self._near_scores, self._settings.dense_context_weight) if self._near is not None else None,
         )
         for key, score, ranks, relevance in found:
             t = self._turns[key]
@@ -513,6 +523,11 @@ class EpisodicMemory:
         found_keys = (item for item in ranked if keep(item[0]))  # keep() only until k are found
         return [item for _, item in zip(range(k), found_keys)]
 
+    def _near_scores(self, scores: np.ndarray) -> np.ndarray:
+        """For each turn of the index, the best of ``scores`` among its session neighbours."""
+        assert self._near is not None
+        return self._near.best(scores, self._turn_index, self._order)
+
     def _fusion_weights(self, query_text: str | None) -> dict[str, float]:
         s = self._settings
         if not query_text:
@@ -538,6 +553,8 @@ class EpisodicMemory:
             order.insert(position, ((turn.timestamp, turn.seq), key))
             self._raw[key] = np.asarray(vector, dtype=np.float32)
             self._turn_index.add(key, self._context_vector(order, position), turn.session_id)
+            if self._near is not None:
+                self._near.inserted(self._turn_index, order, position)
             for neighbour in (position - 1, position + 1):
                 if 0 <= neighbour < len(order):
                     self._turn_index.set(order[neighbour][1], self._context_vector(order, neighbour))

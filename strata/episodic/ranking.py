@@ -44,6 +44,7 @@ def ranked(
     span: tuple[float, float] = (0.0, 1.0),
     fusion: str = "rrf",
     feedback: tuple[int, float] = (0, 0.0),
+    neighbours: tuple[Callable[[np.ndarray], np.ndarray], float] | None = None,
 ) -> list[tuple[str, float, dict[str, int], float]]:
     """The ``top_k`` best keys that ``keep`` accepts: by cosine alone, or fused with
     BM25 and (given ``graph``) the entities the text names; each with its fused score,
@@ -55,7 +56,10 @@ def ranked(
     from each path's floor (BM25 0, the cosine ``span[0]`` of an unrelated text) to
     its best. ``feedback`` ``(m, beta)``: the dense path ranks by the query plus
     ``beta`` x the mean vector of its ``m`` best hits (Rocchio); relevance stays the
-    original query's cosine.
+    original query's cosine. ``neighbours`` ``(near, weight)``: when the paths are fused,
+    each item's dense score adds ``weight`` x ``near(scores)``, the best score among its
+    neighbours (:class:`strata.episodic.neighbours.NeighbourRows`), and the dense floor
+    rises by the same share of itself; relevance stays the item's own cosine.
 
     ``factor`` (at least 1) reweighs candidates before the cut; scores are divided
     by its largest value, so they stay in the range of the unweighted ones."""
@@ -75,6 +79,11 @@ def ranked(
         found = best(index, vector, depth, keep, scores=searched)
         fused = [(key, score, {"dense": n}) for n, (key, score) in enumerate(found, 1)]
     else:
+        floor = span[0]
+        if neighbours is not None and len(searched):
+            near, share = neighbours
+            searched = searched + share * near(searched)
+            floor *= 1 + share
         dense = best(index, vector, depth, keep, scores=searched)
         words = (lexical_top or lexical.top_scored)(text, depth, keep)
         rankings = {"dense": [key for key, _ in dense], "lexical": [key for key, _ in words]}
@@ -96,7 +105,7 @@ def ranked(
             }
             if mentions:
                 scored["graph"] = dict(mentions)
-            floors = {"dense": span[0], "lexical": 0.0, "graph": 0.0} if fusion == "theoretical" else None
+            floors = {"dense": floor, "lexical": 0.0, "graph": 0.0} if fusion == "theoretical" else None
             fused = score_fuse(scored, weights, rankings, floors=floors)
     if factor is not None:
         factors = {key: factor(key) for key, _, _ in fused}

@@ -563,6 +563,60 @@ def test_lexical_context_finds_the_turn_next_to_the_named_fact(
     assert (shenzhen < hangzhou) is boosted
 
 
+@pytest.mark.parametrize(("weight", "window", "lifted"), [(0.4, 2, True), (0.0, 2, False), (0.4, 1, False)])
+def test_dense_context_finds_the_turn_near_the_one_that_matches(
+    store: InMemoryRecordStore, weight: float, window: int, lifted: bool
+) -> None:
+    """A turn two places from the one that matches the query's meaning comes before an
+    equally weak turn with no such neighbour, when (and only when) it is within the window."""
+    settings = EpisodicSettings(context_neighbour_weight=0.0, dense_context_weight=weight, dense_context_window=window)
+    memory = make(store, settings=settings)
+    near = add(memory, "s1", [TurnInput(user="alpha"), TurnInput(user="beta"), TurnInput(user="gamma")],
+               vectors=np.stack([unit(0), unit(2), unit(1, (0, 0.2))]))
+    alone = add(memory, "s2", [TurnInput(user="delta"), TurnInput(user="epsilon")],
+                vectors=np.stack([unit(3), unit(1, (0, 0.25))]), now=NOW + DAY)
+    hits = memory.search(unit(0), query_text="zeta", top_k=5, include_summaries=False)
+    ids = [h.id for h in hits]
+    assert ids[0] == near[0].turn_id
+    assert (ids.index(near[2].turn_id) < ids.index(alone[1].turn_id)) is lifted
+    # Relevance stays the turn's own cosine: the share moves the rank, not what the hit claims.
+    by_id = {h.id: h for h in hits}
+    assert by_id[near[2].turn_id].relevance < by_id[alone[1].turn_id].relevance
+
+
+def test_neighbour_rows_follow_inserts_out_of_order_and_forgetting(store: InMemoryRecordStore) -> None:
+    """The dense share read from the kept rows equals one computed from the sessions' time
+    order, after turns arrive out of order and after some are forgotten."""
+    rng = np.random.default_rng(7)
+    memory = make(store, settings=EpisodicSettings(dense_context_window=2))
+    for k in rng.permutation(24):
+        session = f"s{k % 3}"
+        vector = rng.standard_normal(DIM).astype(np.float32)
+        add(memory, session, [TurnInput(user=f"m{k}", timestamp=NOW + timedelta(minutes=int(k)))],
+            vectors=(vector / np.linalg.norm(vector))[None, :])
+
+    def expected(scores: np.ndarray) -> np.ndarray:
+        index = memory._turn_index
+        out = np.zeros(len(index), dtype=np.float32)
+        for order in memory._order.values():
+            rows = [index.position(key) for _, key in order]
+            for i, row in enumerate(rows):
+                near = [scores[r] for j, r in enumerate(rows) if j != i and abs(j - i) <= 2]
+                out[row] = max([0.0, *near])
+        return out
+
+    scores = rng.standard_normal(24).astype(np.float32)
+    assert np.allclose(memory._near_scores(scores), expected(scores))
+    key = memory._order["s1"][3][1]
+    gone, summaries = memory.turn_keys("s1", key.split("/")[1])
+    memory.drop_keys(gone, summaries)
+    scores = rng.standard_normal(23).astype(np.float32)
+    assert np.allclose(memory._near_scores(scores), expected(scores))
+    add(memory, "s1", [TurnInput(user="late", timestamp=NOW)], vectors=unit(5)[None, :])
+    scores = rng.standard_normal(24).astype(np.float32)
+    assert np.allclose(memory._near_scores(scores), expected(scores))
+
+
 @pytest.mark.parametrize(("mode", "first"), [("theoretical", "far"), ("minmax", "far"), ("rrf", "barely")])
 def test_score_fusion_lets_a_hit_far_ahead_on_one_path_win(store: InMemoryRecordStore, mode: str, first: str) -> None:
     """Two turns each first on one path: "barely" leads the dense path by a hair,

@@ -83,8 +83,11 @@ def test_hybrid_search_finds_an_exact_term_the_vectors_miss() -> None:
     turns = memory.prepare("s", inputs, now=NOW)
     # The error turn's vector points away from the query; only the lexical path can find it.
     # The fillers' cosines fall off as in a real memory: a few near the query, most far
-    # (were all twenty as close as the best, a score fusion would rightly rank them first).
-    cosines = [0.6 * 0.85**n for n in range(20)]
+    # (were all twenty as close as the best, a score fusion would rightly rank them first),
+    # and the nearest are not each other's neighbours in time (were they, each would also
+    # take a share of the others' through the neighbour-aware dense score).
+    order = [0, 7, 14, 1, 8, 15, 2, 9, 16, 3, 10, 17, 4, 11, 18, 5, 12, 19, 6, 13]
+    cosines = [0.6 * 0.85**n for n in order]
     fillers = [c * unit(0) + np.sqrt(1 - c * c) * unit(1 + n % 4) for n, c in enumerate(cosines)]
     vectors = np.stack([*fillers, unit(5)]).astype(np.float32)
     memory.record(turns, vectors)
