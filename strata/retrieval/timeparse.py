@@ -24,16 +24,27 @@ Semantics chosen for ambiguous cases:
   Friday, and "8 may help" as 8 May.
 * When expressions overlap, the one that starts first wins, and of those the
   longest. An invalid date ("February 30") gives no range, and shorter readings
-  inside it are skipped. An expression later in the query can still match.
+  inside it are skipped. An expression later in the query can still match, unless
+  :data:`MAX_UNREADABLE` readings have failed before it.
+* Only the first :data:`SCAN_CHARS` characters of a query are read (to the end of
+  the word there): a question says when early, and the query's embedding reads
+  no further either. The work is linear in that prefix, whatever it holds.
 """
 
 import calendar
+import heapq
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta, tzinfo
 
-__all__ = ["TimeRange", "resolve_time_range", "strip_time_expression"]
+__all__ = ["MAX_UNREADABLE", "SCAN_CHARS", "TimeRange", "resolve_time_range", "strip_time_expression"]
+
+#: How much of a query is read for a time expression, in characters (see the module's notes).
+SCAN_CHARS = 1_000
+#: Readings that fail (invalid dates) before a query is taken to have no time expression:
+#: "31 Nov 31 Nov …" should not cost a reading per repetition.
+MAX_UNREADABLE = 16
 
 
 @dataclass(frozen=True)
@@ -351,20 +362,52 @@ def resolve_time_range(query: str, reference: datetime) -> TimeRange | None:
     if reference.tzinfo is not None and reference.utcoffset() is not None:
         tz = reference.tzinfo
     today = reference.date()  # the wall-clock date, in the reference's own timezone
-    candidates = sorted(
-        ((match, resolver) for pattern, resolver in _RULES for match in pattern.finditer(query)),
+    found = _first_expression(_scanned(query), today)
+    if found is None:
+        return None
+    (first, after), expression = found
+    return TimeRange(_midnight(first, tz), _midnight(after, tz), expression)
+
+
+def _scanned(query: str) -> str:
+    """The part of ``query`` that is read: :data:`SCAN_CHARS` characters, and the rest of
+    the word they end in (up to 32 more), so a number or a word is not cut in two."""
+    if len(query) <= SCAN_CHARS:
+        return query
+    end = SCAN_CHARS
+    while end < min(len(query), SCAN_CHARS + 32) and query[end].isalnum():
+        end += 1
+    return query[:end]
+
+
+def _matches(pattern: re.Pattern[str], resolver: _Resolver, text: str) -> Iterator[tuple[re.Match[str], _Resolver]]:
+    for match in pattern.finditer(text):
+        yield match, resolver
+
+
+def _first_expression(text: str, today: date) -> tuple[_Span, str] | None:
+    """The span and words of the first readable expression in ``text``.
+
+    Matches come lazily, merged in order of where they start (the longest first), so the
+    work stops at the first reading that holds; an unreadable match hides the matches that
+    start inside it, which is one comparison, as those that came before started no later.
+    """
+    merged = heapq.merge(
+        *(_matches(pattern, resolver, text) for pattern, resolver in _RULES),
         key=lambda c: (c[0].start(), -c[0].end()),
     )
-    invalid: list[tuple[int, int]] = []
-    for match, resolver in candidates:
-        if any(match.start() < end and start < match.end() for start, end in invalid):
+    unreadable_until, failures = -1, 0
+    for match, resolver in merged:
+        if match.start() < unreadable_until:
             continue
         try:
-            first, after = resolver(match, today)
-            return TimeRange(_midnight(first, tz), _midnight(after, tz), match.group(0))
+            return resolver(match, today), match.group(0)
         except (ValueError, OverflowError):
             # Invalid dates, and arithmetic past year 1 or 9999.
-            invalid.append(match.span())
+            unreadable_until = max(unreadable_until, match.end())
+            failures += 1
+            if failures >= MAX_UNREADABLE:
+                return None
     return None
 
 

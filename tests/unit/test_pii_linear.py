@@ -12,6 +12,7 @@ import itertools
 import re
 import time
 from collections.abc import Callable
+from datetime import date
 
 import pytest
 from hypothesis import HealthCheck, example, given, settings
@@ -21,11 +22,13 @@ from strata.config import PII_TYPES
 from strata.privacy.pii import Redactor, RuleDetector
 from strata.procedural import rules as skill_rules
 from strata.providers import llm
+from strata.retrieval import timeparse
 from strata.retrieval.entities.rules import RuleExtractor
 from strata.semantic import cutting
 from strata_bench.pii import ADVERSARIAL, repeat
 
 MAX_RATIO = 8.0  # linear: ~4; quadratic: ~16
+TODAY = date(2024, 5, 10)
 REDACTOR = Redactor(RuleDetector(), dict.fromkeys(PII_TYPES, "mask"), hash_key=b"test-key")
 
 
@@ -68,9 +71,13 @@ _SENTENCE_SEPARATOR = re.compile(next(s for s in cutting._SEPARATORS if s.starts
         (lambda t: skill_rules._URL.sub("x", t), lambda n: repeat("a.", n, tail="!"), 4000),
         # the LLM's answer: a fence strip, a long run of spaces that ends without a fence
         (llm._parse_object, lambda n: repeat(" ", n, head='{"a": 1}', tail="x"), 20000),
+        # time expressions, read past SCAN_CHARS: invalid dates one after another, and no date
+        (lambda t: timeparse._first_expression(t, TODAY), lambda n: repeat("31 Nov ", n), 4000),
+        (lambda t: timeparse._first_expression(t, TODAY), lambda n: repeat("5月32日", n), 4000),
+        (lambda t: timeparse._first_expression(t, TODAY), lambda n: repeat("a_", n), 4000),
     ],
     ids=["alias-gap", "paren-gap", "sentence-end-dots", "sentence-end-marks", "sentence-separator-dots",
-         "skill-url-scheme", "llm-fence-spaces"],
+         "skill-url-scheme", "llm-fence-spaces", "time-invalid-dates", "time-invalid-cjk-dates", "time-no-date"],
 )
 def test_text_rules_grow_linearly(fn: Callable[[str], object], build: Callable[[int], str], n: int) -> None:
     ratio = _growth(fn, build, n)

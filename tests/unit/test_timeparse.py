@@ -5,7 +5,13 @@ from datetime import UTC, date, datetime, timedelta, timezone
 
 import pytest
 
-from strata.retrieval.timeparse import TimeRange, resolve_time_range, strip_time_expression
+from strata.retrieval.timeparse import (
+    MAX_UNREADABLE,
+    SCAN_CHARS,
+    TimeRange,
+    resolve_time_range,
+    strip_time_expression,
+)
 
 # Wednesday. The ISO week runs from Mon 2023-05-08 to Mon 2023-05-15.
 REF = datetime(2023, 5, 10, 15, 30, tzinfo=UTC)
@@ -200,6 +206,26 @@ def test_no_match(query: str) -> None:
 def test_invalid_date_does_not_hide_later_expression() -> None:
     tr = resolve_time_range("February 30 or yesterday", REF)
     assert tr is not None and tr.expression == "yesterday"
+
+
+def test_unreadable_dates_stop_the_search_after_max_unreadable() -> None:
+    """Each failed reading costs a try; past MAX_UNREADABLE of them the query has no date."""
+    few = "31 Nov, " * (MAX_UNREADABLE - 1) + "yesterday"
+    many = "31 Nov, " * MAX_UNREADABLE + "yesterday"
+    found = resolve_time_range(few, REF)
+    assert found is not None and found.expression == "yesterday"
+    assert resolve_time_range(many, REF) is None
+
+
+def test_only_the_first_scan_chars_are_read() -> None:
+    filler = "word " * (SCAN_CHARS // 5 + 2)
+    assert resolve_time_range(filler + "yesterday", REF) is None
+    found = resolve_time_range("yesterday " + filler * 20, REF)
+    assert found is not None and found.expression == "yesterday"
+    # The cut ends at the end of a word: "May 18" across it is not read as "May 1".
+    edge = "x" * (SCAN_CHARS - 5) + " May 18 and more"
+    found = resolve_time_range(edge, REF)
+    assert found is not None and found.expression.endswith("May 18")
 
 
 def test_documented_false_positive_friday_night_lights() -> None:
