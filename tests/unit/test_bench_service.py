@@ -175,7 +175,8 @@ def test_json_of_a_raw_result_from_before_the_hostile_phase() -> None:
 
 def test_hostile_queries_are_as_long_as_a_query_may_be() -> None:
     queries = hostile_queries()
-    assert {"word_separators", "unterminated_password", "digit_groups", "dotted_words", "at_signs"} <= set(queries)
+    assert {"word_separators", "unterminated_password", "digit_groups", "dotted_words", "at_signs",
+            "unreadable_dates"} <= set(queries)
     for name, query in queries.items():
         assert len(query) == MESSAGE_CHARS_MAX, name
         SearchRequest(query=query)  # the API accepts each: it has to redact it
