@@ -12,12 +12,23 @@ short ones: one 16,000-character query beside seven ten-word ones made all eight
 as the long one (about 60 ms each on one core here, instead of about 5). :func:`length_groups`
 cuts a batch into calls whose rows are within twice the shortest row's length, and the
 batcher answers the shorter calls first.
+
+Long texts are embedded in a thread of their own at a lower CPU priority
+(:data:`EmbedBatcher.LONG_NICE`, Linux): when the cores are busy, a message of the maximum
+length, five times a question's model time, takes the cycles the questions leave rather than
+a share of theirs. The model and the tokenizer release the GIL while they run, so the
+thread's priority does not hold up the other threads of the process.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
+import sys
+import threading
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -64,12 +75,16 @@ class EmbedBatcher:
     #: ``embedding.query_max_tokens``) against ~5 ms for a question (docs/benchmarks.md, the
     #: hostile neighbour).
     LONG_CHARS = 1024
+    #: How much nicer than the process the long lane's thread runs (Linux; 10 gives it about a
+    #: tenth of a core that a busy thread of niceness 0 also wants).
+    LONG_NICE = 10
 
     def __init__(self, embed: Callable[[Sequence[str]], np.ndarray], *, max_batch: int = 32) -> None:
         if max_batch < 1:
             raise ValueError("max_batch must be at least 1")
         self._embed = embed
         self._max_batch = max_batch
+        self._long_thread: ThreadPoolExecutor | None = None  # made with the first long text
         #: Per lane (short texts, long ones): texts waiting for the next call, and the task calling.
         self._pending: tuple[list[tuple[str, asyncio.Future[np.ndarray]]], ...] = ([], [])
         self._draining: list[asyncio.Task[None] | None] = [None, None]
@@ -94,13 +109,21 @@ class EmbedBatcher:
             groups = length_groups([len(text) for text, _ in pending], max_batch=self._max_batch, slack=self.SLACK_CHARS)
             # The shortest call first; texts that arrive meanwhile queue for the next round.
             for group in groups:
-                await self._call([pending[i] for i in group])
+                await self._call([pending[i] for i in group], long=queue is self._pending[1])
 
-    async def _call(self, batch: list[tuple[str, asyncio.Future[np.ndarray]]]) -> None:
+    async def _call(self, batch: list[tuple[str, asyncio.Future[np.ndarray]]], *, long: bool) -> None:
         self.calls += 1
         self.texts += len(batch)
+        texts = [text for text, _ in batch]
         try:
-            vectors = await asyncio.to_thread(self._embed, [text for text, _ in batch])
+            if long:
+                if self._long_thread is None:
+                    self._long_thread = ThreadPoolExecutor(
+                        max_workers=1, thread_name_prefix="strata-long-embed", initializer=_nicer, initargs=(self.LONG_NICE,)
+                    )
+                vectors = await asyncio.get_running_loop().run_in_executor(self._long_thread, self._embed, texts)
+            else:
+                vectors = await asyncio.to_thread(self._embed, texts)
         except Exception as exc:  # noqa: BLE001 - every waiter gets the model's error, whatever it is
             for _, future in batch:
                 if not future.done():
@@ -109,3 +132,13 @@ class EmbedBatcher:
         for (_, future), vector in zip(batch, vectors, strict=True):
             if not future.done():  # its caller may have been cancelled meanwhile
                 future.set_result(vector)
+
+
+def _nicer(by: int) -> None:
+    """Lower the calling thread's CPU priority by ``by`` (Linux, where a thread has its own;
+    elsewhere the call would name a process)."""
+    if sys.platform != "linux" or not by:
+        return
+    thread = threading.get_native_id()
+    with contextlib.suppress(OSError):
+        os.setpriority(os.PRIO_PROCESS, thread, min(os.getpriority(os.PRIO_PROCESS, thread) + by, 19))

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import sys
 import threading
 from collections.abc import Sequence
 
@@ -155,3 +157,21 @@ def test_length_groups_cover_every_text_once_within_twice_their_shortest(lengths
         assert len(group) <= max_batch and sizes == sorted(sizes)
         assert sizes[-1] <= max(2 * sizes[0], sizes[0] + 16)
         assert sum(sizes[-1] for _ in sizes) <= 2 * sum(sizes) + 16 * len(sizes)  # padding at most doubles the work
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="a thread's own CPU priority is a Linux notion")
+async def test_long_texts_are_embedded_at_a_lower_cpu_priority() -> None:
+    """Under contention a message of the maximum length takes the cycles questions leave: its
+    model call runs in a thread LONG_NICE nicer than the process; a question's does not."""
+    niceness: dict[str, int] = {}
+
+    def model(texts: Sequence[str]) -> np.ndarray:
+        niceness[texts[0][:8]] = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+        return np.zeros((len(texts), 3), np.float32)
+
+    batcher = EmbedBatcher(model)
+    await batcher.embed("a_" * 8000)
+    await batcher.embed("a question?")
+    own = os.getpriority(os.PRIO_PROCESS, 0)
+    assert niceness["a question"[:8]] == own
+    assert niceness["a_a_a_a_"] == min(own + EmbedBatcher.LONG_NICE, 19) > own
