@@ -317,9 +317,11 @@ class EpisodicSettings(_FusedLayer):
     #: (docs/retrieval-ablation.md). 0 turns it off.
     lexical_context_weight: float = Field(default=0.4, ge=0, le=1)
     lexical_context_window: int = Field(default=4, ge=0, le=64)
-    #: The same for the dense path: share of the best cosine among a turn's session
-    #: neighbours (within ``dense_context_window`` turns either side) added to its own
-    #: when the paths are fused. The neighbourhood is the lexical path's; 0 turns it off.
+    #: The dense path's counterpart: when the paths are fused, a turn's cosine adds this
+    #: share of how far the best cosine among its session neighbours (within
+    #: ``dense_context_window`` turns either side) is above its own, so a turn that matches
+    #: as well as its neighbours gains nothing. The neighbourhood is the lexical path's;
+    #: 0 turns it off (docs/retrieval-ablation.md).
     dense_context_weight: float = Field(default=0.4, ge=0, le=1)
     dense_context_window: int = Field(default=4, ge=0, le=64)
     #: Score factor 1 + this for turns by a speaker the query names.

@@ -57,9 +57,10 @@ def ranked(
     its best. ``feedback`` ``(m, beta)``: the dense path ranks by the query plus
     ``beta`` x the mean vector of its ``m`` best hits (Rocchio); relevance stays the
     original query's cosine. ``neighbours`` ``(near, weight)``: when the paths are fused,
-    each item's dense score adds ``weight`` x ``near(scores)``, the best score among its
-    neighbours (:class:`strata.episodic.neighbours.NeighbourRows`), and the dense floor
-    rises by the same share of itself; relevance stays the item's own cosine.
+    each item's dense score adds ``weight`` x how far the best score among its neighbours
+    (``near(scores)``, :class:`strata.episodic.neighbours.NeighbourRows`) is above its own:
+    an item is drawn toward a better-matching neighbour, and one that matches as well as
+    its neighbours gains nothing. Relevance stays the item's own cosine.
 
     ``factor`` (at least 1) reweighs candidates before the cut; scores are divided
     by its largest value, so they stay in the range of the unweighted ones."""
@@ -79,11 +80,9 @@ def ranked(
         found = best(index, vector, depth, keep, scores=searched)
         fused = [(key, score, {"dense": n}) for n, (key, score) in enumerate(found, 1)]
     else:
-        floor = span[0]
         if neighbours is not None and len(searched):
             near, share = neighbours
-            searched = searched + share * near(searched)
-            floor *= 1 + share
+            searched = searched + share * np.maximum(near(searched) - searched, 0)
         dense = best(index, vector, depth, keep, scores=searched)
         words = (lexical_top or lexical.top_scored)(text, depth, keep)
         rankings = {"dense": [key for key, _ in dense], "lexical": [key for key, _ in words]}
@@ -105,7 +104,7 @@ def ranked(
             }
             if mentions:
                 scored["graph"] = dict(mentions)
-            floors = {"dense": floor, "lexical": 0.0, "graph": 0.0} if fusion == "theoretical" else None
+            floors = {"dense": span[0], "lexical": 0.0, "graph": 0.0} if fusion == "theoretical" else None
             fused = score_fuse(scored, weights, rankings, floors=floors)
     if factor is not None:
         factors = {key: factor(key) for key, _, _ in fused}

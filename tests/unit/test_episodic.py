@@ -584,6 +584,20 @@ def test_dense_context_finds_the_turn_near_the_one_that_matches(
     assert by_id[near[2].turn_id].relevance < by_id[alone[1].turn_id].relevance
 
 
+def test_dense_context_lifts_no_turn_past_one_that_matches_as_well(store: InMemoryRecordStore) -> None:
+    """A turn said again in a session of related talk does not outrank the same words said
+    alone: the share is how far a neighbour matches better, and neither copy has one that
+    does. The words only the lone one holds decide (read-your-writes of `strata bench`)."""
+    memory = make(store, settings=EpisodicSettings(context_neighbour_weight=0.0))
+    said = "Night trains are quiet, punctual and cheaper than flying across the continent"
+    talk = add(memory, "s1", [TurnInput(user="We compared ways to travel"), TurnInput(user=said),
+                              TurnInput(user="Sleeper cabins sell out early")],
+               vectors=np.stack([unit(0, (1, 0.5)), unit(0), unit(0, (1, 0.5))]))
+    alone = add(memory, "s2", [TurnInput(user=f"{said} (ref7731)")], vectors=np.stack([unit(0)]), now=NOW + DAY)
+    hits = memory.search(unit(0), query_text=f"{said} (ref7731)", top_k=3, include_summaries=False)
+    assert [h.id for h in hits][:2] == [alone[0].turn_id, talk[1].turn_id]
+
+
 def test_neighbour_rows_follow_inserts_out_of_order_and_forgetting(store: InMemoryRecordStore) -> None:
     """The dense share read from the kept rows equals one computed from the sessions' time
     order, after turns arrive out of order and after some are forgotten."""
@@ -602,7 +616,7 @@ def test_neighbour_rows_follow_inserts_out_of_order_and_forgetting(store: InMemo
             rows = [index.position(key) for _, key in order]
             for i, row in enumerate(rows):
                 near = [scores[r] for j, r in enumerate(rows) if j != i and abs(j - i) <= 2]
-                out[row] = max([0.0, *near])
+                out[row] = max(near, default=-np.inf)
         return out
 
     scores = rng.standard_normal(24).astype(np.float32)
