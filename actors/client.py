@@ -134,8 +134,10 @@ class InClusterClient:
     async def list_sessions(self, *, after: str | None = None, limit: int = 50) -> SessionList:
         return await self._flow.list_sessions(self._tenant, after=after, limit=limit)
 
-    async def list_turns(self, session_id: str, *, after: str | None = None, limit: int = 50) -> SessionTurns:
-        return await self._flow.list_turns(self._tenant, session_id, after=after, limit=limit)
+    async def list_turns(
+        self, session_id: str, *, after: str | None = None, limit: int = 50, newest_first: bool = False
+    ) -> SessionTurns:
+        return await self._flow.list_turns(self._tenant, session_id, after=after, limit=limit, newest_first=newest_first)
 
     async def add_working_items(self, session_id: str, items: Sequence[WorkingItemIn | dict[str, Any]], *,
                                 task: str | None = None, expected_version: int | None = None) -> WorkingState:

@@ -277,9 +277,10 @@ class EpisodicShard(LayerShard[EpisodicMemory]):
         }
 
     async def list_turns(
-        self, tenant: str, session_id: str, *, after: str | None = None, limit: int = 50
+        self, tenant: str, session_id: str, *, after: str | None = None, limit: int = 50, newest_first: bool = False
     ) -> dict[str, Any]:
-        """The session's turns in time order, ``limit`` after the turn ``after`` (``SessionTurns`` fields).
+        """The session's turns in time order (``newest_first``: the other way), ``limit`` after the
+        turn ``after`` in that order (``SessionTurns`` fields).
 
         Raises:
             NotFound: the session has no turns.
@@ -288,6 +289,8 @@ class EpisodicShard(LayerShard[EpisodicMemory]):
         turns, _ = await self.read(tenant, _SCOPE, lambda layer: layer.session_turns(session_id))
         if not turns:
             raise NotFound(f"session {session_id!r} has no turns")
+        if newest_first:
+            turns = turns[::-1]  # a new list: a read's result may be shared by concurrent callers
         start = 0
         if after is not None:
             ids = [t.turn_id for t in turns]

@@ -393,10 +393,12 @@ class EpisodicHandle(SessionLayerHandle):
         return SessionList(**await self._call("list_sessions", tenant, after=after, limit=limit))
 
     async def list_turns(
-        self, tenant: str, session_id: str, *, after: str | None = None, limit: int = 50
+        self, tenant: str, session_id: str, *, after: str | None = None, limit: int = 50, newest_first: bool = False
     ) -> SessionTurns:
-        """The session's turns in time order, a page at a time (``NotFound`` without any)."""
-        return SessionTurns(**await self._call("list_turns", tenant, session_id, after=after, limit=limit))
+        """The session's turns in time order (or newest first), a page at a time (``NotFound`` without any)."""
+        return SessionTurns(**await self._call(
+            "list_turns", tenant, session_id, after=after, limit=limit, newest_first=newest_first
+        ))
 
     async def wait_for_summaries(self, tenant: str) -> int:
         """Wait for the tenant's background summaries; returns chunks still pending."""

@@ -88,9 +88,11 @@ class StrataSession:
         """The session's items, oldest first; with ``limit``, the latest ``limit`` of them."""
         if limit is None and self.session_settings is not None:
             limit = self.session_settings.limit
-        items = [item for turn in await self._turns() for item in items_from_turn(turn)]
+        if limit is not None and limit <= 0:
+            return []
+        items = [item for turn in await self._turns(latest=limit) for item in items_from_turn(turn)]
         if limit is not None:
-            items = items[-limit:] if limit > 0 else []
+            items = items[-limit:]
         return cast("list[TResponseInputItem]", items)
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:
@@ -107,7 +109,7 @@ class StrataSession:
 
     async def pop_item(self) -> TResponseInputItem | None:
         """Remove the latest item and return it; ``None`` for an empty session."""
-        turns = await self._turns()
+        turns = await self._turns(latest=1)
         if not turns:
             return None
         last = turns[-1]
@@ -124,19 +126,28 @@ class StrataSession:
         """Forget the session in every layer (nothing to forget is no error)."""
         await _forget(self.connection, self.session_id)
 
-    async def _turns(self) -> list[SessionTurn]:
+    async def _turns(self, *, latest: int | None = None) -> list[SessionTurn]:
+        """The session's turns, oldest first; with ``latest``, only the newest ones that hold at
+        least ``latest`` items, read newest first a page at a time (a long session costs the
+        last few turns, not all of them)."""
         client = self.connection.async_client
         turns: list[SessionTurn] = []
         after: str | None = None
+        size, held = _BATCH_MAX if latest is None else min(latest, _BATCH_MAX), 0
         while True:
             try:
-                page = await client.list_turns(self.session_id, after=after, limit=_BATCH_MAX)
+                page = await client.list_turns(self.session_id, after=after, limit=size, newest_first=latest is not None)
             except NotFound:
-                return turns  # no turns yet (or forgotten)
+                break  # no turns yet (or forgotten)
             turns += page.turns
+            if latest is not None:
+                held += sum(len(items_from_turn(turn)) for turn in page.turns)
+                if held >= latest:
+                    break
             if page.next_after is None:
-                return turns
+                break
             after = page.next_after
+        return turns if latest is None else turns[::-1]
 
 
 def turn_from_item(item: dict[str, Any]) -> TurnIn:

@@ -269,16 +269,25 @@ async def learn_skill(
 
 async def forget(
     ctx: Context,
-    what: Annotated[Literal["session", "document", "skill"], Field(description="What kind of thing to forget")],
-    id: Annotated[str, Field(min_length=1, description="Its session_id, doc_id or skill_id")],
+    what: Annotated[Literal["session", "turn", "document", "skill"], Field(description="What kind of thing to forget")],
+    id: Annotated[str, Field(min_length=1, description="Its session_id, turn_id, doc_id or skill_id")],
+    session_id: Annotated[
+        str | None, Field(pattern=_ID, description="For a turn: the session it belongs to (a search hit's session_id)")
+    ] = None,
 ) -> dict[str, Any]:
-    """Forget for good: a session (its turns, summaries and working memory), a document, or a skill.
+    """Forget for good: a session (its turns, summaries and working memory), one turn of a
+    session (its summaries are made again without it), a document, or a skill.
 
-    Cannot be undone. Returns how many stored records were removed (for a session, per layer too).
+    To forget something the user said, find its turn with search_memory and pass the hit's id
+    and session_id. Cannot be undone. Returns how many stored records were removed (for a
+    session or a turn, per layer too).
     """
+    if what == "turn" and session_id is None:
+        raise ToolError("forgetting a turn needs its session_id (a search hit has it)")
     async with _strata(ctx) as strata:
-        if what == "session":
-            by_layer = (await strata.forget_session(id)).removed
+        if what in ("session", "turn"):
+            forgot = await (strata.forget_turn(session_id, id) if session_id and what == "turn" else strata.forget_session(id))
+            by_layer = forgot.removed
             return {"forgot": what, "id": id, "removed": sum(by_layer.values()), "by_layer": by_layer}
         if what == "document":
             removed = (await strata.delete_document(id)).removed

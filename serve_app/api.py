@@ -294,11 +294,15 @@ class Api:
         session_id: str = _SESSION,
         after: str | None = Query(default=None, description="The last turn_id of the previous page"),
         limit: int = Query(default=50, ge=1, le=1000),
+        newest_first: bool = Query(default=False, description="The latest turn first; after then pages back in time"),
         authorization: str | None = Header(default=None),
     ) -> SessionTurns:
-        """The session's turns in time order, a page at a time; 404 for a session without turns."""
+        """The session's turns in time order (or newest first), a page at a time; 404 for a
+        session without turns."""
         tenant = (await self._gate.caller(authorization, "list_turns", session=session_id)).tenant
-        page: SessionTurns = await self._flow.list_turns(tenant, session_id, after=after, limit=limit)
+        page: SessionTurns = await self._flow.list_turns(
+            tenant, session_id, after=after, limit=limit, newest_first=newest_first
+        )
         return page
 
     @app.post("/v1/context", response_model=ContextResult, tags=["context"])

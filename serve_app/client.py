@@ -284,8 +284,11 @@ def _list_sessions(*, after: str | None = None, limit: int = 50) -> _Call[Sessio
     return _Call("GET", "/v1/sessions", SessionList, params={"after": after, "limit": limit})
 
 
-def _list_turns(session_id: str, *, after: str | None = None, limit: int = 50) -> _Call[SessionTurns]:
-    return _Call("GET", f"/v1/sessions/{session_id}/turns", SessionTurns, params={"after": after, "limit": limit})
+def _list_turns(
+    session_id: str, *, after: str | None = None, limit: int = 50, newest_first: bool = False
+) -> _Call[SessionTurns]:
+    params = {"after": after, "limit": limit, "newest_first": newest_first or None}
+    return _Call("GET", f"/v1/sessions/{session_id}/turns", SessionTurns, params=params)
 
 
 def _extract_skill(

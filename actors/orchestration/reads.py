@@ -43,12 +43,15 @@ class ReadFlow(FlowBase):
         return await self.router.episodic(tenant).list_sessions(tenant, after=after, limit=limit)
 
     async def list_turns(
-        self, tenant: str, session_id: str, *, after: str | None = None, limit: int = 50
+        self, tenant: str, session_id: str, *, after: str | None = None, limit: int = 50, newest_first: bool = False
     ) -> SessionTurns:
-        """The session's turns in time order (``after``: the last turn_id of the previous page)."""
+        """The session's turns in time order, or newest first (``after``: the last turn_id of the
+        previous page)."""
         validate_id(session_id, field="session_id")
         _check_page(after, limit)
-        return await self.router.episodic(tenant).list_turns(tenant, session_id, after=after, limit=limit)
+        return await self.router.episodic(tenant).list_turns(
+            tenant, session_id, after=after, limit=limit, newest_first=newest_first
+        )
 
     async def entity(self, tenant: str, name: str) -> dict[str, Any]:
         """What the semantic layer's knowledge graph knows of an entity."""

@@ -135,6 +135,14 @@ async def every_tool(client: Client, word: str) -> None:
     assert missing.is_error and "NotFound (404)" in text(missing) and "never-made" in text(missing)
     bad = await client.call_tool("forget", {"what": "session", "id": "no spaces allowed"})
     assert bad.is_error and "InvalidInput (422)" in text(bad)
+    alone = await client.call_tool("forget", {"what": "turn", "id": said["turn_id"]})
+    assert alone.is_error and "session_id" in text(alone)
+
+    # Forgetting what the user said: find the turn, forget it; the session's other turn stays.
+    hit = next(h for h in found["hits"] if word in h["text"] and h["kind"] == "turn")
+    gone = await call(client, "forget", what="turn", id=hit["id"], session_id=hit["session_id"])
+    assert gone["forgot"] == "turn" and gone["by_layer"]["episodic"] >= 1, gone
+    assert [(s["session_id"], s["turns"]) for s in (await call(client, "list_sessions"))["sessions"]] == [("chat-1", 1)]
 
     for what, ident in (("document", doc["doc_id"]), ("skill", learned["skill_id"]), ("session", "chat-1")):
         forgotten = await call(client, "forget", what=what, id=ident)
@@ -249,6 +257,10 @@ def test_sessions_and_turns_read_back_a_page_at_a_time(agents_stack: Running, ad
             rest.list_turns("s-none")
         with pytest.raises(InvalidInput, match="no turn 'h9'"):
             rest.list_turns("s-a", after="h9")
+        latest = rest.list_turns("s-a", limit=2, newest_first=True)
+        assert [t.turn_id for t in latest.turns] == ["h3", "h2"] and latest.next_after == "h2" and latest.total == 3
+        earliest = rest.list_turns("s-a", after=latest.next_after, limit=2, newest_first=True)
+        assert [t.turn_id for t in earliest.turns] == ["h1"] and earliest.next_after is None
     session_key = key_for(agents_stack, admin, "mcp-pages", session_id="s-b")
     with StrataClient(agents_stack.url, session_key) as own:
         assert [t.turn_id for t in own.list_turns("s-b").turns] == ["h1", "h2", "h3"]

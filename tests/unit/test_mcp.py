@@ -86,7 +86,7 @@ async def test_every_tool_is_listed_with_a_schema_and_a_description() -> None:
         assert "ctx" not in schema["properties"], name  # the context is injected, not asked for
         assert len(tools[name].description or "") > 80, name  # says what it returns and when to use it
         assert "return" in (tools[name].description or "").lower(), name
-    assert tools["forget"].input_schema["properties"]["what"]["enum"] == ["session", "document", "skill"]
+    assert tools["forget"].input_schema["properties"]["what"]["enum"] == ["session", "turn", "document", "skill"]
     assert tools["add_memory"].input_schema["properties"]["role"]["enum"] == ["user", "assistant", "note"]
     assert tools["forget"].annotations is not None and tools["forget"].annotations.destructive_hint
     assert tools["search_memory"].annotations is not None and tools["search_memory"].annotations.read_only_hint
