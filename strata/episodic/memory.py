@@ -86,8 +86,8 @@ class EpisodicMemory:
         # time order, so a turn's indexed vector can include its neighbours'.
         self._raw: dict[str, np.ndarray] = {}
         self._order: dict[str, list[tuple[tuple[datetime, int], str]]] = {}
-        # Each turn's neighbours as rows of the turn index, for the dense path's share of
-        # theirs (none when that share is off).
+        # Each turn's neighbours as rows of the turn index, so the dense path can draw a turn
+        # toward a better-matching neighbour (none when ``dense_context_weight`` is 0).
         self._near = (
             NeighbourRows(settings.dense_context_window)
             if settings.dense_context_weight and settings.dense_context_window else None

@@ -6,9 +6,9 @@ little with it, in words or in meaning, and a turn a few places away holds the r
 lexical path adds a share of the best neighbour's BM25 score to a turn's own
 (``EpisodicMemory._lexical_top``); the dense path adds a share of how far its best
 neighbour's cosine is above its own (:func:`strata.episodic.ranking.ranked`), and
-:class:`NeighbourRows` gives that best cosine for every turn of the index at once: one gather and a max over a
-``2 window x rows`` matrix (0.06 ms for 10,000 turns here), instead of a walk through the
-sessions per query.
+:class:`NeighbourRows` gives that best cosine for every turn of the index at once: one
+gather and a max over a ``2 window x rows`` matrix (0.06 ms for 10,000 turns here),
+instead of a walk through the sessions per query.
 """
 
 from __future__ import annotations
