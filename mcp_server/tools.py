@@ -286,7 +286,8 @@ async def forget(
         raise ToolError("forgetting a turn needs its session_id (a search hit has it)")
     async with _strata(ctx) as strata:
         if what in ("session", "turn"):
-            forgot = await (strata.forget_turn(session_id, id) if session_id and what == "turn" else strata.forget_session(id))
+            # session_id is set for a turn: refused above without it
+            forgot = await (strata.forget_session(id) if what == "session" else strata.forget_turn(cast(str, session_id), id))
             by_layer = forgot.removed
             return {"forgot": what, "id": id, "removed": sum(by_layer.values()), "by_layer": by_layer}
         if what == "document":
