@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -330,6 +331,41 @@ def test_summarised_turns_are_never_pending_again(store: InMemoryRecordStore) ->
     assert set(covered) == {t.turn_id for t in all_turns[:9]}
     assert [(s.first_seq, s.last_seq) for s in summaries] == [(0, 2), (3, 5), (6, 8)]
     assert summaries[0].start == all_turns[0].timestamp and summaries[0].end == all_turns[2].timestamp
+
+
+def test_a_write_looks_for_pending_summaries_in_the_sessions_it_changed_not_in_every_session(
+    store: InMemoryRecordStore,
+) -> None:
+    """Every write asks the tenant for pending summaries: reading every session there made a
+    tenant of one-turn sessions quadratic (4,000 of them: 301 ms a write). Only sessions written
+    to, or whose summary was dropped, are read again, and nothing pending is missed."""
+    memory = make(store)
+    for k in range(50):
+        plain(memory, f"one{k}", 1)
+    turns = plain(memory, "long", 7)
+    assert [[t.turn_id for t in c] for c in memory.pending_summaries()] == [[t.turn_id for t in turns[0:3]]]
+    summarise(memory, turns[0:3])
+    assert memory.pending_summaries() == []
+    read: list[str] = []
+    with mock.patch.object(EpisodicMemory, "session_turns", autospec=True,
+                           side_effect=lambda self, session: read.append(session) or [
+                               self._turns[key] for _, key in self._order.get(session, ())]):
+        assert memory.pending_summaries() == []
+        assert read == []
+        more = plain(memory, "long", 3, start=NOW + DAY)
+        assert memory.pending_summaries() == [(turns + more)[3:6]]
+        assert read == ["long"]
+        summarise(memory, (turns + more)[3:6])
+        gone, summaries = memory.turn_keys("long", turns[0].turn_id)  # takes the first summary
+        memory.drop_keys(gone, summaries)
+        read.clear()
+        assert memory.pending_summaries() == []  # turns 1 and 2 are not a chunk yet
+        assert read == ["long"]
+        last = plain(memory, "long", 1, start=NOW + 2 * DAY)
+        assert memory.pending_summaries() == [[*turns[1:3], turns[6]]]
+        assert read == ["long", "long"]
+    assert [s.session_id for s in memory.sessions()][:2] == ["long", "one0"] and len(memory.sessions()) == 51
+    assert memory.sessions()[0].turns == 10 and memory.sessions()[0].last_at == last[0].timestamp
 
 
 def test_summaries_are_stored_and_searchable(store: InMemoryRecordStore) -> None:
