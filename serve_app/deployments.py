@@ -4,12 +4,21 @@ The ingress (:class:`strata_serve.api.Api`) does a request's work itself, with
 :class:`strata_actors.orchestration.Orchestration`: it embeds a query in its own process
 (``serve.query_embedding``), and sends batches of turns here, where replicas batch
 concurrent requests with ``@serve.batch`` and run the model off their event loop.
+
+The model runs in as many threads as the replica has cores, not in asyncio's default executor
+(up to six threads here): more model calls at once than cores embed no faster on their own,
+and each holds its own activations, which the allocator keeps. On a scratch stack, 5,800 turns
+from eight writers grew the replica by 187-197 MiB instead of 327-376, at 158-175 turns/s
+instead of 173-183 (the extra threads took a larger share of cores the shards also want;
+docs/benchmarks.md, "The embedding replica's memory").
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+import os
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -21,24 +30,34 @@ from strata.providers.embedder import Embedder, make_embedder
 __all__ = ["Embedding"]
 
 
+def _cores() -> int:
+    """The cores this process may run on (its affinity where the OS tells it)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
 @serve.deployment(name="embedding", ray_actor_options={"num_cpus": 0.5}, max_ongoing_requests=256)
 class Embedding:
     def __init__(self, settings: dict[str, Any]) -> None:
         config = StrataSettings.from_dict(settings)
         self._embedder: Embedder = make_embedder(config.embedding)
+        calls = 32 if getattr(self._embedder, "waits_on_network", False) else _cores()
+        self._model = ThreadPoolExecutor(max_workers=calls, thread_name_prefix="strata-embed")
         # @serve.batch adds these setters at run time; its annotations type the plain coroutine.
         for batched in (self._embed_batch, self._embed_query_batch):
             batched.set_max_batch_size(config.serve.embedding_max_batch_size)  # type: ignore[attr-defined]
             batched.set_batch_wait_timeout_s(config.serve.embedding_batch_wait_timeout_s)  # type: ignore[attr-defined]
 
+    async def _run(self, model: Callable[[list[str]], np.ndarray], texts: list[str]) -> np.ndarray:
+        return await asyncio.get_running_loop().run_in_executor(self._model, model, texts)
+
     @serve.batch(max_batch_size=32, batch_wait_timeout_s=0.005)
     async def _embed_batch(self, texts: list[str]) -> list[np.ndarray]:
-        vectors = await asyncio.to_thread(self._embedder.embed, texts)
+        vectors = await self._run(self._embedder.embed, texts)
         return list(vectors)
 
     @serve.batch(max_batch_size=32, batch_wait_timeout_s=0.005)
     async def _embed_query_batch(self, texts: list[str]) -> list[np.ndarray]:
-        vectors = await asyncio.to_thread(self._embedder.embed_query, texts)
+        vectors = await self._run(self._embedder.embed_query, texts)
         return list(vectors)
 
     async def embed(self, texts: Sequence[str]) -> np.ndarray:
@@ -46,13 +65,13 @@ class Embedding:
         several are embedded together, sorted by length, so each batch pads to texts of
         like length instead of to whichever came in with them."""
         if len(texts) > 1:
-            return await asyncio.to_thread(self._embedder.embed, list(texts))
+            return await self._run(self._embedder.embed, list(texts))
         rows = await asyncio.gather(*(self._embed_batch(t) for t in texts))
         return np.stack(rows) if rows else np.zeros((0, self._embedder.dim), np.float32)
 
     async def embed_query(self, texts: Sequence[str]) -> np.ndarray:
         """Embed queries (``serve.query_embedding: deployment``), batched as :meth:`embed`."""
         if len(texts) > 1:
-            return await asyncio.to_thread(self._embedder.embed_query, list(texts))
+            return await self._run(self._embedder.embed_query, list(texts))
         rows = await asyncio.gather(*(self._embed_query_batch(t) for t in texts))
         return np.stack(rows) if rows else np.zeros((0, self._embedder.dim), np.float32)

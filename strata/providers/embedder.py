@@ -175,6 +175,10 @@ class OpenAIEmbedder:
     Texts are cut to ``max_tokens`` cl100k tokens (``embedding.endpoint_max_tokens``) and sent
     ``batch_size`` to a call (``embedding.batch_size``)."""
 
+    #: A call waits on the endpoint, not on this process's cores: callers may run many at once
+    #: (the local models run no more calls at once than there are cores).
+    waits_on_network = True
+
     def __init__(
         self,
         *,

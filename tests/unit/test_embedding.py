@@ -111,3 +111,40 @@ def test_leading_space_does_not_use_up_the_characters_a_text_is_read_from() -> N
     text = "where do I live now?"
     np.testing.assert_allclose(embedder.embed_query([" " * 5_000 + text]), embedder.embed_query([text]), atol=1e-6)
     np.testing.assert_allclose(embedder.embed(["   "]), embedder.embed([" "]), atol=1e-6)  # blank: as before
+
+
+async def test_the_embedding_replica_runs_no_more_model_calls_at_once_than_it_has_cores() -> None:
+    """More calls at once than cores embed no faster and each holds its own activations:
+    twenty concurrent requests run in the replica's own threads, at most one per core, and
+    each gets its own texts' vectors."""
+    import asyncio
+    import os
+    import threading
+    import time
+
+    from strata.config import StrataSettings
+    from strata_serve.deployments import Embedding
+
+    replica = Embedding.func_or_class(StrataSettings().to_dict())
+    model, running, seen = replica._embedder, [0], []
+    lock = threading.Lock()
+
+    def counting(texts: list[str]) -> np.ndarray:
+        with lock:
+            running[0] += 1
+            seen.append((running[0], threading.current_thread().name))
+        time.sleep(0.01)  # long enough for the others to pile up behind it
+        try:
+            return model.embed(texts)
+        finally:
+            with lock:
+                running[0] -= 1
+
+    replica._embedder = type("Counting", (), {"embed": staticmethod(counting), "dim": model.dim})()
+    batches = [[f"request {i} text {j}" for j in range(3)] for i in range(20)]
+    answers = await asyncio.gather(*(replica.embed(b) for b in batches))
+    cores = len(os.sched_getaffinity(0))
+    assert len(seen) == 20 and max(n for n, _ in seen) <= cores
+    assert all(name.startswith("strata-embed") for _, name in seen)
+    for batch, vectors in zip(batches, answers, strict=True):
+        np.testing.assert_allclose(vectors, model.embed(batch), atol=1e-5)
