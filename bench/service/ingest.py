@@ -57,7 +57,7 @@ async def ingest(url: str, key: str, sessions: list[tuple[str, list[dict[str, An
 async def read_your_writes(url: str, key: str, session: str, sentences: Sequence[str]) -> dict[str, Any]:
     """Write a turn carrying a unique marker, then search for it at once: it must rank first.
     Each trial says something different, so an earlier trial's turn cannot outrank it on content."""
-    outcomes = []
+    outcomes: list[dict[str, Any]] = []
     async with AsyncStrataClient(url, key, timeout_s=120) as client:
         for sentence in sentences:
             text = f"{sentence} (reference ryw{uuid.uuid4().hex[:10]})"
@@ -69,4 +69,10 @@ async def read_your_writes(url: str, key: str, session: str, sentences: Sequence
             rank = next((n for n, hit in enumerate(found.hits, 1) if text in hit.text), None)
             outcomes.append({"rank": rank, "found_first": rank == 1, "write_ms": round((t1 - t0) * 1000, 1),
                              "search_ms": round((t2 - t1) * 1000, 1)})
+            if rank != 1:  # what ranked above it, for whoever reads the report
+                outcomes[-1]["sentence"] = sentence
+                outcomes[-1]["above"] = [
+                    {"kind": hit.kind, "score": round(hit.score, 4), "relevance": hit.relevance, "text": hit.text[:160]}
+                    for hit in found.hits[: (rank or len(found.hits) + 1) - 1]
+                ]
     return {"ok": all(o["found_first"] for o in outcomes), "trials": outcomes}

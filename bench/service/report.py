@@ -233,6 +233,8 @@ def format_report(doc: dict[str, Any]) -> str:
         (f"read-your-writes (a turn with a unique marker ranked first by the very next search, "
          f"{len(raw['read_your_writes']['trials'])} trials): {str(doc['read_your_writes']).lower()} (ranks "
          f"{', '.join(str(o.get('rank')) for o in raw['read_your_writes']['trials'])})"),
+        *(f"  above the turn of {o['sentence'][:60]!r}: {a['kind']} score {a['score']} relevance {a['relevance']}: "
+          f"{a['text'][:100]!r}" for o in raw["read_your_writes"]["trials"] for a in o.get("above", [])),
         *(["\n== embedding models: ingest and query latency, in this process ==", *embedder_lines(raw["embedders"])]
           if raw.get("embedders") else []),
         "\n== scale ==",

@@ -163,6 +163,18 @@ def test_json_of_a_run_without_scale_or_store() -> None:
     assert "skipped: no admin key" in report and "skipped: --no-hostile" in report
 
 
+def test_a_failed_read_your_writes_trial_says_what_ranked_above_the_turn() -> None:
+    raw = _fake_raw()
+    raw["read_your_writes"] = {"ok": False, "trials": [
+        {"rank": 1, "found_first": True, "write_ms": 50.0, "search_ms": 30.0},
+        {"rank": 2, "found_first": False, "write_ms": 50.0, "search_ms": 30.0, "sentence": "I tried making paella.",
+         "above": [{"kind": "summary", "score": 0.99, "relevance": 1.0, "text": "user: I tried making falafel."}]},
+    ]}
+    report = format_report(summarize(raw))
+    assert "false (ranks 1, 2)" in report
+    assert "above the turn of 'I tried making paella.': summary score 0.99 relevance 1.0: 'user: I tried making falafel.'" in report
+
+
 def test_json_of_a_raw_result_from_before_the_hostile_phase() -> None:
     raw = _fake_raw()
     del raw["hostile"]
