@@ -685,6 +685,29 @@ def test_score_fusion_lets_a_hit_far_ahead_on_one_path_win(store: InMemoryRecord
     assert 0 < hits[1].score < hits[0].score <= 1
 
 
+def test_a_summary_is_merged_on_the_turns_scale_and_never_outranks_the_turn_that_matches_better(
+    store: InMemoryRecordStore,
+) -> None:
+    """Turns and summaries are each scored against their own best hit; merged as they were, the
+    best summary of any search scored about 1, above a turn holding every word of the query and a
+    term nothing else has. On one scale the summary falls below that turn, and the turns keep
+    their order."""
+    memory = make(store)
+    old = add(memory, "s0", [TurnInput(user=f"alpha beta gamma, note {k}") for k in range(3)],
+              vectors=np.stack([unit(0, (1, 0.3))] * 3))
+    memory.add_summary(old, EpisodeSummary(summary="alpha beta gamma, alpha beta gamma, notes"), unit(0, (1, 0.3)))
+    decoy = add(memory, "s1", [TurnInput(user="Lunch was great today.")], vectors=np.stack([unit(0)]), now=NOW + DAY)
+    fresh = add(memory, "s2", [TurnInput(user="alpha beta gamma zzqx")], vectors=np.stack([unit(0, (1, 0.3))]),
+                now=NOW + 2 * DAY)
+    hits = memory.search(unit(0), query_text="alpha beta gamma zzqx", top_k=10)
+    assert (hits[0].kind, hits[0].id) == ("turn", fresh[0].turn_id)
+    summary = next(h for h in hits if h.kind == "summary")
+    assert 0 < summary.score < hits[0].score
+    turns = [h.id for h in hits if h.kind == "turn"]
+    alone = [h.id for h in memory.search(unit(0), query_text="alpha beta gamma zzqx", top_k=10, include_summaries=False)]
+    assert turns == alone[: len(turns)] and decoy[0].turn_id in turns
+
+
 def test_forgetting_one_turn_takes_the_summaries_that_cover_it_and_nothing_else(store: InMemoryRecordStore) -> None:
     memory = make(store)
     turns = plain(memory, "s1", 7)
