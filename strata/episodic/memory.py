@@ -490,6 +490,8 @@ class EpisodicMemory:
                 value += weights["lexical"] * lexical.relevance(text, [key])[key]
             return value
 
+        if self._summary_index.position(best_summary) is None:  # a summary stored without a vector
+            return 1.0
         turn = match(self._raw[best_turn], self._turn_lexical, best_turn)  # its own vector, not its neighbours'
         summary = match(self._summary_index.vectors([best_summary])[0], self._summary_lexical, best_summary)
         return 1.0 if turn <= 0 or summary >= turn else max(summary, 0.0) / turn
