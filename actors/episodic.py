@@ -290,7 +290,7 @@ class EpisodicShard(LayerShard[EpisodicMemory]):
         if not turns:
             raise NotFound(f"session {session_id!r} has no turns")
         if newest_first:
-            turns.reverse()  # session_turns() sorts a new list for each read
+            turns.reverse()  # session_turns() builds a new list for each read
         start = 0
         if after is not None:
             ids = [t.turn_id for t in turns]
