@@ -21,7 +21,7 @@ import asyncio
 import contextlib
 import contextvars
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -30,12 +30,16 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import DEFAULT_MAX_REQUEST_BODY_SIZE, TransportSecuritySettings
+from starlette.datastructures import Headers
 from starlette.requests import Request
 from starlette.types import Receive, Scope, Send
 
+from strata.access.keys import Forbidden
+from strata.access.origins import OriginCheck
 from strata_mcp.tools import Connect, build_server
 from strata_serve.auth import INNER_HEADER, bearer_key, inner_token
 from strata_serve.client import AsyncStrataClient
+from strata_serve.errors import error_response
 
 __all__ = ["McpHttp"]
 
@@ -73,21 +77,48 @@ async def _lifespan(_: MCPServer) -> AsyncIterator[Connect]:
 class McpHttp:
     """The ``/mcp`` endpoint: an ASGI app, the endpoint of a route (``Route("/mcp", McpHttp())``).
 
+    A request from a browser page (one with an ``Origin`` header) is answered 403 unless that
+    page is served from a loopback host or from one of ``allowed_origins``: the MCP transport's
+    rule against DNS rebinding (:mod:`strata.access.origins`). The SDK's own check also
+    compares the ``Host`` header with a list, which would refuse every name the API is reached
+    by but localhost's; it stays off.
+
     Args:
         max_body_bytes: the largest request body the MCP transport reads (called once, on
             first use: under Serve the replica's ``serve.max_body_bytes``); default 4 MiB.
+        allowed_origins: the browser origins let in besides loopback ones (called once, on
+            first use: under Serve the replica's ``serve.mcp_allowed_origins``); default none.
     """
 
-    def __init__(self, *, max_body_bytes: Callable[[], int] | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        max_body_bytes: Callable[[], int] | None = None,
+        allowed_origins: Callable[[], Sequence[str]] | None = None,
+    ) -> None:
         self.max_body_bytes = max_body_bytes
+        self.allowed_origins = allowed_origins
+        self._origins: OriginCheck | None = None
         self._manager: asyncio.Future[StreamableHTTPSessionManager] | None = None
         self._task: asyncio.Task[None] | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         # Serve pickles the app with this endpoint in it: a copy starts its own manager.
-        return {"max_body_bytes": self.max_body_bytes, "_manager": None, "_task": None}
+        return {"max_body_bytes": self.max_body_bytes, "allowed_origins": self.allowed_origins,
+                "_origins": None, "_manager": None, "_task": None}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self._origins is None:
+            self._origins = OriginCheck(self.allowed_origins() if self.allowed_origins else ())
+        origin = Headers(scope=scope).get("origin")
+        if not self._origins.allows(origin):
+            shown = (origin or "")[:200]
+            refused = Forbidden(
+                f"a page of origin {shown!r} may not call /mcp: browser pages are let in from a loopback "
+                "host or from an origin listed in serve.mcp_allowed_origins (protection against DNS rebinding)"
+            )
+            await error_response(refused)(scope, receive, send)
+            return
         manager = await self._started()
         await manager.handle_request(scope, receive, send)
 

@@ -116,6 +116,12 @@ def _replica_max_body_bytes() -> int:
     return int(replica.max_body_bytes)
 
 
+def _replica_mcp_origins() -> list[str]:
+    """``serve.mcp_allowed_origins`` of the Api replica serving the request (as above)."""
+    replica: Any = serve.get_replica_context().servable_object
+    return list(replica.mcp_allowed_origins)
+
+
 def _replica_parts() -> Replica:
     return replica_parts(serve.get_replica_context().servable_object)
 
@@ -147,7 +153,10 @@ app.add_middleware(Deadline, timeout_s=_replica_timeout_s)
 
 # MCP over streamable HTTP, behind the same middleware: a request without a good key gets 401,
 # and each tool call calls these routes in process with the caller's key (strata_mcp.http).
-app.router.routes.append(Route("/mcp", McpHttp(max_body_bytes=_replica_max_body_bytes), include_in_schema=False))
+app.router.routes.append(
+    Route("/mcp", McpHttp(max_body_bytes=_replica_max_body_bytes, allowed_origins=_replica_mcp_origins),
+          include_in_schema=False)
+)
 
 # The memory inspector: static files, no build step. The page needs no key (Authenticate lets
 # a GET of UI_PATH through); each call it makes to /v1 sends the key pasted into it.
@@ -190,6 +199,7 @@ class Api:
             self._local = EmbedBatcher(make_embedder(self._settings.embedding).embed_query)
         self.max_body_bytes = self._settings.serve.max_body_bytes  # read by the BodyLimit middleware
         self.request_timeout_s = self._settings.serve.request_timeout_s  # read by Deadline
+        self.mcp_allowed_origins = self._settings.serve.mcp_allowed_origins  # read by McpHttp
         self._gate = KeyGate(self._settings)  # also the Authenticate middleware's
         self._health: tuple[float, Health] | None = None  # (when, what) of the last check
         self._health_check: asyncio.Future[Health] | None = None

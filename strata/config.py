@@ -241,6 +241,24 @@ class ServeSettings(_Section):
     max_body_bytes: int = Field(default=128 * 2**20, ge=1024)
     #: A write sent with an Idempotency-Key keeps its answer this long: its retries get it back.
     idempotency_ttl_s: float = Field(default=86_400.0, gt=0, le=30 * 86_400)
+    #: Browser origins (``https://host[:port]``, or ``null``) whose pages may call ``/mcp``
+    #: besides loopback ones (``http://localhost:6274``): a request whose ``Origin`` is neither
+    #: is refused with 403 (the MCP transport's DNS-rebinding rule). Clients that are not
+    #: browsers send no ``Origin`` and are not affected.
+    mcp_allowed_origins: list[str] = Field(default_factory=list)
+
+    @field_validator("mcp_allowed_origins")
+    @classmethod
+    def _origins(cls, value: list[str]) -> list[str]:
+        from strata.access.origins import origin_key  # here: strata.access's modules import this one
+
+        for origin in value:
+            if origin_key(origin) is None:
+                raise ValueError(
+                    f"{origin[:200]!r} is not an origin: write scheme://host[:port] (http or https, "
+                    "no path), or null"
+                )
+        return value
 
 
 class ActorSettings(_Section):

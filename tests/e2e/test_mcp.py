@@ -181,6 +181,18 @@ def test_mcp_without_a_good_key_is_401_before_anything_else(agents_stack: Runnin
         assert refused.json()["error"] == "Unauthorized"
 
 
+def test_a_page_of_a_foreign_origin_is_refused_403_even_with_a_good_key(agents_stack: Running, admin: str) -> None:
+    """The replica's serve.mcp_allowed_origins reaches /mcp (none here: only loopback pages)."""
+    key = key_for(agents_stack, admin, "mcp-origin")
+    hello = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
+    headers = {"Accept": "application/json, text/event-stream", "Authorization": f"Bearer {key}"}
+    for origin, status in (("https://rebound.example", 403), ("http://localhost:6274", 200), (None, 200)):
+        sent = {**headers, **({"Origin": origin} if origin else {})}
+        answer = httpx.post(f"{agents_stack.url}/mcp", json=hello, headers=sent, timeout=30)
+        assert answer.status_code == status, (origin, answer.text)
+        assert ("serve.mcp_allowed_origins" in answer.json()["message"]) if status == 403 else ("add_memory" in answer.text)
+
+
 async def test_a_key_of_one_tenant_never_sees_another_tenants_memory(agents_stack: Running, admin: str) -> None:
     secret = "Marmalade-Vault-4417"
     alice, bob = key_for(agents_stack, admin, "mcp-alice"), key_for(agents_stack, admin, "mcp-bob")

@@ -202,3 +202,43 @@ def test_building_the_server_leaves_the_processs_logging_alone() -> None:
     finally:
         root.handlers[:] = kept[0]
         root.setLevel(kept[1])
+
+
+async def test_a_browser_page_of_another_origin_is_refused_403_and_loopback_or_listed_pages_are_let_in() -> None:
+    """DNS rebinding: a page on any site can make its host name resolve to 127.0.0.1 and call
+    /mcp as if it were the server's own page; its browser still sends the page's Origin."""
+    app, _ = api()
+    mcp = McpHttp(allowed_origins=lambda: ["https://agents.example.com", "null"])
+    app.router.routes.append(Route("/mcp", mcp))
+    hello = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
+    headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+    try:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://api") as http:
+
+            async def status(origin: str | None) -> httpx.Response:
+                sent = {**headers, **({"Origin": origin} if origin is not None else {})}
+                return await http.post("/mcp", json=hello, headers=sent)
+
+            for refused in ("https://evil.example", "http://evil.example:8000", "https://agents.example.com:8443",
+                            "http://agents.example.com", "https://localhost.evil.example", "http://[::1",
+                            "http://localhost:99999", "https://agents.example.com/path", "ftp://localhost",
+                            "not an origin", "", "x" * 100_000):
+                answer = await status(refused)
+                assert answer.status_code == 403, (refused[:40], answer.text)
+                assert answer.json()["error"] == "Forbidden"
+                assert "serve.mcp_allowed_origins" in answer.json()["message"]
+            for let_in in (None, "http://localhost:6274", "http://127.0.0.1:8080", "http://[::1]:3000",
+                           "http://app.localhost", "https://agents.example.com", "HTTPS://Agents.Example.com:443",
+                           "null"):
+                answer = await status(let_in)
+                assert answer.status_code == 200, (let_in, answer.text)
+                assert "list_sessions" in answer.text
+    finally:
+        await mcp.aclose()
+
+
+def test_an_allowed_mcp_origin_that_is_not_an_origin_is_refused_at_start_up() -> None:
+    assert StrataSettings.from_dict({"serve": {"mcp_allowed_origins": ["https://a.example:8443", "null"]}})
+    for bad in ("a.example", "https://a.example/app", "https://", "ws://a.example", "https://a.example:0x50"):
+        with pytest.raises(ValueError, match="is not an origin"):
+            StrataSettings.from_dict({"serve": {"mcp_allowed_origins": [bad]}})
