@@ -12,7 +12,7 @@ import asyncio
 import logging
 from collections.abc import Coroutine, Sequence
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any, Self, TypeVar
 
 import numpy as np
 
@@ -90,6 +90,17 @@ class InClusterClient:
             use_ray_auth(recorded.get("ray_auth", {}))
             ray.init(address=recorded["ray_address"], namespace=settings.ray.namespace, logging_level=logging.ERROR)
         return cls(tenant, settings)
+
+    async def aclose(self) -> None:
+        """Write the audit entries of this client's changes still queued (an exiting interpreter
+        does it too, while the store is up). ``async with`` the client calls it on leaving."""
+        await self._flow.aclose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.aclose()
 
     async def _embed(self, texts: Sequence[str]) -> np.ndarray:
         return await asyncio.to_thread(self._embedder.embed, list(texts))

@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from strata.access.audit import close_all_writers
 from strata.config import StrataSettings, load_settings
 from strata.errors import StoreUnavailable
 from strata.store.milvus_lite import COMMAND as MILVUS_LITE
@@ -203,10 +204,12 @@ def milvus_server() -> Iterator[MilvusStandalone]:
 def milvus(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[MilvusServer]:
     if getattr(request, "param", "lite") == "server":
         yield request.getfixturevalue("milvus_server")
+        close_all_writers()  # the module's audit entries, while their store is up (not at exit)
         return
     server = MilvusServer(tmp_path_factory.mktemp("milvus") / "data", free_port())
     server.start()
     yield server
+    close_all_writers()
     server.kill()
 
 

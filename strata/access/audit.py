@@ -50,7 +50,7 @@ from strata.errors import InvalidInput
 from strata.ids import validate_id
 from strata.store.records import Record, RecordStore
 
-__all__ = ["AUDIT_KIND", "AuditEntry", "AuditLog", "AuditWriter", "entry"]
+__all__ = ["AUDIT_KIND", "AuditEntry", "AuditLog", "AuditWriter", "close_all_writers", "entry"]
 
 AUDIT_KIND = "audit"
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -367,6 +367,8 @@ _live: weakref.WeakSet[AuditWriter] = weakref.WeakSet()
 
 
 @atexit.register
-def _close_all() -> None:
+def close_all_writers(timeout_s: float = 5.0) -> None:
+    """Close every writer of this process that has entries on their way (:meth:`AuditWriter.close`):
+    at interpreter exit, and wherever the stores are about to go before the process does."""
     for writer in list(_live):
-        writer.close(timeout_s=5.0)
+        writer.close(timeout_s=timeout_s)

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from strata.access.audit import AuditLog
 from strata.errors import InvalidInput, NotFound
 from strata.schema import LAYERS
 from strata.store.layout import open_store
@@ -78,6 +79,20 @@ async def test_forgetting_a_tenant_leaves_nothing_and_spares_the_others(settings
     assert len(await _traces(other)) >= 6
     with pytest.raises(InvalidInput):
         await doomed._flow.forget_tenant("system")
+
+
+async def test_leaving_the_client_writes_the_audit_entries_it_still_holds(settings: Any) -> None:
+    """Entries wait up to audit.flush_interval_s for their batch (60 s here: none is written in
+    the background during the test); leaving ``async with`` the client writes them."""
+    slow = settings.model_copy(update={"audit": settings.audit.model_copy(update={"flush_interval_s": 60.0})})
+    async with InClusterClient("closing", slow) as client:
+        await client.record_turn("s1", "a turn whose write is audited")
+        held = client._flow._audit
+        assert held is not None and held.pending == 1
+    store, names = open_store(slow)
+    entries, _ = AuditLog(store, names.state).page("closing")
+    assert [(e.op, e.layer, e.record_id) for e in entries] == [("record_turns", "episodic", "s1")]
+    assert held.pending == 0
 
 
 async def test_every_change_is_in_the_audit_history_without_its_content(settings: Any) -> None:
