@@ -21,7 +21,6 @@ from strata.clock import from_ms_or_none
 from strata.episodic.memory import EpisodicMemory
 from strata.episodic.summarize import EpisodeSummary, ExtractiveSummarizer, LLMSummarizer, Summarizer
 from strata.episodic.turns import SUMMARY, TURN, EpisodicHit, Turn, TurnInput, summary_inputs, summary_vector_text
-from strata.errors import InvalidInput, NotFound
 from strata.providers.llm import make_llm
 from strata.store.layout import Collections
 from strata.store.records import RecordStore
@@ -286,24 +285,15 @@ class EpisodicShard(LayerShard[EpisodicMemory]):
             NotFound: the session has no turns.
             InvalidInput: ``after`` names no turn of the session.
         """
-        turns, _ = await self.read(tenant, _SCOPE, lambda layer: layer.session_turns(session_id))
-        if not turns:
-            raise NotFound(f"session {session_id!r} has no turns")
-        if newest_first:
-            turns.reverse()  # session_turns() builds a new list for each read
-        start = 0
-        if after is not None:
-            ids = [t.turn_id for t in turns]
-            if after not in ids:
-                gone = f"session {session_id!r} has no turn {after!r} (forgotten or expired?)"
-                raise InvalidInput(f"{gone}: start again without after", field="after")
-            start = ids.index(after) + 1
-        page = turns[start : start + limit]
+        (page, total, more), _ = await self.read(
+            tenant, _SCOPE,
+            lambda layer: layer.turns_page(session_id, after=after, limit=limit, newest_first=newest_first),
+        )
         return {
             "session_id": session_id,
             "turns": [_turn_view(t) for t in page],
-            "total": len(turns),
-            "next_after": page[-1].turn_id if start + limit < len(turns) else None,
+            "total": total,
+            "next_after": page[-1].turn_id if more and page else None,
         }
 
     async def session_state(self, tenant: str, session_id: str) -> dict[str, Any]:
@@ -315,7 +305,7 @@ class EpisodicShard(LayerShard[EpisodicMemory]):
                     {"summary_id": s.summary_id, "turn_ids": list(s.turn_ids), **s.content.to_dict()}
                     for s in layer.summaries(session_id)
                 ],
-                "turns": len(layer.session_turns(session_id)),
+                "turns": layer.session_length(session_id),
             }
 
         state, version = await self.read(tenant, _SCOPE, view)

@@ -361,6 +361,33 @@ class EpisodicMemory:
         ties): a new list, read off the session's own order, whatever the tenant holds besides."""
         return [self._turns[key] for _, key in self._order.get(session_id, ())]
 
+    def turns_page(
+        self, session_id: str, *, after: str | None = None, limit: int = 50, newest_first: bool = False
+    ) -> tuple[list[Turn], int, bool]:
+        """Up to ``limit`` of the session's turns in time order (``newest_first``: the other way),
+        after the turn ``after`` in that order; with the session's turn count and whether more
+        follow. Costs the page and a bisection, whatever the session's length.
+
+        Raises:
+            NotFound: the session has no turns.
+            InvalidInput: ``after`` names no turn of the session.
+        """
+        order = self._order.get(session_id)
+        if not order:
+            raise NotFound(f"session {session_id!r} has no turns")
+        total, start = len(order), 0
+        if after is not None:
+            key = f"{session_id}/{after}"
+            turn = self._turns.get(key)
+            at = bisect.bisect_left(order, ((turn.timestamp, turn.seq), key)) if turn is not None else total
+            if at == total or order[at][1] != key:
+                gone = f"session {session_id!r} has no turn {after!r} (forgotten or expired?)"
+                raise InvalidInput(f"{gone}: start again without after", field="after")
+            start = total - at if newest_first else at + 1  # the position just past it, in the order asked
+        end = min(start + max(limit, 0), total)
+        rows = (order[total - 1 - n] for n in range(start, end)) if newest_first else iter(order[start:end])
+        return [self._turns[key] for _, key in rows], total, end < total
+
     def sessions(self) -> list[SessionSpan]:
         """Every session with turns, by id."""
         return [
@@ -369,7 +396,11 @@ class EpisodicMemory:
         ]
 
     def raw_window(self, session_id: str) -> list[Turn]:
-        return self.session_turns(session_id)[-self._settings.raw_window :]
+        return [self._turns[key] for _, key in self._order.get(session_id, [])[-self._settings.raw_window :]]
+
+    def session_length(self, session_id: str) -> int:
+        """How many turns the session has."""
+        return len(self._order.get(session_id, ()))
 
     def summaries(self, session_id: str | None = None) -> list[SummaryRecord]:
         found = (s for s in self._summaries.values() if session_id is None or s.session_id == session_id)

@@ -727,3 +727,28 @@ def test_forgetting_one_turn_takes_the_summaries_that_cover_it_and_nothing_else(
         memory.turn_keys("s1", turns[1].turn_id)
     with pytest.raises(InvalidInput):
         memory.turn_keys("s1", "../s2")
+
+
+def test_a_session_is_read_a_page_at_a_time_in_either_order_and_after_any_of_its_turns(
+    store: InMemoryRecordStore,
+) -> None:
+    memory = make(store)
+    plain(memory, "s1", 7, start=NOW + DAY)
+    plain(memory, "s1", 4)  # arrive later, belong earlier
+    plain(memory, "other", 3)
+    for newest_first in (False, True):
+        expected = [t.turn_id for t in memory.session_turns("s1")][:: -1 if newest_first else 1]
+        for limit in (1, 3, 11, 50):
+            seen, after, more = [], None, True
+            while more:
+                page, total, more = memory.turns_page("s1", after=after, limit=limit, newest_first=newest_first)
+                assert total == 11 and 0 < len(page) <= limit
+                seen += [t.turn_id for t in page]
+                after = page[-1].turn_id
+            assert seen == expected, (newest_first, limit)
+    with pytest.raises(NotFound):
+        memory.turns_page("nobody")
+    with pytest.raises(InvalidInput, match="start again without after"):
+        memory.turns_page("s1", after="no-such-turn")
+    assert [t.turn_id for t in memory.raw_window("s1")] == [t.turn_id for t in memory.session_turns("s1")][-4:]
+    assert memory.session_length("s1") == len(memory.session_turns("s1"))
