@@ -26,7 +26,7 @@ from strata.store.layout import Collections
 from strata.store.records import RecordStore
 from strata_actors.shard import LayerShard
 
-__all__ = ["SPEAKERS_SENT_MAX", "EpisodicShard", "turn_text"]
+__all__ = ["SPEAKERS_SENT_MAX", "EpisodicShard", "hit_out", "turn_text"]
 
 _log = logging.getLogger(__name__)
 _SCOPE = "episodic"
@@ -40,7 +40,8 @@ def turn_text(turn: dict[str, Any]) -> str:
     return Turn("", "", 0, datetime.now(UTC), turn.get("user"), turn.get("agent"), turn.get("speaker"), {}).text
 
 
-def _hit(hit: EpisodicHit) -> dict[str, Any]:
+def hit_out(hit: EpisodicHit) -> dict[str, Any]:
+    """An episodic hit as a search answer carries it to the caller (and the bench's floor builds it)."""
     return {
         "layer": "episodic",
         "kind": hit.kind,
@@ -259,7 +260,7 @@ class EpisodicShard(LayerShard[EpisodicMemory]):
                 prefer=prefer,
             ),
         )
-        found = {"hits": [_hit(h) for h in hits], "version": version}
+        found = {"hits": [hit_out(h) for h in hits], "version": version}
         if speakers is not None:
             found["speakers"] = speakers
         return found

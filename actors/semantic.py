@@ -40,7 +40,7 @@ from strata.store.layout import Collections
 from strata.store.records import RecordStore
 from strata_actors.shard import LayerShard, WholeRecordExpiry
 
-__all__ = ["SemanticShard"]
+__all__ = ["SemanticShard", "hit_out"]
 
 _log = logging.getLogger(__name__)
 _EMBED_BATCH = 64
@@ -66,7 +66,8 @@ class _Job:
         }
 
 
-def _hit(hit: SemanticHit) -> dict[str, Any]:
+def hit_out(hit: SemanticHit) -> dict[str, Any]:
+    """A semantic hit as a search answer carries it to the caller (and the bench's floor builds it)."""
     return {
         "layer": "semantic",
         "kind": "passage",
@@ -282,7 +283,7 @@ class SemanticShard(WholeRecordExpiry, LayerShard[SemanticMemory]):
             min_cosine=min_cosine,
             doc_ids=doc_ids,
         )
-        return {"hits": [_hit(h) for h in hits]}
+        return {"hits": [hit_out(h) for h in hits]}
 
     async def entity(self, tenant: str, name: str) -> dict[str, Any]:
         """What the graph knows of an entity: its aliases, relations and mentions."""

@@ -228,8 +228,8 @@ def measure_floor(floor: Floor, embedder: Any, queries: Sequence[str], *, top_k:
     from strata.providers.tokens import TiktokenCounter
     from strata.retrieval.timeparse import resolve_time_range
     from strata.schema import ContextItem
-    from strata_actors.episodic import _hit as episodic_item
-    from strata_actors.semantic import _hit as semantic_item
+    from strata_actors.episodic import hit_out as episodic_item
+    from strata_actors.semantic import hit_out as semantic_item
 
     parts: dict[str, list[float]] = {"total": [], "embed": [], "episodic": [], "semantic": []}
     if context is not None:
