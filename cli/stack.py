@@ -57,6 +57,7 @@ __all__ = [
     "make_owner_only",
     "owner_only_dir",
     "processes_naming",
+    "ray_client_servers",
     "scratch_milvus",
 ]
 
@@ -95,28 +96,51 @@ def _alive(pid: int) -> bool:
         return True
 
 
-def processes_naming(marker: str, *, also: Sequence[int] = ()) -> set[int]:
-    """This user's processes whose command line names ``marker`` (a path, matched whole: not
-    /tmp/x-1 for /tmp/x-10), the live pids in ``also``, and all their descendants (Ray's
-    workers and agents rename themselves ``ray::…``, so only their parents name the path)."""
+def _own_processes() -> Iterator[tuple[int, int, bytes]]:
+    """(pid, parent pid, command line) of each of this user's processes but this one."""
     me, uid = os.getpid(), os.getuid()
-    named = re.compile(re.escape(marker).encode() + rb"(?:/|\x00|$)")
-    parents: dict[int, int] = {}
-    found = {pid for pid in also if _alive(pid)}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit() or int(entry.name) == me:
             continue
         try:
             if entry.stat().st_uid != uid:
                 continue
-            parents[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            if named.search((entry / "cmdline").read_bytes()):
-                found.add(int(entry.name))
+            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            cmdline = (entry / "cmdline").read_bytes()
         except (OSError, ValueError, IndexError):  # gone meanwhile
             continue
+        yield int(entry.name), parent, cmdline
+
+
+def processes_naming(marker: str, *, also: Sequence[int] = ()) -> set[int]:
+    """This user's processes whose command line names ``marker`` (a path, matched whole: not
+    /tmp/x-1 for /tmp/x-10), the live pids in ``also``, and all their descendants (Ray's
+    workers and agents rename themselves ``ray::…``, so only their parents name the path)."""
+    named = re.compile(re.escape(marker).encode() + rb"(?:/|\x00|$)")
+    parents: dict[int, int] = {}
+    found = {pid for pid in also if _alive(pid)}
+    for pid, parent, cmdline in _own_processes():
+        parents[pid] = parent
+        if named.search(cmdline):
+            found.add(pid)
     while more := {pid for pid, parent in parents.items() if parent in found and pid not in found}:
         found |= more
     return found
+
+
+def ray_client_servers(gcs_port: int) -> set[int]:
+    """This user's Ray client servers of the Ray whose GCS listens on ``gcs_port``.
+
+    ``ray start --head`` starts one (``python -m ray.util.client.server --address=IP:PORT``),
+    and ``ray start`` has exited by the time it runs: its command line names no temp dir and
+    its parent is no process of that Ray, so :func:`processes_naming` misses it. It was left
+    running after every ``strata down`` (about 90 MB each, with a port on the machine's address)."""
+    address = re.compile(rb"\x00--address=[^\x00]*:" + str(gcs_port).encode() + rb"\x00")
+    return {
+        pid
+        for pid, _, cmdline in _own_processes()
+        if b"\x00ray.util.client.server\x00" in cmdline and address.search(cmdline)
+    }
 
 
 #: What names Ray's GCS server in its command line (``…/ray/core/src/ray/gcs/gcs_server``).
@@ -124,14 +148,17 @@ _GCS_SERVER = b"/gcs/gcs_server"
 
 
 def _stop_processes_naming(marker: str, timeout_s: float = 15.0) -> int:
-    """SIGTERM the :func:`processes_naming` ``marker``; SIGKILL those still alive after
-    ``timeout_s``. Returns how many there were. (``ray stop`` cannot name one cluster: it
-    stops every Ray of the user.)
+    """:func:`_stop_processes` of the :func:`processes_naming` ``marker``. (``ray stop`` cannot
+    name one cluster: it stops every Ray of the user.)"""
+    return _stop_processes(processes_naming(marker), timeout_s)
+
+
+def _stop_processes(found: set[int], timeout_s: float = 15.0) -> int:
+    """SIGTERM ``found``; SIGKILL those still alive after ``timeout_s``. Returns how many there were.
 
     Ray's GCS server goes last. A raylet, its agents and the autoscaler's monitor leave
     within a second while the GCS answers them; terminated beside it, they waited for it
     until the SIGKILL: ``strata down`` took 22 s, 15 of them here (0.8 s in this order)."""
-    found = processes_naming(marker)
     gcs = {pid for pid in found if _GCS_SERVER in _cmdline(pid)}
     _terminate(found - gcs, timeout_s)
     _terminate(gcs, timeout_s)
@@ -774,7 +801,9 @@ class Stack:
             except Exception as exc:  # noqa: BLE001  (a broken cluster is stopped below all the same)
                 self.say(f"Serve shutdown skipped: {type(exc).__name__}: {exc}")
         if not self.settings.ray.address:  # a Ray that never answered may still have started processes
-            stopped = _stop_processes_naming(str(self.ray_temp_dir))
+            stopped = _stop_processes(
+                processes_naming(str(self.ray_temp_dir)) | ray_client_servers(self.settings.ray.gcs_port)
+            )
             stopped += _stop_processes_naming(str(self.haproxy_dir))  # HAProxy, should Serve have left it
             if running or stopped:
                 self.say(f"stopped Ray ({stopped} processes)")

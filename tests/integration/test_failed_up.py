@@ -13,7 +13,7 @@ import textwrap
 from pathlib import Path
 
 from strata.config import load_settings
-from strata_cli.stack import Stack
+from strata_cli.stack import Stack, ray_client_servers
 from tests.conftest import free_port, port_open
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -63,5 +63,6 @@ def test_up_that_fails_after_starting_ray_and_milvus_stops_them(tmp_path: Path) 
     assert not port_open(ports["gcs"]) and not port_open(ports["milvus"])
     assert _processes_naming(str(stack.ray_temp_dir)) == []
     assert _processes_naming(str(stack.haproxy_dir)) == []
+    assert ray_client_servers(ports["gcs"]) == set()  # names neither: it was left running
     assert stack.milvus_pid() is None
     assert not (tmp_path / "stack.json").exists()
