@@ -43,6 +43,7 @@ from typing import Any
 import httpx
 
 from strata.config import StrataSettings
+from strata.private_dirs import owner_only_dir as private_dir
 from strata.store.milvus_lite import COMMAND as MILVUS_LITE_COMMAND
 from strata.store.milvus_lite import TOKEN_FILE as MILVUS_TOKEN_FILE
 from strata_actors.ray_auth import use_ray_auth
@@ -229,23 +230,11 @@ def free_ports(count: int, taken: Sequence[int] = ()) -> list[int]:
 
 
 def owner_only_dir(path: Path, *, follow_symlinks: bool = True) -> None:
-    """Create ``path`` 0700, or make an existing directory of this user's 0700.
-
-    Raises:
-        StackError: ``path`` belongs to another user, or is not a directory (or, with
-            ``follow_symlinks`` false, is a symbolic link: a path another user could plant).
-    """
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
-    info = path.stat() if follow_symlinks else path.lstat()
-    if not stat.S_ISDIR(info.st_mode):
-        raise StackError(f"{path} is not a directory (a link another user may have made?); remove it or choose another")
-    if info.st_uid != os.geteuid():
-        raise StackError(
-            f"{path} belongs to another user (uid {info.st_uid}): its files could be read or replaced; "
-            "choose a directory of your own"
-        )
-    if stat.S_IMODE(info.st_mode) & 0o077:
-        os.chmod(path, 0o700)
+    """:func:`strata.private_dirs.owner_only_dir`, its refusal a :class:`StackError`."""
+    try:
+        private_dir(path, follow_symlinks=follow_symlinks)
+    except PermissionError as exc:
+        raise StackError(str(exc)) from None
 
 
 def make_owner_only(root: Path) -> None:

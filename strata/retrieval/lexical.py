@@ -16,31 +16,21 @@ MiniLM is English-only) this path carries most of the recall.
 
 from __future__ import annotations
 
-import logging
 import math
 import re
 import sys
 from array import array
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from functools import lru_cache
-from typing import Any
 
 import numpy as np
 
+from strata.retrieval.segmenter import jieba
 from strata.retrieval.terms import CJK_STOP_CHARS, extract_terms
 
 __all__ = ["LexicalIndex", "cjk_share", "language_weights", "lexical_terms", "rrf_fuse", "score_fuse"]
 
 _CJK_RUN = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]+")
-
-
-@lru_cache(maxsize=1)
-def _jieba() -> Any:
-    import jieba
-
-    jieba.setLogLevel(logging.WARNING)  # it announces its dictionary load on stderr
-    return jieba
 
 
 def lexical_terms(text: str) -> frozenset[str]:
@@ -52,7 +42,7 @@ def lexical_terms(text: str) -> frozenset[str]:
     words = {
         "w:" + word  # apart from the bigrams: a two-character word is also a bigram
         for run in runs
-        for word in _jieba().cut(run)
+        for word in jieba().cut(run)
         if len(word) > 1 or word not in CJK_STOP_CHARS
     }
     return terms | words

@@ -7,12 +7,8 @@ dates, a few relation verbs), jieba's part-of-speech tags for Chinese; see
 
 from __future__ import annotations
 
-import importlib
-import logging
 import re
 from collections.abc import Callable
-from functools import lru_cache
-from typing import Any
 
 from strata.retrieval.entities.extraction import (
     CJK_CHAR,
@@ -24,6 +20,7 @@ from strata.retrieval.entities.extraction import (
     Relation,
     entity_key,
 )
+from strata.retrieval.segmenter import jieba_posseg
 from strata.retrieval.terms import ENGLISH_STOP_WORDS
 
 __all__ = ["RuleExtractor"]
@@ -192,13 +189,6 @@ class _Span:
         self.aliases: list[str] = []
 
 
-@lru_cache(maxsize=1)
-def _posseg() -> Any:
-    jieba = importlib.import_module("jieba")
-    jieba.setLogLevel(logging.WARNING)  # it announces its dictionary load on stderr
-    return importlib.import_module("jieba.posseg")
-
-
 class RuleExtractor:
     """Entities and relations by rules: deterministic, no model, English and Chinese.
 
@@ -308,7 +298,7 @@ class RuleExtractor:
 
     def _chinese(self, text: str, claim: _Claim) -> None:
         cursor = 0
-        for pair in _posseg().cut(text):
+        for pair in jieba_posseg().cut(text):
             word, flag = pair.word, pair.flag
             start = text.find(word, cursor)
             if start < 0:
