@@ -250,14 +250,9 @@ class ServeSettings(_Section):
     @field_validator("mcp_allowed_origins")
     @classmethod
     def _origins(cls, value: list[str]) -> list[str]:
-        from strata.access.origins import origin_key  # here: strata.access's modules import this one
+        from strata.access.origins import OriginCheck  # here: strata.access's modules import this one
 
-        for origin in value:
-            if origin_key(origin) is None:
-                raise ValueError(
-                    f"{origin[:200]!r} is not an origin: write scheme://host[:port] (http or https, "
-                    "no path), or null"
-                )
+        OriginCheck(value)  # raises ValueError for an entry that is not an origin
         return value
 
 

@@ -67,7 +67,9 @@ class OriginCheck:
         for origin in allowed:
             key = origin_key(origin)
             if key is None:
-                raise ValueError(f"{origin[:200]!r} is not an origin (scheme://host[:port], or null)")
+                raise ValueError(
+                    f"{origin[:200]!r} is not an origin: write scheme://host[:port] (http or https, no path), or null"
+                )
             keys.add(key)
         self._allowed = frozenset(keys)
 
