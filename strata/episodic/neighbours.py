@@ -13,7 +13,7 @@ instead of a walk through the sessions per query.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -30,45 +30,48 @@ class NeighbourRows:
     """For each row of a :class:`VectorIndex`, the rows of up to ``window`` turns either side
     of it in its session's time order (-1 where there are fewer).
 
-    Adding a turn updates the rows around it (:meth:`inserted`); removing rows renumbers
-    the index, so :meth:`invalidate` marks the whole matrix for a rebuild on the next read.
+    Adding a turn updates the rows around it (:meth:`inserted`); removing rows renumbers the
+    matrix (:meth:`removed`) and the rows around the gaps are filled again (:meth:`refill`):
+    each costs the turns it touches, not the tenant.
     """
 
     def __init__(self, window: int) -> None:
         self.window = window
         # Column r holds row r's neighbours: the layout np.take reads fastest.
         self._rows = np.full((2 * window, 16), -1, dtype=np.intp)
-        self._valid = True
-
-    def invalidate(self) -> None:
-        self._valid = False
 
     def inserted(self, index: VectorIndex, order: Order, position: int) -> None:
         """The turn at ``position`` of ``order`` was just added to ``index``: the turns
         within ``window`` places of it have new neighbours."""
-        if not self._valid:
-            return  # rebuilt whole on the next read
         self._fit(len(index))
+        self.refill(index, order, position)
+
+    def removed(self, rows: Sequence[int], n: int) -> None:
+        """``rows`` of an index of ``n`` rows were removed, the rest renumbered in their order
+        (:meth:`VectorIndex.remove`): the matrix follows, in one gather. A turn that had a
+        removed one as a neighbour is short of it until :meth:`refill`."""
+        if not rows:
+            return
+        kept = np.ones(n, dtype=bool)
+        kept[list(rows)] = False
+        renumbered = np.append(np.cumsum(kept) - 1, -1)  # old row -> new row; -1 (none) stays -1
+        renumbered[:-1][~kept] = -1
+        self._rows = renumbered[self._rows[:, :n][:, kept]]
+
+    def refill(self, index: VectorIndex, order: Order, position: int) -> None:
+        """The turns within ``window`` places of ``position`` of ``order`` have new
+        neighbours: a turn arrived there, or turns there were removed."""
         w = self.window
         for place in range(max(position - w, 0), min(position + w + 1, len(order))):
             self._fill(index, order, place)
 
-    def best(self, scores: np.ndarray, index: VectorIndex, orders: Mapping[str, Order]) -> np.ndarray:
+    def best(self, scores: np.ndarray) -> np.ndarray:
         """For each row, the best of ``scores`` among its neighbours (-inf for a row without any)."""
-        if not self._valid:
-            self._rebuild(index, orders)
         if not len(scores):
             return scores
         padded = np.append(scores, np.float32(-np.inf))  # row -1, no neighbour, reads this
         near: np.ndarray = np.take(padded, self._rows[:, : len(scores)]).max(axis=0)
         return near
-
-    def _rebuild(self, index: VectorIndex, orders: Mapping[str, Order]) -> None:
-        self._rows = np.full((2 * self.window, max(len(index), 16)), -1, dtype=np.intp)
-        for order in orders.values():
-            for place in range(len(order)):
-                self._fill(index, order, place)
-        self._valid = True
 
     def _fit(self, n: int) -> None:
         have = self._rows.shape[1]

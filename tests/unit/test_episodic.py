@@ -729,6 +729,45 @@ def test_forgetting_one_turn_takes_the_summaries_that_cover_it_and_nothing_else(
         memory.turn_keys("s1", "../s2")
 
 
+def test_forgetting_turns_leaves_the_index_a_fresh_load_of_what_remains_would_build(store: InMemoryRecordStore) -> None:
+    """Forgetting re-indexes only the turns next to the forgotten ones; whatever is forgotten
+    (one turn, a run of them, the first or last of a session, a whole session, several at
+    once as an expiry sweep does) the dense vectors, the neighbour rows and the hits are those
+    of a memory loaded from the rows that remain."""
+    rng = np.random.default_rng(11)
+    settings = EpisodicSettings(dense_context_window=2)
+    memory = make(store, settings=settings)
+    for k in rng.permutation(60):
+        vector = rng.standard_normal(DIM).astype(np.float32)
+        add(memory, f"s{k % 4}", [TurnInput(user=f"m{k} w{k % 7}", timestamp=NOW + timedelta(minutes=int(k)))],
+            vectors=(vector / np.linalg.norm(vector))[None, :])
+
+    def keys(session: str) -> list[str]:
+        return [key for _, key in memory._order[session]]
+
+    def forget(gone: list[str]) -> None:
+        memory.delete_keys(gone, [])
+        memory.drop_keys(gone, [])
+        fresh = make(store, settings=settings)
+        fresh.load()
+        assert sorted(fresh._turn_index.ids) == sorted(memory._turn_index.ids)
+        ids = fresh._turn_index.ids
+        assert np.allclose(memory._turn_index.vectors(ids), fresh._turn_index.vectors(ids), atol=1e-6)
+        by_key = dict(zip(ids, rng.standard_normal(len(ids)).astype(np.float32)))
+        near = dict(zip(memory._turn_index.ids, memory._near_scores(np.array([by_key[k] for k in memory._turn_index.ids]))))
+        near_fresh = dict(zip(ids, fresh._near_scores(np.array([by_key[k] for k in ids]))))
+        assert near == near_fresh
+        query = rng.standard_normal(DIM).astype(np.float32)
+        assert hit_keys(memory.search(query, query_text="m3 w2", top_k=12)) == hit_keys(
+            fresh.search(query, query_text="m3 w2", top_k=12))
+
+    forget([keys("s1")[5]])  # one turn
+    forget(keys("s2")[3:7])  # a run
+    forget([keys("s0")[0], keys("s3")[-1]])  # the first of one session, the last of another
+    forget(keys("s3"))  # a whole session
+    forget([keys("s0")[2], keys("s0")[4], keys("s1")[0], keys("s2")[-2]])  # scattered, as an expiry sweep
+
+
 def test_a_session_is_read_a_page_at_a_time_in_either_order_and_after_any_of_its_turns(
     store: InMemoryRecordStore,
 ) -> None:
