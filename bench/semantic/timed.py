@@ -85,6 +85,18 @@ class TimedStore:
         finally:
             self.scan_s += time.perf_counter() - start
 
+    def scan_after(
+        self,
+        collection: str,
+        *,
+        tenant: str,
+        session: str | None = None,
+        kinds: Sequence[str] | None = None,
+        after: str,
+        limit: int,
+    ) -> list[Record]:
+        return self._inner.scan_after(collection, tenant=tenant, session=session, kinds=kinds, after=after, limit=limit)
+
     def get(self, collection: str, *, tenant: str, pks: Sequence[str]) -> list[Record]:
         return self._inner.get(collection, tenant=tenant, pks=pks)
 

@@ -145,13 +145,28 @@ class AuditLog:
             raise InvalidInput("after must be the next_after of an earlier page of this history", field="after")
         if since is not None and since.tzinfo is None:
             since = since.replace(tzinfo=UTC)  # compared with the entries' aware times, it would raise
-        rows = self._store.scan(
-            self._collection, tenant=tenant, session=AUDIT_KIND, kinds=[AUDIT_KIND], with_vectors=False
-        )
+        # Keys sort in time order (append_all), so a page is read from its bound on, not the
+        # whole history: paging through a long one is linear, not quadratic.
         prefix = f"{tenant}/{AUDIT_KIND}/"
-        rows = sorted((r for r in rows if after is None or r.pk[len(prefix) :] > after), key=lambda r: r.pk)
-        entries = ((r.pk, AuditEntry.from_payload(r.payload)) for r in rows)
-        picked = [(pk, e) for pk, e in entries if since is None or e.at > since]
+        bounds = [prefix.rstrip("/")]  # below every key of the tenant's log
+        if after is not None:
+            bounds.append(prefix + after)
+        if since is not None and since > _EPOCH:
+            bounds.append(f"{prefix}{(since - _EPOCH) // _MICROSECOND:016d}.")  # past every key of that microsecond
+        start = max(bounds)
+        picked: list[tuple[str, AuditEntry]] = []
+        while len(picked) <= limit:
+            want = limit + 1 - len(picked)
+            rows = self._store.scan_after(
+                self._collection, tenant=tenant, session=AUDIT_KIND, kinds=[AUDIT_KIND], after=start, limit=want
+            )
+            for row in rows:
+                audit_entry = AuditEntry.from_payload(row.payload)
+                if since is None or audit_entry.at > since:  # rows of 13-digit milliseconds sort near, not exactly
+                    picked.append((row.pk, audit_entry))
+            if len(rows) < want:
+                break
+            start = rows[-1].pk
         page = picked[:limit]
         more = len(picked) > limit
         return [e for _, e in page], (page[-1][0][len(prefix) :] if more else None)

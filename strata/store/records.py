@@ -59,6 +59,20 @@ class RecordStore(Protocol):
         """Every row of ``tenant`` (optionally one session, some kinds)."""
         ...
 
+    def scan_after(
+        self,
+        collection: str,
+        *,
+        tenant: str,
+        session: str | None = None,
+        kinds: Sequence[str] | None = None,
+        after: str,
+        limit: int,
+    ) -> list[Record]:
+        """Up to ``limit`` of the rows :meth:`scan` returns, without vectors, whose primary keys
+        sort after ``after``, in key order: a page of a long history, at the cost of the page."""
+        ...
+
     def get(self, collection: str, *, tenant: str, pks: Sequence[str]) -> list[Record]: ...
 
     def delete(
@@ -124,6 +138,27 @@ class InMemoryRecordStore:
                 and (kinds is None or r.kind in kinds)
             ]
         return rows if with_vectors else [replace(r, vector=None) for r in rows]
+
+    def scan_after(
+        self,
+        collection: str,
+        *,
+        tenant: str,
+        session: str | None = None,
+        kinds: Sequence[str] | None = None,
+        after: str,
+        limit: int,
+    ) -> list[Record]:
+        with self._lock:
+            rows = [
+                r
+                for r in self._rows[collection].values()
+                if r.tenant == tenant
+                and r.pk > after
+                and (session is None or r.session == session)
+                and (kinds is None or r.kind in kinds)
+            ]
+        return [replace(r, vector=None) for r in sorted(rows, key=lambda r: r.pk)[:limit]]
 
     def get(self, collection: str, *, tenant: str, pks: Sequence[str]) -> list[Record]:
         with self._lock:

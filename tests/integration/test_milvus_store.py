@@ -79,6 +79,26 @@ def test_a_scan_past_one_query_reads_every_row_in_key_order(store: MilvusRecordS
     assert [r.pk for r in store.scan("store_test", tenant="f")] == sorted(f"f/s/t{n}" for n in range(7))
 
 
+def test_a_page_after_a_key_is_the_next_rows_of_the_scope_in_key_order(store: MilvusRecordStore) -> None:
+    order = np.random.default_rng(3).permutation(30)
+    store.upsert("store_test", [rec("pg", "s", int(n)) for n in order[:15]])
+    store.upsert("store_test", [rec("pg", "s", int(n)) for n in order[15:]]
+                 + [rec("pg", "other", 1), rec("pg", "s", 99, kind="summary"), rec("ph", "s", 5)])
+    expected = sorted(f"pg/s/t{n}" for n in range(30))
+    for flushed in (False, True):
+        seen, after = [], "pg/s"
+        while rows := store.scan_after("store_test", tenant="pg", session="s", kinds=["turn"], after=after, limit=7):
+            assert len(rows) <= 7 and all(r.vector is None for r in rows)
+            seen += [r.pk for r in rows]
+            after = rows[-1].pk
+        assert seen == expected
+        tail = sorted(pk for pk in [*expected, "pg/other/t1", "pg/s/t99"] if pk > "pg/s/t25")  # t26.. t3, t4.. t99
+        assert [r.pk for r in store.scan_after("store_test", tenant="pg", after="pg/s/t25", limit=100)] == tail
+        store._connect().flush("store_test")
+    with pytest.raises(InvalidInput):
+        store.scan_after("store_test", tenant="pg", after='pg/s" or pk != "', limit=5)
+
+
 def test_scans_and_deletes_name_the_tenants_milvus_lite_partition(store: MilvusRecordStore, milvus: MilvusServer) -> None:
     lite_only(milvus, "a server prunes partitions by the key itself")
     # milvus-lite's 16 partition-key buckets are found; each tenant's scan names its own

@@ -216,3 +216,37 @@ async def test_pages_by_cursor_miss_no_entry_that_shares_a_time() -> None:
         with pytest.raises(InvalidInput, match="next_after"):
             await flow.audit("acme", after=bad)
     await flow.aclose()
+
+
+def test_a_page_reads_the_page_not_the_history() -> None:
+    """Paging through 60 entries five at a time reads each row about once (the store's
+    ``scan`` of the whole history is never called); ``since`` and the cursor bound the read."""
+    read: list[int] = []
+
+    class Counting(_Store):
+        def scan(self, *args: Any, **kwargs: Any) -> list[Record]:
+            raise AssertionError("a page scanned the whole history")
+
+        def scan_after(self, collection: str, **kwargs: Any) -> list[Record]:
+            rows = super().scan_after(collection, **kwargs)
+            read.append(len(rows))
+            return rows
+
+    store = Counting()
+    log = AuditLog(store, STATE)
+    at = datetime(2026, 12, 5, 10, 0, tzinfo=UTC)
+    log.append("acme", [AuditEntry(at + timedelta(seconds=i // 2), "k", "record_turns", "episodic", f"s{i}", i)
+                        for i in range(60)])
+    log.append("other", [AuditEntry(at, "k", "record_turns", "episodic", "theirs", 1)])
+    seen, after = [], None
+    while True:
+        entries, after = log.page("acme", after=after, limit=5)
+        seen += [e.record_id for e in entries]
+        if after is None:
+            break
+    assert seen == [f"s{i}" for i in range(60)] and sum(read) <= 60 + 12
+    read.clear()
+    since = [e.record_id for e in log.read("acme", since=at + timedelta(seconds=10), limit=4)]
+    assert since == ["s22", "s23", "s24", "s25"] and sum(read) == 5  # the entries at 10 s are not read
+    assert [e.record_id for e in log.read("acme", since=datetime(1969, 1, 1, tzinfo=UTC), limit=2)] == ["s0", "s1"]
+    assert log.read("acme", since=datetime(9999, 12, 31, tzinfo=UTC)) == []
