@@ -40,7 +40,7 @@ def main() -> None:
         began = time.perf_counter()
         _, after = log.page("acme", limit=100)
         first = (time.perf_counter() - began) * 1000
-        took = []
+        took: list[float] = []
         while after and len(took) < 20:
             began = time.perf_counter()
             _, after = log.page("acme", after=after, limit=1000)
