@@ -267,13 +267,13 @@ class EpisodicShard(LayerShard[EpisodicMemory]):
 
     async def list_sessions(self, tenant: str, *, after: str | None = None, limit: int = 50) -> dict[str, Any]:
         """The sessions with turns, by id, ``limit`` after the session ``after`` (``SessionList`` fields)."""
-        spans, _ = await self.read(tenant, _SCOPE, lambda layer: layer.sessions())
-        following = [s for s in spans if after is None or s.session_id > after]
-        page = following[:limit]
+        (page, total, more), _ = await self.read(
+            tenant, _SCOPE, lambda layer: layer.sessions_page(after=after, limit=limit)
+        )
         return {
             "sessions": [dataclasses.asdict(s) for s in page],
-            "total": len(spans),
-            "next_after": page[-1].session_id if len(following) > limit else None,
+            "total": total,
+            "next_after": page[-1].session_id if more else None,
         }
 
     async def list_turns(

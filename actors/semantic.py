@@ -247,14 +247,13 @@ class SemanticShard(WholeRecordExpiry, LayerShard[SemanticMemory]):
 
     async def list_documents(self, tenant: str, *, after: str | None = None, limit: int = 50) -> dict[str, Any]:
         slot = await self._tenant(tenant)
-        docs = slot.layer.documents(after=after, limit=limit + 1)
-        page = docs[:limit]
+        page, more = slot.layer.documents(after=after, limit=limit)
         versions = await self.versions(tenant, [d.doc_id for d in page])
         out = [{**d.to_dict(), "version": versions[d.doc_id], "status": "ready"} for d in page]
         return {
             "documents": out,
             "total": len(slot.layer),
-            "next_after": page[-1].doc_id if len(docs) > limit else None,
+            "next_after": page[-1].doc_id if more else None,
         }
 
     async def search(

@@ -44,6 +44,7 @@ from strata.episodic.turns import (
 from strata.errors import InvalidInput, NotFound, StoreUnavailable
 from strata.ids import validate_id
 from strata.limits import RECORD_TEXT_BYTES_MAX
+from strata.paging import SortedIds
 from strata.retrieval.entities import EntityExtractor, Extraction, RuleExtractor
 from strata.retrieval.graph import KnowledgeGraph
 from strata.retrieval.lexical import LexicalIndex, language_weights, lexical_terms
@@ -86,6 +87,7 @@ class EpisodicMemory:
         # time order, so a turn's indexed vector can include its neighbours'.
         self._raw: dict[str, np.ndarray] = {}
         self._order: dict[str, list[tuple[tuple[datetime, int], str]]] = {}
+        self._session_ids = SortedIds()  # the sessions with turns, for pages of them
         # Each turn's neighbours as rows of the turn index, so the dense path can draw a turn
         # toward a better-matching neighbour (none when ``dense_context_weight`` is 0).
         self._near = (
@@ -349,6 +351,7 @@ class EpisodicMemory:
                 self._order[session] = order
             else:
                 self._order.pop(session, None)
+                self._session_ids.discard(session)
         for key in gone_summaries:
             summary = self._summaries.pop(key)
             sessions.add(summary.session_id)
@@ -403,12 +406,12 @@ class EpisodicMemory:
         rows = (order[total - 1 - n] for n in range(start, end)) if newest_first else iter(order[start:end])
         return [self._turns[key] for _, key in rows], total, end < total
 
-    def sessions(self) -> list[SessionSpan]:
-        """Every session with turns, by id."""
-        return [
-            SessionSpan(session, len(order), order[0][0][0], order[-1][0][0])
-            for session, order in sorted(self._order.items())
-        ]
+    def sessions_page(self, *, after: str | None = None, limit: int = 50) -> tuple[list[SessionSpan], int, bool]:
+        """Up to ``limit`` of the sessions with turns, by id, after the session id ``after``;
+        with how many sessions there are and whether more follow."""
+        ids, more = self._session_ids.page(after=after, limit=limit)
+        spans = [SessionSpan(s, len(order), order[0][0][0], order[-1][0][0]) for s in ids for order in (self._order[s],)]
+        return spans, len(self._session_ids), more
 
     def raw_window(self, session_id: str) -> list[Turn]:
         return [self._turns[key] for _, key in self._order.get(session_id, [])[-self._settings.raw_window :]]
@@ -638,6 +641,8 @@ class EpisodicMemory:
                 self._speakers_token = None
             self._speakers[turn.speaker] += 1
         order = self._order.setdefault(turn.session_id, [])
+        if not order:
+            self._session_ids.add(turn.session_id)
         position = bisect.bisect(order, ((turn.timestamp, turn.seq), key))
         order.insert(position, ((turn.timestamp, turn.seq), key))
         self._raw[key] = np.asarray(vector, dtype=np.float32)

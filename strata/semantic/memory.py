@@ -43,6 +43,7 @@ from strata.errors import InvalidInput, NotFound
 from strata.ids import validate_id
 from strata.layers import RETRIEVAL_PATHS
 from strata.limits import RECORD_TEXT_BYTES_MAX
+from strata.paging import SortedIds
 from strata.retrieval.entities import EntityExtractor, Extraction
 from strata.retrieval.graph import KnowledgeGraph
 from strata.retrieval.lexical import LexicalIndex, language_weights, rrf_fuse
@@ -100,6 +101,7 @@ class SemanticMemory:
         self._chunker = chunker
         self._extractor = extractor
         self._docs: dict[str, Document] = {}
+        self._doc_ids = SortedIds()  # the documents' ids, for pages of them
         self._parents: dict[str, Passage] = {}
         self._children: dict[str, Child] = {}
         self._doc_chunks: dict[str, tuple[list[str], list[str]]] = {}  # doc -> (parent pks, child pks)
@@ -232,6 +234,7 @@ class SemanticMemory:
         """Forget the document in memory: passages, vectors, BM25 entries, graph edges."""
         chunks = self._doc_chunks.pop(doc_id, None)
         self._docs.pop(doc_id, None)
+        self._doc_ids.discard(doc_id)
         self.expiries.drop([doc_id])
         if chunks is None:
             return
@@ -253,10 +256,10 @@ class SemanticMemory:
             raise NotFound(f"document {doc_id!r} does not exist")
         return doc
 
-    def documents(self, *, after: str | None = None, limit: int = 50) -> list[Document]:
-        """Documents by id, the ``limit`` first after ``after``."""
-        ids = sorted(d for d in self._docs if after is None or d > after)
-        return [self._docs[d] for d in ids[:limit]]
+    def documents(self, *, after: str | None = None, limit: int = 50) -> tuple[list[Document], bool]:
+        """Documents by id, the ``limit`` first after ``after``, and whether more follow."""
+        ids, more = self._doc_ids.page(after=after, limit=limit)
+        return [self._docs[d] for d in ids], more
 
     def __len__(self) -> int:
         return len(self._docs)
@@ -430,6 +433,7 @@ class SemanticMemory:
         passages = [passage_from(r) for r in in_order if r.kind == PARENT]
         children = [r for r in in_order if r.kind == CHILD]
         self._docs[doc.doc_id] = doc
+        self._doc_ids.add(doc.doc_id)
         self.expiries.set(doc.doc_id, doc.expires_ms)
         for passage in passages:
             self._parents[passage.pk] = passage

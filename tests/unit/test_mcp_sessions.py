@@ -26,6 +26,12 @@ def record(layer: EpisodicMemory, session: str, *hours: int) -> None:
     layer.record(turns, np.eye(len(turns), 8, dtype=np.float32))
 
 
+def sessions(layer: EpisodicMemory) -> list[SessionSpan]:
+    page, total, more = layer.sessions_page(limit=1000)
+    assert total == len(page) and not more
+    return page
+
+
 def test_sessions_by_id_with_their_turns_and_first_and_last_times() -> None:
     store = InMemoryRecordStore()
     store.ensure_collection("episodic", dim=8)
@@ -34,12 +40,37 @@ def test_sessions_by_id_with_their_turns_and_first_and_last_times() -> None:
     record(layer, "a", 2)
     record(layer, "b", 0)
     record(memory(store, "t2"), "c", 1)  # another tenant's
-    assert layer.sessions() == [
+    assert sessions(layer) == [
         SessionSpan("a", 1, T0 + 2 * HOUR, T0 + 2 * HOUR),
         SessionSpan("b", 4, T0, T0 + 5 * HOUR),
     ]
     reloaded = memory(store, "t1")
     reloaded.load()
-    assert reloaded.sessions() == layer.sessions()
+    assert sessions(reloaded) == sessions(layer)
     layer.forget_session("a")
-    assert [s.session_id for s in layer.sessions()] == ["b"]
+    assert [s.session_id for s in sessions(layer)] == ["b"]
+
+
+def test_sessions_are_paged_by_id_after_any_id_as_they_come_and_go() -> None:
+    store = InMemoryRecordStore()
+    store.ensure_collection("episodic", dim=8)
+    layer = memory(store, "t1")
+    for n in (7, 3, 11, 0, 5, 9, 1):
+        record(layer, f"s{n:02d}", n)
+    layer.forget_session("s05")
+    record(layer, "s04", 4)
+    expected = ["s00", "s01", "s03", "s04", "s07", "s09", "s11"]
+    seen, after = [], None
+    while True:
+        page, total, more = layer.sessions_page(after=after, limit=3)
+        assert total == 7
+        seen += [s.session_id for s in page]
+        if not more:
+            break
+        after = page[-1].session_id
+    assert seen == expected
+    assert [s.session_id for s in layer.sessions_page(after="s05", limit=2)[0]] == ["s07", "s09"]  # a gone id
+    assert layer.sessions_page(after="s11", limit=2) == ([], 7, False)
+    reloaded = memory(store, "t1")
+    reloaded.load()
+    assert sessions(reloaded) == sessions(layer)

@@ -219,8 +219,10 @@ def test_a_crash_before_the_commit_keeps_the_old_version(
 
 def test_text_is_the_document(memory: SemanticMemory) -> None:
     assert memory.text("deploy-zh").strip() == CHINESE.strip()
-    assert [d.doc_id for d in memory.documents(limit=2)] == ["deploy-zh", "frontend"]
-    assert [d.doc_id for d in memory.documents(after="frontend")] == ["runbook"]
+    first, more = memory.documents(limit=2)
+    assert [d.doc_id for d in first] == ["deploy-zh", "frontend"] and more
+    last, more = memory.documents(after="frontend")
+    assert [d.doc_id for d in last] == ["runbook"] and not more
 
 
 def test_bad_input_is_refused(memory: SemanticMemory) -> None:
