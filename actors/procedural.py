@@ -462,13 +462,13 @@ class ProceduralShard(WholeRecordExpiry, LayerShard[ProceduralMemory]):
 
     async def list_skills(self, tenant: str, *, after: str | None = None, limit: int = 50) -> dict[str, Any]:
         slot = await self._tenant(tenant)
-        page = slot.layer.skills(after=after, limit=limit + 1)
-        versions = await self.versions(tenant, [s.skill_id for s in page[:limit]])
-        skills = [{**s.to_dict(), "version": versions[s.skill_id]} for s in page[:limit]]
+        page, more = slot.layer.skills(after=after, limit=limit)
+        versions = await self.versions(tenant, [s.skill_id for s in page])
+        skills = [{**s.to_dict(), "version": versions[s.skill_id]} for s in page]
         return {
             "skills": skills,
             "total": len(slot.layer),
-            "next_after": page[limit - 1].skill_id if len(page) > limit else None,
+            "next_after": page[-1].skill_id if more else None,
         }
 
     async def search(

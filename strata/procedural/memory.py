@@ -32,6 +32,7 @@ from strata.clock import from_ms_or_none
 from strata.config import ProceduralSettings, TTLSettings
 from strata.errors import InvalidInput, NotFound
 from strata.ids import validate_id
+from strata.paging import SortedIds
 from strata.procedural.extractors import SkillDraft, merge_drafts, skill_search_text
 from strata.retrieval.relevance import dense_relevance, on_span
 from strata.retrieval.vectors import VectorIndex
@@ -226,6 +227,7 @@ class ProceduralMemory:
         self._collection = collection
         self.settings = settings
         self._skills: dict[str, Skill] = {}
+        self._skill_ids = SortedIds()  # for pages of skills by id
         self._vectors: dict[str, np.ndarray] = {}
         self._index = VectorIndex()
 
@@ -247,9 +249,10 @@ class ProceduralMemory:
             raise NotFound(f"no skill {skill_id!r} in this tenant")
         return skill
 
-    def skills(self, *, after: str | None = None, limit: int = 50) -> list[Skill]:
-        ids = sorted(i for i in self._skills if after is None or i > after)
-        return [self._skills[i] for i in ids[:limit]]
+    def skills(self, *, after: str | None = None, limit: int = 50) -> tuple[list[Skill], bool]:
+        """Skills by id, the ``limit`` first after ``after``, and whether more follow."""
+        ids, more = self._skill_ids.page(after=after, limit=limit)
+        return [self._skills[i] for i in ids], more
 
     def search(
         self,
@@ -386,6 +389,7 @@ class ProceduralMemory:
     def drop(self, skill_id: str) -> None:
         self.expiries.drop([skill_id])
         self._skills.pop(skill_id, None)
+        self._skill_ids.discard(skill_id)
         self._vectors.pop(skill_id, None)
         self._index.remove_group(skill_id)
 
@@ -452,6 +456,7 @@ class ProceduralMemory:
         else:
             self._index.add(skill.skill_id, vector, group=skill.skill_id)
         self._skills[skill.skill_id] = skill
+        self._skill_ids.add(skill.skill_id)
         self._vectors[skill.skill_id] = vector
         self.expiries.set(skill.skill_id, skill.expires_ms)
 
