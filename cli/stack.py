@@ -24,6 +24,7 @@ from __future__ import annotations
 import copy
 import json
 import logging
+import math
 import os
 import random
 import re
@@ -47,6 +48,7 @@ from strata.private_dirs import owner_only_dir as private_dir
 from strata.store.milvus_lite import COMMAND as MILVUS_LITE_COMMAND
 from strata.store.milvus_lite import TOKEN_FILE as MILVUS_TOKEN_FILE
 from strata_actors.ray_auth import use_ray_auth
+from strata_cli.haproxy import FAILED_AUTH_LIMIT_ENV
 
 __all__ = [
     "OWNER_ONLY_UMASK",
@@ -544,8 +546,15 @@ class Stack:
             # this long, by default 30 s, for a load balancer elsewhere to stop sending to it;
             # this node's HAProxy is told within a tenth of a second.
             "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S": "2",
+            # HAProxy turns away an address past the failed authentications the API would
+            # answer 401 in 10 s (its burst and 10 s of its rate), counting the API's 429s too.
+            FAILED_AUTH_LIMIT_ENV: str(self._door_limit()),
         }
         return {name: os.environ.get(name, value) for name, value in wanted.items()}
+
+    def _door_limit(self) -> int:
+        auth = self.settings.auth
+        return math.ceil(auth.failed_auth_burst + 10 * auth.failed_auth_per_s) if auth.failed_auth_per_s > 0 else 0
 
     def ray_running(self) -> bool:
         host, _, port = self.ray_address.rpartition(":")

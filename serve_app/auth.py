@@ -33,7 +33,7 @@ from contextvars import ContextVar
 from datetime import UTC, datetime
 
 from starlette.datastructures import Headers
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from strata.access.keycache import KeyCache
 from strata.access.keys import (
@@ -61,6 +61,8 @@ from strata_serve.errors import error_response
 
 __all__ = [
     "ADMIN_ROUTES",
+    "FAILED_AUTH_HEADER",
+    "GOOD_KEY_HEADER",
     "INNER_HEADER",
     "OPEN_PATHS",
     "ROUTES",
@@ -257,7 +259,11 @@ class KeyGate:
                 self._refresh(key, digest)
             return cached.info
         if address is not None and not self._cache.known(digest):  # a good key is re-read from anywhere
-            self._failures.check(address)
+            try:
+                self._failures.check(address)
+            except RateLimited as exc:
+                exc.failed_auth = True
+                raise
         info = None if cached is not None or not well_formed(key) else await self._read(key, digest)
         if info is None and address is not None:
             with suppress(RateLimited):  # this one is answered 401; the next ones 429
@@ -389,6 +395,25 @@ def _is_ui_file(method: str, path: str) -> bool:
     return method == "GET" and (path == UI_PATH or path.startswith(UI_PATH + "/"))
 
 
+#: Marks a response to a failed authentication (401, or 429 for the address's failed attempts):
+#: the HAProxy ``strata up`` runs counts them per client address and removes the header
+#: (``strata_cli.haproxy``).
+FAILED_AUTH_HEADER = "X-Strata-Failed-Auth"
+#: Marks a response to a request whose key was found good: HAProxy lets that key through an
+#: address it turns away for its failed authentications, and removes the header.
+GOOD_KEY_HEADER = "X-Strata-Good-Key"
+_GOOD_KEY = (GOOD_KEY_HEADER.lower().encode(), b"1")
+
+
+def _marked_good(send: Send) -> Send:
+    async def marked(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            message = {**message, "headers": [*message.get("headers", ()), _GOOD_KEY]}
+        await send(message)
+
+    return marked
+
+
 class Authenticate:
     """Answer 401 (or 429, or 503) to a request without a good key before anything reads its body.
 
@@ -428,6 +453,8 @@ class Authenticate:
                 info = await gate.check(headers.get("authorization"), address=address, take=take)
         except StrataError as exc:
             response = error_response(exc)
+            if isinstance(exc, Unauthorized) or (isinstance(exc, RateLimited) and exc.failed_auth):
+                response.headers[FAILED_AUTH_HEADER] = "1"  # counted, and removed, by strata-haproxy
             if headers.get("content-length", "0") != "0" or "transfer-encoding" in headers:
                 # The body is not read: a wrong key's is not worth it (a flood of maximal bodies
                 # costs the proxy nothing). The price: closing with it unread, the kernel resets the
@@ -438,6 +465,6 @@ class Authenticate:
             return
         token = _CURRENT.set(info)
         try:
-            await self.app(scope, receive, send)
+            await self.app(scope, receive, send if info is None else _marked_good(send))
         finally:
             _CURRENT.reset(token)

@@ -93,6 +93,9 @@ class PreconditionRequired(StrataError):
 
 class RateLimited(StrataError):
     status_code = 429
+    #: Raised for an address's failed authentications (wrong keys), not a key's own rate: the
+    #: ingress tells the HAProxy in front of it, which turns a flood away before Python.
+    failed_auth: bool = False
 
 
 class StoreUnavailable(StrataError):

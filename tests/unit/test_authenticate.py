@@ -20,7 +20,8 @@ from strata.config import AuthSettings, StrataSettings
 from strata.errors import StoreUnavailable
 from strata.schema import Health
 from strata.store.records import InMemoryRecordStore, Record
-from strata_serve.auth import Authenticate, KeyGate, health_for_caller
+from strata_cli import haproxy
+from strata_serve.auth import FAILED_AUTH_HEADER, GOOD_KEY_HEADER, Authenticate, KeyGate, health_for_caller
 from strata_serve.errors import BodyLimit, Deadline, Internal, install_handlers
 from strata_serve.idempotent import Idempotent
 
@@ -251,6 +252,8 @@ async def test_a_flood_of_wrong_keys_from_one_address_gets_429_without_store_rea
         assert [a.status_code for a in answers[:5]] == [401] * 5
         limited = answers[5:]
         assert {a.status_code for a in limited} == {429}
+        # Each is marked for the HAProxy in front, which turns the address away at the door.
+        assert all(a.headers.get(FAILED_AUTH_HEADER) == "1" for a in answers)
         assert limited[0].json()["error"] == "RateLimited" and "this address" in limited[0].json()["message"]
         assert int(limited[0].headers["retry-after"]) >= 1
         assert world.store.key_reads == 5  # nothing read once the address is over its limit
@@ -403,3 +406,17 @@ def test_the_api_runs_its_middlewares_in_this_order() -> None:
     from strata_serve import api
 
     assert [m.cls for m in api.app.user_middleware] == [Deadline, Internal, Authenticate, BodyLimit, Idempotent]
+
+
+async def test_a_good_key_over_its_own_rate_is_not_marked_as_a_failed_authentication() -> None:
+    """429 for a key's own rate says nothing against its address: HAProxy must not count it."""
+    world = World(rate_limit_per_s=1.0, rate_burst=2)
+    async with world.client("10.3.3.3") as client:
+        answers = [await client.get("/v1/documents", headers=bearer(world.key)) for _ in range(4)]
+        assert [a.status_code for a in answers] == [200, 200, 429, 429]
+        assert not any(FAILED_AUTH_HEADER in a.headers for a in answers)
+        assert all(a.headers.get(GOOD_KEY_HEADER) == "1" for a in answers[:2])  # HAProxy lets this key through
+        refused = await client.get("/v1/documents")
+        assert refused.headers[FAILED_AUTH_HEADER] == "1" and GOOD_KEY_HEADER not in refused.headers  # no key: 401
+    # strata-haproxy (which must not import the API) names the same headers.
+    assert (haproxy.FAILED_AUTH_HEADER, haproxy.GOOD_KEY_HEADER) == (FAILED_AUTH_HEADER, GOOD_KEY_HEADER)
