@@ -91,11 +91,14 @@ def test_haproxy_serves_with_every_port_on_loopback_and_limits_each_client_addre
     assert (("127.0.0.1", stack.port) in ports and len(ports) >= 3
             and all(ipaddress.ip_address(ip).is_loopback for ip, _ in ports)), ports
 
-    def wrong_key(source: str, n: int) -> int:
+    def search(source: str, key: str) -> httpx.Response:
         with httpx.Client(transport=httpx.HTTPTransport(local_address=source), timeout=30) as client:
-            return client.post(stack.url + "/v1/search", json={"query": "x"},
-                               headers={"Authorization": f"Bearer sk-strata-wrong-{source}-{n}"}).status_code
+            return client.post(stack.url + "/v1/search", json={"query": "x"}, headers={"Authorization": f"Bearer {key}"})
 
+    def wrong_key(source: str, n: int) -> int:
+        return search(source, f"sk-strata-wrong-{source}-{n}").status_code
+
+    assert search("127.0.0.1", stack.key).status_code == 200  # the key HAProxy then knows as good
     # Until that address is refused: on a busy machine the allowance refills (2 a second) while
     # the flood is sent, so a fixed count of attempts need not end in a refusal.
     flood: list[int] = []
@@ -105,6 +108,18 @@ def test_haproxy_serves_with_every_port_on_loopback_and_limits_each_client_addre
             break
     assert 401 in flood and flood[-1] == 429, flood  # that address is limited ...
     assert wrong_key("127.0.0.1", 0) == 401  # ... and, the moment after, this one is not
+    # Past 40 failures in 10 s (the API's burst and 10 s of its rate), HAProxy answers the
+    # address itself; the good key, which the API answered as good before, still passes.
+    door = None
+    for n in range(100, 160):
+        answer = search("127.0.0.2", f"sk-strata-wrong-{n}")
+        if answer.status_code == 429 and "wrong API keys" in answer.json()["message"]:
+            door = answer
+            break
+    assert door is not None and door.headers["retry-after"] == "10" and "x-strata-failed-auth" not in door.headers
+    good = search("127.0.0.2", stack.key)
+    assert good.status_code == 200 and "x-strata-good-key" not in good.headers
+    assert wrong_key("127.0.0.1", 1) == 401
 
 
 def test_context_answers_from_earlier_sessions(stack: Running) -> None:
