@@ -131,7 +131,7 @@ def measure(found: Target, sizes: Sizes, source: TextSource, *, admin_key: str |
         with phase("hostile"):
             out["hostile"] = asyncio.run(measure_hostile(
                 found.url, found.key, queries, sessions[-1][0], sizes,
-                body_bytes=settings.serve.max_body_bytes - BODY_MARGIN_BYTES))
+                body_bytes=settings.serve.max_body_bytes - BODY_MARGIN_BYTES, pids=stack_pids(stack)))
     else:
         out["hostile"] = {"skipped": "--no-hostile"}
 

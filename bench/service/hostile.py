@@ -28,7 +28,7 @@ import contextlib
 import secrets
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import httpx
@@ -36,7 +36,7 @@ import httpx
 from strata.access.keys import KEY_PREFIX
 from strata.errors import StrataError
 from strata.limits import DOCUMENT_CHARS_MAX, MESSAGE_CHARS_MAX
-from strata_bench.service.latency import _timed
+from strata_bench.service.latency import _timed, cpu_ms_per_unit, stack_cpu_s
 from strata_bench.service.sizes import Sizes
 from strata_bench.service.timing import summary
 from strata_serve.client import AsyncStrataClient
@@ -174,12 +174,14 @@ class _Neighbour:
 
 
 async def measure_hostile(url: str, key: str, queries: list[str], session: str, sizes: Sizes, *,
-                          body_bytes: int) -> dict[str, Any]:
+                          body_bytes: int, pids: Callable[[], Sequence[int]] | None = None) -> dict[str, Any]:
     """The latency phase's ``sizes.clients`` concurrent ``/v1/context`` calls again, with the
     neighbour (module docstring) sending from the first call to the last.
 
     A client's call that fails (a 429 of a rate limit, a timeout) is counted in ``errors`` by
-    its error class, and its time stays among the latencies.
+    its error class, and its time stays among the latencies. With ``pids`` (the stack's
+    processes), the CPU the stack spent over the phase is reported per client call, in all
+    and by kind of process: what the neighbour cost is that less the latency phase's.
 
     Args:
         body_bytes: the size of the neighbour's maximal body (``serve.max_body_bytes`` less
@@ -205,9 +207,10 @@ async def measure_hostile(url: str, key: str, queries: list[str], session: str, 
     neighbour = _Neighbour(url, key, session, body_bytes=body_bytes, transport=transport)
     running = asyncio.create_task(neighbour.run())
     try:
-        started = time.perf_counter()
+        before, started = stack_cpu_s(pids), time.perf_counter()
         ms, missing = await _timed(calls, sizes.clients, f"{sizes.clients} clients, context, with the neighbour")
         seconds = time.perf_counter() - started
+        cpu_per_call, by_process = cpu_ms_per_unit(before, stack_cpu_s(pids), len(ms))
     finally:
         running.cancel()
         with contextlib.suppress(asyncio.CancelledError):
@@ -216,6 +219,7 @@ async def measure_hostile(url: str, key: str, queries: list[str], session: str, 
     return {
         "clients": sizes.clients,
         "context": {**summary(ms), "calls_per_s": round(len(ms) / seconds, 1), "calls_with_missing_layers": missing,
-                    "errors": dict(sorted(errors.items()))},
+                    "errors": dict(sorted(errors.items())), "stack_cpu_ms_per_call": cpu_per_call,
+                    "cpu_ms_per_call_by_process": by_process},
         "neighbour": {**neighbour.report(), "source_address": NEIGHBOUR_ADDRESS if apart else "the clients' own"},
     }

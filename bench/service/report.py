@@ -300,6 +300,13 @@ def _hostile_lines(doc: dict[str, Any]) -> list[str]:
     errors = ", ".join(f"{name} {n}" for name, n in hostile["context"].get("errors", {}).items()) or "none"
     lines.append(f"p99 with / without = {_f(verdict['value'])}x: {_mark(verdict)}; the clients' failed calls: "
                  f"{errors}; contexts with a layer missing: {hostile['context'].get('calls_with_missing_layers', 0)}")
+    with_cpu, without_cpu = hostile["context"].get("stack_cpu_ms_per_call"), lat["context"].get("stack_cpu_ms_per_call")
+    if with_cpu is not None and without_cpu is not None:
+        by_process = hostile["context"].get("cpu_ms_per_call_by_process", {})
+        top = ", ".join(f"{name} {ms}" for name, ms in list(by_process.items())[:4])
+        extra = (with_cpu - without_cpu) * hostile["context"]["calls"]
+        lines.append(f"the stack's CPU per client call: {_f(with_cpu)} ms with the neighbour, {_f(without_cpu)} without "
+                     f"(the neighbour's share over the phase: {extra / 1000:.2f} s); by process: {top}")
     sent = hostile["neighbour"]
     what = {"search": f"/v1/search, {sent['query_chars']}-character queries, the bench's key",
             "bad_keys": f"/v1/context, random wrong keys, {sent['flood']} at once",

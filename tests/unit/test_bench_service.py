@@ -66,13 +66,15 @@ def _fake_raw() -> dict[str, Any]:
                               "episodic": _pcts(2.0, 3.0, 3.5), "semantic": _pcts(1.0, 1.5, 2.0)},
                   "search": {"total": _pcts(11.0, 13.0, 15.0), "embed": _pcts(7.0, 8.0, 9.0),
                              "episodic": _pcts(2.5, 3.0, 3.5), "semantic": _pcts(1.5, 1.5, 2.0)}},
-        "latency": {"clients": 8, "context": {**_pcts(35.0, 70.0, 90.0), "calls_with_missing_layers": 0, "calls_per_s": 50.0},
+        "latency": {"clients": 8, "context": {**_pcts(35.0, 70.0, 90.0), "calls_with_missing_layers": 0, "calls_per_s": 50.0,
+                                              "stack_cpu_ms_per_call": 15.0},
                     "search": {**_pcts(25.0, 50.0, 60.0), "calls_per_s": 70.0},
                     "one_client": {"context": {**_pcts(20.0, 30.0, 31.0, 10), "calls_with_missing_layers": 0},
                                    "search": _pcts(15.0, 20.0, 21.0, 10)}},
         "hostile": {"clients": 8,
                     "context": {**_pcts(40.0, 100.0, 150.0, 120), "calls_per_s": 40.0, "calls_with_missing_layers": 0,
-                                "errors": {"RateLimited": 3}},
+                                "errors": {"RateLimited": 3}, "stack_cpu_ms_per_call": 25.0,
+                                "cpu_ms_per_call_by_process": {"ray::ServeReplica:strata:api": 12.0, "ray::EpisodicShard": 6.0}},
                     "neighbour": {"search": {**_pcts(900.0, 2000.0, 2100.0, 5), "statuses": {"200": 5}},
                                   "bad_keys": {**_pcts(5.0, 9.0, 10.0, 50), "statuses": {"401": 20, "429": 30}},
                                   "maximal_body": {**_pcts(3000.0, 3000.0, 3000.0, 1), "statuses": {"401": 1}},
@@ -142,6 +144,8 @@ def test_json_has_the_figures_with_their_types() -> None:
     assert "on all 2 cores 200 turns/s" in report and "ingest / all-cores embedder = 0.62x: target >= 0.8: MISSED" in report
     assert "p99 with / without = 1.67x: target <= 2: met; the clients' failed calls: RateLimited 3" in report
     assert "random wrong keys, 50 at once: 50 completed" in report and "401 x20, 429 x30" in report
+    assert ("CPU per client call: 25 ms with the neighbour, 15 without (the neighbour's share over the phase: 1.20 s); "
+            "by process: ray::ServeReplica:strata:api 12.0, ray::EpisodicShard 6.0") in report  # (25 - 15) x 120 calls
     assert "134,213,632-byte body, a wrong key: 1 completed" in report and "source address 127.0.0.2; 1 rounds" in report
     assert "target <= 3: MISSED" in report and "a layer missing: semantic 2" in report
     assert "context answered for 100 of 100 tenants" in report and "true (ranks 1)" in report
