@@ -47,7 +47,7 @@ from strata.limits import RECORD_TEXT_BYTES_MAX
 from strata.paging import SortedIds
 from strata.retrieval.entities import EntityExtractor, Extraction, RuleExtractor
 from strata.retrieval.graph import KnowledgeGraph
-from strata.retrieval.lexical import LexicalIndex, language_weights, lexical_terms
+from strata.retrieval.lexical import LexicalIndex, language_weights, query_terms
 from strata.retrieval.vectors import VectorIndex
 from strata.store.records import Record, RecordStore
 from strata.store.ttl import Expiries, expires_ms
@@ -593,7 +593,7 @@ class EpisodicMemory:
         extra: dict[str, float] | None = None
         if s.lexical_feedback_docs and s.lexical_feedback_weight:
             found = self._turn_lexical.feedback_terms(text, s.lexical_feedback_docs, s.lexical_feedback_terms)
-            mass = s.lexical_feedback_weight * len(lexical_terms(text))
+            mass = s.lexical_feedback_weight * len(query_terms(text))
             extra = {term: mass * weight for term, weight in found.items()}
         weight, window = s.lexical_context_weight, s.lexical_context_window
         if not (weight and window):

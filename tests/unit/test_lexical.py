@@ -10,7 +10,9 @@ import pytest
 from strata.config import EpisodicSettings
 from strata.episodic.memory import NAMES_KEPT_FROM, EpisodicMemory
 from strata.episodic.ranking import speakers_token, without_speakers
-from strata.episodic.turns import TurnInput
+from strata.episodic.summarize import ExtractiveSummarizer
+from strata.episodic.turns import TurnInput, summary_inputs
+from strata.retrieval import lexical
 from strata.retrieval.lexical import LexicalIndex, cjk_share, rrf_fuse, score_fuse
 from strata.store.records import InMemoryRecordStore
 
@@ -72,6 +74,26 @@ def unit(k: int, dim: int = 8) -> np.ndarray:
     v = np.zeros(dim, np.float32)
     v[k % dim] = 1.0
     return v
+
+
+def test_a_search_reads_its_query_s_terms_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The scores of turns and summaries, their relevance and the feedback terms all need the
+    query's terms; a 16,000-character query's cost 2-8 ms each, read four times a search."""
+    store = InMemoryRecordStore()
+    store.ensure_collection("c", dim=8)
+    memory = EpisodicMemory("t", store=store, collection="c", settings=EpisodicSettings())
+    turns = memory.prepare("s", [TurnInput(user=f"deploy note {n}", timestamp=NOW + timedelta(minutes=n)) for n in range(12)],
+                           now=NOW)
+    memory.record(turns, np.stack([unit(n) for n in range(12)]))
+    summary = ExtractiveSummarizer().summarize(summary_inputs(turns[:6]))
+    memory.add_summary(turns[:6], summary, unit(3))
+    read: list[str] = []
+    real = lexical.lexical_terms
+    monkeypatch.setattr(lexical, "lexical_terms", lambda text: read.append(text) or real(text))
+    query = "which deploy note mentions the staging bucket? " * 40
+    lexical.query_terms.cache_clear()
+    assert memory.search(unit(0), query_text=query, top_k=5)
+    assert read.count(query) == 1
 
 
 def test_hybrid_search_finds_an_exact_term_the_vectors_miss() -> None:
