@@ -53,6 +53,12 @@ def _latin_form(key: str) -> str:
     return " ".join(_LATIN_TOKEN.findall(key))
 
 
+def _uncount(counts: Counter[Any], item: Any) -> None:
+    counts[item] -= 1
+    if counts[item] <= 0:
+        del counts[item]
+
+
 def _singulars(word: str) -> list[str]:
     out = []
     if word.endswith("'"):
@@ -138,6 +144,11 @@ class KnowledgeGraph:
         # key -> {neighbour key: slots of the sources relating them}; one set shared by both directions
         self._adj: dict[str, dict[str, set[int]]] = {}
         self._forms: dict[str, set[str]] = {}  # Latin token form -> live keys
+        # The first words of the forms of two words or more, and how many forms have each word
+        # count: a query's n-grams longer than one word are tried only where a form starts,
+        # and no longer than the longest form (a 16,000-character query tried six per word).
+        self._form_starts: Counter[str] = Counter()
+        self._form_lengths: Counter[int] = Counter()
         self._cjk: dict[str, set[str]] = {}  # key with CJK -> live keys (itself)
         self._cjk_lengths: Counter[int] = Counter()
         self._size: int | None = None
@@ -246,6 +257,11 @@ class KnowledgeGraph:
             self._cjk_lengths[len(key)] += 1
         form = _latin_form(key)
         if form:
+            if form not in self._forms:
+                words = form.split(" ")
+                self._form_lengths[len(words)] += 1
+                if len(words) > 1:
+                    self._form_starts[words[0]] += 1
             self._forms.setdefault(form, set()).add(key)
 
     def _maybe_unindex(self, key: str) -> None:
@@ -262,6 +278,10 @@ class KnowledgeGraph:
             keys.discard(key)
             if not keys:
                 del self._forms[form]
+                words = form.split(" ")
+                _uncount(self._form_lengths, len(words))
+                if len(words) > 1:
+                    _uncount(self._form_starts, words[0])
 
     # -- resolution
 
@@ -406,10 +426,18 @@ class KnowledgeGraph:
         text = " ".join(fold_text(query).split())
         found: dict[str, None] = {}
         tokens = _LATIN_TOKEN.findall(text)
+        longest = min(_MAX_NGRAM, max(self._form_lengths, default=1))
+        words: dict[str, str | None] = {}  # a word's lookup, once per query however often it recurs
         i = 0
         while i < len(tokens):
-            for n in range(min(_MAX_NGRAM, len(tokens) - i), 0, -1):
-                node = self._lookup_form(tokens[i : i + n])
+            most = min(longest, len(tokens) - i) if tokens[i] in self._form_starts else 1
+            for n in range(most, 0, -1):
+                if n == 1:
+                    if tokens[i] not in words:
+                        words[tokens[i]] = self._lookup_form(tokens[i : i + 1])
+                    node = words[tokens[i]]
+                else:
+                    node = self._lookup_form(tokens[i : i + n])
                 if node is not None:
                     found.setdefault(node)
                     i += n

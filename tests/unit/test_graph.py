@@ -309,6 +309,39 @@ def test_match_longest_first_case_insensitive_plural_and_cjk() -> None:
     assert graph.match("nothing known") == []
 
 
+def test_match_tries_long_n_grams_only_where_a_known_form_starts_and_finds_what_trying_all_would() -> None:
+    """``match`` skips n-grams that cannot be a known form (their first word starts none, or
+    they are longer than the longest); over random queries of the graph's own words, as
+    sources come and go, it finds exactly what trying every n-gram up to six words finds."""
+
+    def every_n_gram(graph: KnowledgeGraph, query: str) -> list[str]:
+        tokens = graph_module._LATIN_TOKEN.findall(" ".join(graph_module.fold_text(query).split()))
+        found: dict[str, None] = {}
+        i = 0
+        while i < len(tokens):
+            for n in range(min(6, len(tokens) - i), 0, -1):
+                node = graph._lookup_form(tokens[i : i + n])
+                if node is not None:
+                    found.setdefault(node)
+                    i += n
+                    break
+            else:
+                i += 1
+        return list(found)
+
+    rng = random.Random(3)
+    names = ["New York", "New York City", "York", "Big Apple Pie Company", "apple", "city hall", "Hall", "dogs"]
+    vocabulary = [w for name in names for w in name.lower().split()] + ["the", "a", "of", "cats", "new", "pies"]
+    graph = KnowledgeGraph()
+    for step in range(40):
+        if step % 3 == 2 and graph:
+            graph.remove([f"s{rng.randrange(step)}"])
+        graph.add(f"s{step}", ext(*rng.sample(names, 2)))
+        for _ in range(10):
+            query = " ".join(rng.choice(vocabulary) for _ in range(rng.randrange(1, 14)))
+            assert graph.match(query) == every_n_gram(graph, query), query
+
+
 def test_rank_weights_rare_entities_ignores_hubs_and_never_cuts_through_a_tie() -> None:
     graph = KnowledgeGraph()
     for i in range(6):
