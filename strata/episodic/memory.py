@@ -319,7 +319,7 @@ class EpisodicMemory:
         summarised again, from what remains; the turns next to dropped ones are re-indexed
         (their neighbours changed), and no others: forgetting one turn costs what it touches,
         not the session (53 ms at 8,000 turns in one session when every turn was re-indexed)."""
-        gaps = [(turn.session_id, ((turn.timestamp, turn.seq), key)) for key in turn_keys for turn in (self._turns[key],)]
+        gaps = [(self._turns[key].session_id, _place(self._turns[key], key)) for key in turn_keys]
         self._drop(turn_keys, summary_keys)
         for session, place in gaps:
             order = self._order.get(session)
@@ -397,7 +397,7 @@ class EpisodicMemory:
         if after is not None:
             key = f"{session_id}/{after}"
             turn = self._turns.get(key)
-            at = bisect.bisect_left(order, ((turn.timestamp, turn.seq), key)) if turn is not None else total
+            at = bisect.bisect_left(order, _place(turn, key)) if turn is not None else total
             if at == total or order[at][1] != key:
                 gone = f"session {session_id!r} has no turn {after!r} (forgotten or expired?)"
                 raise InvalidInput(f"{gone}: start again without after", field="after")
@@ -605,7 +605,7 @@ class EpisodicMemory:
             order = self._order.get(turn.session_id)
             if not order:
                 continue
-            i = bisect.bisect_left(order, ((turn.timestamp, turn.seq), key))
+            i = bisect.bisect_left(order, _place(turn, key))
             for j in range(max(i - window, 0), min(i + window + 1, len(order))):
                 other = order[j][1]
                 if j != i and score > near.get(other, 0.0):
@@ -643,8 +643,8 @@ class EpisodicMemory:
         order = self._order.setdefault(turn.session_id, [])
         if not order:
             self._session_ids.add(turn.session_id)
-        position = bisect.bisect(order, ((turn.timestamp, turn.seq), key))
-        order.insert(position, ((turn.timestamp, turn.seq), key))
+        position = bisect.bisect(order, _place(turn, key))
+        order.insert(position, _place(turn, key))
         self._raw[key] = np.asarray(vector, dtype=np.float32)
         self._turn_index.add(key, self._context_vector(order, position), turn.session_id)
         if self._near is not None:
@@ -677,3 +677,8 @@ class EpisodicMemory:
         self._summary_lexical.add(key, " ".join([summary.text, *summary.content.key_topics]))
         self.expiries.set((SUMMARY, key), summary.expires_ms)
         self._summarised.setdefault(summary.session_id, set()).update(summary.turn_ids)
+
+
+def _place(turn: Turn, key: str) -> tuple[tuple[datetime, int], str]:
+    """The turn's entry in its session's order: by time, then arrival, then key."""
+    return (turn.timestamp, turn.seq), key

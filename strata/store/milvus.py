@@ -56,6 +56,8 @@ T = TypeVar("T")
 log = logging.getLogger(__name__)
 
 _TEXT_MAX = 65535
+#: Every field of a row but its vector.
+_ROW_FIELDS = ("pk", "tenant", "session", "kind", "ts", "text", "payload")
 _NOT_LOADED = 101
 _TRIES = 3
 _BACKOFF_S = 0.25
@@ -229,12 +231,8 @@ class MilvusRecordStore:
         kinds: Sequence[str] | None = None,
         with_vectors: bool = True,
     ) -> list[Record]:
-        expr = self._scope(collection, tenant, session=session)
-        if kinds is not None:
-            expr += f" and kind in {in_list(list(kinds), field='kind')}"
-        fields = ["pk", "tenant", "session", "kind", "ts", "text", "payload"]
-        if with_vectors:
-            fields.append("vec")
+        expr = self._scan_filter(collection, tenant, session, kinds)
+        fields = [*_ROW_FIELDS, "vec"] if with_vectors else [*_ROW_FIELDS]
         rows = self._query_all(collection, expr, fields, partitions=self._partitions(collection, tenant))
         return [self._record(row) for row in rows]
 
@@ -254,10 +252,8 @@ class MilvusRecordStore:
         short of ``limit`` is checked by reading every row after ``after``: it is the last page,
         or a server whose iterator answers short (the 2.3.5 standalone returned one row a batch
         to pymilvus 3)."""
-        expr = f"pk > {_pk_literal(after)} and {self._scope(collection, tenant, session=session)}"
-        if kinds is not None:
-            expr += f" and kind in {in_list(list(kinds), field='kind')}"
-        fields = ["pk", "tenant", "session", "kind", "ts", "text", "payload"]
+        expr = f"pk > {_pk_literal(after)} and {self._scan_filter(collection, tenant, session, kinds)}"
+        fields = [*_ROW_FIELDS]
         partitions = self._partitions(collection, tenant)
 
         def first_batch(client: Any) -> list[dict[str, Any]]:
@@ -291,7 +287,7 @@ class MilvusRecordStore:
     def get(self, collection: str, *, tenant: str, pks: Sequence[str]) -> list[Record]:
         if not pks:
             return []
-        rows = self._get_rows(collection, pks, ["pk", "tenant", "session", "kind", "ts", "text", "payload", "vec"])
+        rows = self._get_rows(collection, pks, [*_ROW_FIELDS, "vec"])
         return [self._record(row) for row in rows if row["tenant"] == tenant]
 
     def _get_rows(
@@ -443,6 +439,13 @@ class MilvusRecordStore:
         return self._call("read", run, collection=collection)
 
     # -- helpers ------------------------------------------------------------
+
+    def _scan_filter(self, collection: str, tenant: str, session: str | None, kinds: Sequence[str] | None) -> str:
+        """The filter of :meth:`scan`'s rows: the tenant's, of one session and some kinds if given."""
+        expr = self._scope(collection, tenant, session=session)
+        if kinds is not None:
+            expr += f" and kind in {in_list(list(kinds), field='kind')}"
+        return expr
 
     def _scope(self, collection: str, tenant: str, *, session: str | None = None) -> str:
         expr = self._tenant_term(collection, literal(tenant, field="tenant"))

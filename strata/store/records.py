@@ -129,14 +129,7 @@ class InMemoryRecordStore:
         kinds: Sequence[str] | None = None,
         with_vectors: bool = True,
     ) -> list[Record]:
-        with self._lock:
-            rows = [
-                r
-                for r in self._rows[collection].values()
-                if r.tenant == tenant
-                and (session is None or r.session == session)
-                and (kinds is None or r.kind in kinds)
-            ]
+        rows = self._matching(collection, tenant, session, kinds)
         return rows if with_vectors else [replace(r, vector=None) for r in rows]
 
     def scan_after(
@@ -149,16 +142,19 @@ class InMemoryRecordStore:
         after: str,
         limit: int,
     ) -> list[Record]:
+        rows = [r for r in self._matching(collection, tenant, session, kinds) if r.pk > after]
+        return [replace(r, vector=None) for r in sorted(rows, key=lambda r: r.pk)[:limit]]
+
+    def _matching(
+        self, collection: str, tenant: str, session: str | None, kinds: Sequence[str] | None
+    ) -> list[Record]:
+        """The rows :meth:`scan` and :meth:`scan_after` read: the tenant's, of one session and some kinds if given."""
         with self._lock:
-            rows = [
+            return [
                 r
                 for r in self._rows[collection].values()
-                if r.tenant == tenant
-                and r.pk > after
-                and (session is None or r.session == session)
-                and (kinds is None or r.kind in kinds)
+                if r.tenant == tenant and (session is None or r.session == session) and (kinds is None or r.kind in kinds)
             ]
-        return [replace(r, vector=None) for r in sorted(rows, key=lambda r: r.pk)[:limit]]
 
     def get(self, collection: str, *, tenant: str, pks: Sequence[str]) -> list[Record]:
         with self._lock:
