@@ -241,7 +241,8 @@ def assemble_context(
         picks = chosen[candidate.layer]
         header = made.count(LAYER_TITLES.get(candidate.layer, candidate.layer)) + 4 if not picks else 0
         for version in (candidate.item, *_narrower(candidate.item)):
-            cost = made.count(made.line(version)) + 1 + header
+            # The line with its line break: the piece the rendered text is counted by (count_lines).
+            cost = made.count(made.line(version) + "\n") + header
             if cost <= limit:
                 picks.append((candidate, version))
                 return cost

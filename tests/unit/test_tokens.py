@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from strata.providers.tokens import (
     TiktokenCounter,
@@ -128,6 +130,73 @@ def test_remembered_counts_equal_fresh_ones_and_survive_pickling() -> None:
     counter = TiktokenCounter()
     short, long = "Raising the timeout to 120 seconds fixed it. ", "x " * 3000
     assert [counter.count(short) for _ in range(3)] == [len(counter.encoding.encode_ordinary(short))] * 3
-    assert counter.count(long) == len(counter.encoding.encode_ordinary(long))  # too long to remember
+    encoded: list[int] = []
+    original = counter._encode
+    counter._encode = lambda text: encoded.append(len(text)) or original(text)  # type: ignore[method-assign]
+    # A long text (a passage) is remembered by its digest: encoded once, whatever the copies.
+    assert [counter.count("".join(["x "] * 3000)) for _ in range(3)] == [len(original(long))] * 3
+    assert counter.count(long + "y") == len(original(long + "y"))  # another text, counted anew
+    assert encoded == [len(long), len(long) + 1]
+    del counter._encode
     copy = pickle.loads(pickle.dumps(counter))
     assert copy.count(short) == counter.count(short) and copy.encoding_name == counter.encoding_name
+    assert copy.count(long) == counter.count(long)
+
+
+# -- count_lines: a long text counted line by line ---------------------------------------------
+
+#: Pieces that sit at a line's edges in every way the pre-tokenizer treats differently: trailing
+#: and leading whitespace of all kinds (Python's and Unicode's), punctuation that takes the
+#: line break into its token, contractions, digit runs, CJK, emoji, blank lines.
+_PIECES = [
+    "a", "Zoe", " ", "  ", "\t", "\n", "\n\n", "\r\n", "\r", ".", "!?", "'s", "'", "-", "## ", "- [", "1", "12",
+    "1234", "中文", "😀", "\u3000", "\xa0", "\x85", "\u2028", "\x1c", ":", "/", "é", "\n ", " \n", "\\", "user: ",
+]
+
+
+@given(st.lists(st.sampled_from(_PIECES), max_size=300), st.sampled_from([1, 4, 9]))
+@settings(max_examples=300, deadline=None)
+def test_a_text_counted_line_by_line_has_its_exact_count(pieces: list[str], times: int) -> None:
+    counter = TiktokenCounter()
+    text = "".join(pieces) * times  # long enough, often, to be cut into lines
+    assert counter.count_lines(text) == len(counter.encoding.encode_ordinary(text))
+
+
+def test_a_context_is_counted_from_its_remembered_lines(counter: TiktokenCounter) -> None:
+    """Lines counted once are not encoded again when a text made of them is counted."""
+    lines = [f"- [2024-03-0{n % 9 + 1} 10:00] Turn {n}: we moved the meeting to Friday, didn't we?" for n in range(60)]
+    text = "## Earlier conversations (episodic memory)\n" + "\n".join(lines) + "\n\n## Current session\nuser: hi  \n"
+    exact = len(counter.encoding.encode_ordinary(text))
+    assert len(text) > 2048 and counter.count_lines(text) == exact
+    encoded: list[str] = []
+    original = counter._encode
+    counter._encode = lambda piece: encoded.append(piece) or original(piece)  # type: ignore[method-assign]
+    try:
+        assert counter.count_lines(text) == exact
+    finally:
+        del counter._encode
+    assert encoded == []
+
+
+def test_another_encodings_text_is_counted_whole() -> None:
+    counter = TiktokenCounter()
+    counter._lines_add_up = False  # as for an encoding whose pieces may span a line break
+    text = "- a line.\n" * 400
+    encoded: list[str] = []
+    original = counter._encode
+    counter._encode = lambda piece: encoded.append(piece) or original(piece)  # type: ignore[method-assign]
+    assert counter.count_lines(text) == len(original(text)) and encoded == [text]
+
+
+def test_long_texts_remembered_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    from strata.providers import tokens
+
+    monkeypatch.setattr(tokens, "_CACHED_TEXTS", 2)
+    counter = TiktokenCounter()
+    encoded: list[str] = []
+    original = counter._encode
+    counter._encode = lambda text: encoded.append(text[:2]) or original(text)  # type: ignore[method-assign]
+    texts = [f"{n} " + "word " * 600 for n in range(3)]
+    for text in [*texts, texts[2], texts[0]]:  # the oldest is forgotten, the newest remembered
+        counter.count(text)
+    assert encoded == ["0 ", "1 ", "2 ", "0 "]
