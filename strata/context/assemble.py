@@ -18,7 +18,9 @@ text with :func:`render_refined`.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -79,6 +81,43 @@ class _Candidate:
         return (-self.norm, -self.item.score, self.layer, self.rank)
 
 
+class _OneLines:
+    """Texts with every run of whitespace made one space, the long ones remembered: a passage
+    of a few thousand characters took ~40 us to collapse, every time it came back (16 per
+    context). At most ``max_chars`` characters are kept (texts and their lines: 4 Mi, at most
+    16 MiB), the least recently used forgotten first."""
+
+    #: Shorter texts are collapsed each time (about a microsecond).
+    MIN_CHARS = 256
+
+    def __init__(self, max_chars: int = 2**22) -> None:
+        self._lines: OrderedDict[str, str] = OrderedDict()
+        self._chars = 0
+        self._max_chars = max_chars
+        self._lock = threading.Lock()  # an assembly may run in a worker thread (an evaluation's)
+
+    def __call__(self, text: str) -> str:
+        if len(text) < self.MIN_CHARS:
+            return " ".join(text.split())
+        with self._lock:
+            line = self._lines.get(text)
+            if line is not None:
+                self._lines.move_to_end(text)
+                return line
+        line = " ".join(text.split())
+        with self._lock:
+            if text not in self._lines and len(text) + len(line) <= self._max_chars:
+                self._lines[text] = line
+                self._chars += len(text) + len(line)
+                while self._chars > self._max_chars:
+                    old, old_line = self._lines.popitem(last=False)
+                    self._chars -= len(old) + len(old_line)
+        return line
+
+
+_one_line = _OneLines()
+
+
 def _item_line(item: ContextItem) -> str:
     when = item.timestamp.strftime("%Y-%m-%d %H:%M") if isinstance(item.timestamp, datetime) else ""
     prefix = f"[{when}] " if when else ""
@@ -86,7 +125,7 @@ def _item_line(item: ContextItem) -> str:
         prefix += "(summary) "
     if item.source is not None:
         prefix += f"[{item.source.title or item.source.doc_id}] "
-    return "- " + prefix + " ".join(item.text.split())
+    return "- " + prefix + _one_line(item.text)
 
 
 def _narrower(item: ContextItem) -> list[ContextItem]:
@@ -102,6 +141,12 @@ def _narrower(item: ContextItem) -> list[ContextItem]:
             source = item.source.model_copy(update={"start": child.start, "end": child.end})
             out.append(item.model_copy(update={"text": item.text[lo:hi], "source": source, "matched": []}))
     return out
+
+
+def _versions(item: ContextItem) -> Iterator[ContextItem]:
+    """The item, then its narrower stand-ins, made only if the item does not fit."""
+    yield item
+    yield from _narrower(item)
 
 
 class _Rendering:
@@ -240,7 +285,7 @@ def assemble_context(
         """Add the candidate (or a narrower stand-in) if it costs at most ``limit``; return its cost or 0."""
         picks = chosen[candidate.layer]
         header = made.count(LAYER_TITLES.get(candidate.layer, candidate.layer)) + 4 if not picks else 0
-        for version in (candidate.item, *_narrower(candidate.item)):
+        for version in _versions(candidate.item):
             # The line with its line break: the piece the rendered text is counted by (count_lines).
             cost = made.count(made.line(version) + "\n") + header
             if cost <= limit:

@@ -251,7 +251,10 @@ def test_items_far_below_the_best_score_stay_out(counter: TiktokenCounter) -> No
     assert len(everything.sections[0].items) == 4
 
 
-def test_a_passage_too_big_for_the_budget_gives_way_to_its_matched_child(counter: TiktokenCounter) -> None:
+def test_a_passage_too_big_for_the_budget_gives_way_to_its_matched_child(
+    counter: TiktokenCounter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from strata.context import assemble
     from strata.schema import MatchedSpan, SourceRef
 
     filler = " ".join(EN_WORDS * 30)
@@ -269,6 +272,15 @@ def test_a_passage_too_big_for_the_budget_gives_way_to_its_matched_child(counter
     (item,) = out.sections[0].items
     assert item.text == key and item.source is not None and item.source.start == 1000 + start
     assert "[Runbook]" in out.text and "make restart" in out.text
+
+    # A passage that fits goes in whole, and no stand-in is made for it.
+    made: list[str] = []
+    original = assemble._narrower
+    monkeypatch.setattr(assemble, "_narrower", lambda whole: made.append(whole.id) or original(whole))
+    whole = assemble_context(working_messages=[], layer_items={"semantic": [passage]}, max_tokens=2000, counter=counter)
+    assert whole.sections[0].items == [passage] and made == []
+    assemble_context(working_messages=[], layer_items={"semantic": [passage]}, max_tokens=100, counter=counter)
+    assert made == ["runbook#0"]
 
 
 # --- per-layer budgets, leftovers, dropped items, the refined section -----------------
@@ -568,3 +580,15 @@ def test_each_text_is_counted_once_per_assembly(counter: TiktokenCounter) -> Non
     assert out.tokens <= 600 and out.sections
     repeated = {text[:40] for text in counted if counted.count(text) > 1}
     assert not repeated, repeated
+
+
+def test_long_texts_made_one_line_are_remembered_within_their_bound() -> None:
+    from strata.context.assemble import _OneLines
+
+    lines = _OneLines(max_chars=4500)
+    texts = [f"Passage {n}.\n\n" + "The gate opens at  seven.\t" * 40 for n in range(3)]  # ~2,050 characters with its line
+    made = [lines(text) for text in texts]
+    assert made == [" ".join(text.split()) for text in texts] and "\n" not in made[0] and "  " not in made[0]
+    assert list(lines._lines) == texts[1:] and lines._chars <= 4500  # the oldest went first
+    assert lines(texts[1]) is lines._lines[texts[1]] and list(lines._lines) == [texts[2], texts[1]]
+    assert lines(" short \n text ") == "short text" and len(lines._lines) == 2  # short: not kept
