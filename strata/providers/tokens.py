@@ -213,7 +213,8 @@ class TiktokenCounter:
         """
         self._name = resolve_encoding_name(encoding)
         self._encoding = _load_encoding(self._name)
-        self._lines_add_up = self._encoding._pat_str in _LINES_ADD_UP
+        # A private attribute of tiktoken's Encoding: if a release renames it, texts are counted whole.
+        self._lines_add_up = getattr(self._encoding, "_pat_str", None) in _LINES_ADD_UP
         self._remember()
 
     def _remember(self) -> None:

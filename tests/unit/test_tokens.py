@@ -167,6 +167,7 @@ def test_a_context_is_counted_from_its_remembered_lines(counter: TiktokenCounter
     lines = [f"- [2024-03-0{n % 9 + 1} 10:00] Turn {n}: we moved the meeting to Friday, didn't we?" for n in range(60)]
     text = "## Earlier conversations (episodic memory)\n" + "\n".join(lines) + "\n\n## Current session\nuser: hi  \n"
     exact = len(counter.encoding.encode_ordinary(text))
+    assert counter._lines_add_up  # the bundled cl100k is one whose lines add up
     assert len(text) > 2048 and counter.count_lines(text) == exact
     encoded: list[str] = []
     original = counter._encode
@@ -176,6 +177,14 @@ def test_a_context_is_counted_from_its_remembered_lines(counter: TiktokenCounter
     finally:
         del counter._encode
     assert encoded == []
+    # The same lines in another order and another frame: only the new pieces are encoded.
+    shuffled = "## Knowledge\n" + "\n".join(reversed(lines)) + "\n"
+    counter._encode = lambda piece: encoded.append(piece) or original(piece)  # type: ignore[method-assign]
+    try:
+        assert counter.count_lines(shuffled) == len(original(shuffled))
+    finally:
+        del counter._encode
+    assert encoded == ["## Knowledge\n", lines[-1] + "\n"]  # the last line was followed by a blank line before
 
 
 def test_another_encodings_text_is_counted_whole() -> None:
