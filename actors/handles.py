@@ -164,6 +164,8 @@ class Ping(TypedDict):
     expired_items: int
     #: Episodic shards: searches whose query the shard embedded itself, since it started.
     query_embeds: NotRequired[int]
+    #: Semantic shards: documents being indexed now, every tenant's.
+    indexing: NotRequired[int]
 
 
 # -- the handles ----------------------------------------------------------------------------

@@ -93,6 +93,13 @@ class SemanticShard(WholeRecordExpiry, LayerShard[SemanticMemory]):
         self.llm = make_llm(self.settings.llm)
         self._extractor: EntityExtractor = make_extractor(self.llm)
         self._jobs: dict[tuple[str, str], _Job] = {}
+        #: Indexing tasks running, every tenant's: held here so none is collected mid-run (the
+        #: event loop keeps only weak references), and counted by :meth:`ping`.
+        self._indexing: set[asyncio.Task[dict[str, Any]]] = set()
+
+    async def ping(self) -> dict[str, Any]:
+        """:meth:`LayerShard.ping`, and how many documents this shard is indexing now (every tenant's)."""
+        return {**await super().ping(), "indexing": len(self._indexing)}
 
     def make_layer(self, tenant: str, store: RecordStore, collections: Collections) -> SemanticMemory:
         chunker = make_chunker(
@@ -164,6 +171,8 @@ class SemanticShard(WholeRecordExpiry, LayerShard[SemanticMemory]):
         task = asyncio.get_running_loop().create_task(
             self._run(tenant, DocumentInput(**{**doc, "doc_id": doc_id}), expected_version, job, generation)
         )
+        self._indexing.add(task)
+        task.add_done_callback(self._indexing.discard)
         if wait:
             return await asyncio.shield(task)
         task.add_done_callback(lambda t: t.exception())  # retrieved: a failure is on the job

@@ -424,3 +424,37 @@ async def test_a_direct_skill_extraction_running_at_forget_time_is_refused_not_r
         # The tenant is usable again: the same extraction now is a new skill.
         again = await router.procedural(tenant).extract_skill(tenant, "Rotate the billing keys", TRACE, None, by="race")
         assert again.version >= 1 and (await router.procedural(tenant).list_skills(tenant)).total == 1
+
+
+async def test_a_background_document_job_running_at_forget_time_is_refused_not_written(milvus: MilvusServer) -> None:
+    """A document indexed with ``wait=False`` whose tenant is forgotten while it embeds is refused
+    when its job comes to write (the tenant's generation changed): nothing of it is in the store
+    or the layer afterwards, and the emptied tenant takes the document again when it is sent."""
+    settings = _settings(milvus)
+    router = LayerRouter(settings)
+    tenant = "forget-doc-job"
+    shard = router.semantic(tenant)
+    text = "\n\n".join(f"## Part {n}\n\nService number {n} writes its logs to bucket logs-{n} every hour." for n in range(800))
+    submitted = await shard.index_document(tenant, {"doc_id": "big", "text": text}, wait=False)
+    assert submitted.status == "indexing"
+    deadline = time.monotonic() + HANG_S
+    while True:  # the job has begun embedding, and is far from done
+        doc = await shard.get_document(tenant, "big")
+        progress = doc.progress
+        if progress is not None and progress.stage == "embedding" and progress.children_total:
+            break
+        assert doc.status == "indexing" and time.monotonic() < deadline, doc
+        await asyncio.sleep(0.02)
+    assert progress.children_done * 2 < progress.children_total, "the job is too far on to race the forget"
+    await shard.forget_tenant(tenant)
+    assert (await shard.ping()).get("indexing") == 1  # still embedding: its write comes after the forget
+    while (await shard.ping()).get("indexing"):
+        assert time.monotonic() < deadline, "the job never finished"
+        await asyncio.sleep(0.1)
+    store, names = open_store(settings)
+    assert store.scan(names.semantic, tenant=tenant, with_vectors=False) == []
+    assert (await shard.list_documents(tenant)).total == 0
+    with pytest.raises(StrataError):  # neither the document nor its job is known
+        await shard.get_document(tenant, "big")
+    again = await shard.index_document(tenant, {"doc_id": "big", "text": "Service number 7 logs to bucket logs-7."})
+    assert again.status == "ready" and (await shard.list_documents(tenant)).total == 1
