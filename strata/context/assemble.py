@@ -18,12 +18,11 @@ text with :func:`render_refined`.
 from __future__ import annotations
 
 import math
-import threading
-from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from strata.memo import BoundedMemo
 from strata.providers.tokens import CountMemo, TokenCounter
 from strata.schema import ContextItem, ContextSection
 
@@ -81,41 +80,19 @@ class _Candidate:
         return (-self.norm, -self.item.score, self.layer, self.rank)
 
 
-class _OneLines:
-    """Texts with every run of whitespace made one space, the long ones remembered: a passage
-    of a few thousand characters took ~40 us to collapse, every time it came back (16 per
-    context). At most ``max_chars`` characters are kept (texts and their lines: 4 Mi, at most
-    16 MiB), the least recently used forgotten first."""
-
-    #: Shorter texts are collapsed each time (about a microsecond).
-    MIN_CHARS = 256
-
-    def __init__(self, max_chars: int = 2**22) -> None:
-        self._lines: OrderedDict[str, str] = OrderedDict()
-        self._chars = 0
-        self._max_chars = max_chars
-        self._lock = threading.Lock()  # an assembly may run in a worker thread (an evaluation's)
-
-    def __call__(self, text: str) -> str:
-        if len(text) < self.MIN_CHARS:
-            return " ".join(text.split())
-        with self._lock:
-            line = self._lines.get(text)
-            if line is not None:
-                self._lines.move_to_end(text)
-                return line
-        line = " ".join(text.split())
-        with self._lock:
-            if text not in self._lines and len(text) + len(line) <= self._max_chars:
-                self._lines[text] = line
-                self._chars += len(text) + len(line)
-                while self._chars > self._max_chars:
-                    old, old_line = self._lines.popitem(last=False)
-                    self._chars -= len(old) + len(old_line)
-        return line
+#: Texts under this many characters are made one line each time (about a microsecond).
+_REMEMBERED_LINE_CHARS = 256
+#: Long texts made one line, remembered: a passage of a few thousand characters took ~40 us to
+#: collapse, every time it came back (16 per context). At most 4 Mi characters are kept (texts
+#: and their lines: at most 16 MiB), the least recently used forgotten first.
+_one_lines = BoundedMemo[str, str](max_weight=2**22, weight=lambda text, line: len(text) + len(line))
 
 
-_one_line = _OneLines()
+def _one_line(text: str) -> str:
+    """``text`` with every run of whitespace made one space."""
+    if len(text) < _REMEMBERED_LINE_CHARS:
+        return " ".join(text.split())
+    return _one_lines.get(text, lambda: " ".join(text.split()))
 
 
 def _item_line(item: ContextItem) -> str:

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import hashlib
 import re
-import threading
-from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from functools import lru_cache
 from typing import Protocol, runtime_checkable
 
 import tiktoken
+
+from strata.memo import BoundedMemo
 
 __all__ = [
     "DEFAULT_ENCODING",
@@ -93,30 +93,6 @@ class CountMemo:
         return tokens
 
     __call__ = count
-
-
-class _DigestCounts:
-    """Token counts of long texts by a 128-bit digest of each (hashing a text costs about a
-    hundredth of encoding it), the least recently used forgotten past :data:`_CACHED_TEXTS`."""
-
-    def __init__(self, count: Callable[[str], int]) -> None:
-        self._count = count
-        self._counts: OrderedDict[bytes, int] = OrderedDict()
-        self._lock = threading.Lock()  # the event loop and worker threads share a counter
-
-    def count(self, text: str) -> int:
-        key = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
-        with self._lock:
-            tokens = self._counts.get(key)
-            if tokens is not None:
-                self._counts.move_to_end(key)
-                return tokens
-        tokens = self._count(text)
-        with self._lock:
-            self._counts[key] = tokens
-            if len(self._counts) > _CACHED_TEXTS:
-                self._counts.popitem(last=False)
-        return tokens
 
 
 def resolve_encoding_name(name: str) -> str:
@@ -223,7 +199,7 @@ class TiktokenCounter:
         # items. Counts are remembered, at most _CACHED_TEXTS of each kind: short texts by
         # themselves, longer ones (a passage) by a digest, so they hold no text.
         self._cached_count = lru_cache(maxsize=_CACHED_TEXTS)(self._count)
-        self._long_counts = _DigestCounts(self._count)
+        self._long_counts = BoundedMemo[bytes, int](max_weight=_CACHED_TEXTS)
 
     def __getstate__(self) -> dict[str, object]:
         # The caches hold a bound method and a lock, which do not pickle; a copy starts its own.
@@ -252,7 +228,9 @@ class TiktokenCounter:
         """Return the number of tokens in ``text``."""
         if len(text) <= _CACHED_CHARS:
             return self._cached_count(text)
-        return self._long_counts.count(text)
+        # By a 128-bit digest: hashing a text costs about a hundredth of encoding it.
+        digest = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+        return self._long_counts.get(digest, lambda: self._count(text))
 
     def _count(self, text: str) -> int:
         return len(self._encode(text))

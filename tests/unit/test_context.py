@@ -582,13 +582,15 @@ def test_each_text_is_counted_once_per_assembly(counter: TiktokenCounter) -> Non
     assert not repeated, repeated
 
 
-def test_long_texts_made_one_line_are_remembered_within_their_bound() -> None:
-    from strata.context.assemble import _OneLines
+def test_long_texts_made_one_line_are_remembered_within_their_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    from strata.context import assemble
+    from strata.memo import BoundedMemo
 
-    lines = _OneLines(max_chars=4500)
+    lines = BoundedMemo[str, str](max_weight=4500, weight=lambda text, line: len(text) + len(line))
+    monkeypatch.setattr(assemble, "_one_lines", lines)
     texts = [f"Passage {n}.\n\n" + "The gate opens at  seven.\t" * 40 for n in range(3)]  # ~2,050 characters with its line
-    made = [lines(text) for text in texts]
+    made = [assemble._one_line(text) for text in texts]
     assert made == [" ".join(text.split()) for text in texts] and "\n" not in made[0] and "  " not in made[0]
-    assert list(lines._lines) == texts[1:] and lines._chars <= 4500  # the oldest went first
-    assert lines(texts[1]) is lines._lines[texts[1]] and list(lines._lines) == [texts[2], texts[1]]
-    assert lines(" short \n text ") == "short text" and len(lines._lines) == 2  # short: not kept
+    assert lines.keys() == texts[1:] and lines.weight <= 4500  # the oldest went first
+    assert assemble._one_line(texts[1]) is made[1] and lines.keys() == [texts[2], texts[1]]
+    assert assemble._one_line(" short \n text ") == "short text" and len(lines) == 2  # short: not kept
