@@ -643,8 +643,9 @@ class EpisodicMemory:
         order = self._order.setdefault(turn.session_id, [])
         if not order:
             self._session_ids.add(turn.session_id)
-        position = bisect.bisect(order, _place(turn, key))
-        order.insert(position, _place(turn, key))
+        place = _place(turn, key)
+        position = bisect.bisect(order, place)
+        order.insert(position, place)
         self._raw[key] = np.asarray(vector, dtype=np.float32)
         self._turn_index.add(key, self._context_vector(order, position), turn.session_id)
         if self._near is not None:

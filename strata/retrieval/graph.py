@@ -53,12 +53,6 @@ def _latin_form(key: str) -> str:
     return " ".join(_LATIN_TOKEN.findall(key))
 
 
-def _uncount(counts: Counter[Any], item: Any) -> None:
-    counts[item] -= 1
-    if counts[item] <= 0:
-        del counts[item]
-
-
 def _singulars(word: str) -> list[str]:
     out = []
     if word.endswith("'"):
@@ -258,10 +252,7 @@ class KnowledgeGraph:
         form = _latin_form(key)
         if form:
             if form not in self._forms:
-                words = form.split(" ")
-                self._form_lengths[len(words)] += 1
-                if len(words) > 1:
-                    self._form_starts[words[0]] += 1
+                self._count_form(form, 1)
             self._forms.setdefault(form, set()).add(key)
 
     def _maybe_unindex(self, key: str) -> None:
@@ -278,10 +269,19 @@ class KnowledgeGraph:
             keys.discard(key)
             if not keys:
                 del self._forms[form]
-                words = form.split(" ")
-                _uncount(self._form_lengths, len(words))
-                if len(words) > 1:
-                    _uncount(self._form_starts, words[0])
+                self._count_form(form, -1)
+
+    def _count_form(self, form: str, step: int) -> None:
+        """Count a Latin form in (``step`` 1) or out (-1) of the lengths and first words that
+        bound :meth:`match`'s n-grams; a count that reaches 0 leaves no entry."""
+        words = form.split(" ")
+        counted: list[tuple[Counter[Any], Any]] = [(self._form_lengths, len(words))]
+        if len(words) > 1:
+            counted.append((self._form_starts, words[0]))
+        for counts, item in counted:
+            counts[item] += step
+            if counts[item] <= 0:
+                del counts[item]
 
     # -- resolution
 
