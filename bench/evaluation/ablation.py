@@ -43,6 +43,11 @@ def _plural_folding(word: str) -> str:
     return word[:-1] if len(word) > 4 and word.endswith("s") and not word.endswith("ss") else word
 
 
+def _digits_as_written(word: str) -> str:
+    """How the lexical paths read a number before: as its digits, "07" apart from "7"."""
+    return strata.retrieval.terms._stem(word)
+
+
 def redacted(benchmark: Benchmark, settings: PIISettings | None = None) -> Benchmark:
     """``benchmark`` with its turns and questions as the default PII policy leaves them."""
     pii = Redaction(settings or PIISettings()).for_tenant("ablation")
@@ -73,9 +78,10 @@ class _Ablation:
         return [self.queries[t] for t in texts]
 
     def run(self, settings: EpisodicSettings, *, strip_names: bool = True, time_mode: str = "soft",
-            plural_folding: bool = False) -> dict[str, Any]:
+            plural_folding: bool = False, digits_as_written: bool = False) -> dict[str, Any]:
         stems = mock.patch.object(strata.retrieval.terms, "_stem", _plural_folding) if plural_folding else nullcontext()
-        with stems:
+        digits = mock.patch.object(strata.retrieval.terms, "_term", _digits_as_written) if digits_as_written else nullcontext()
+        with stems, digits:
             return self._run(settings, strip_names=strip_names, time_mode=time_mode)
 
     def _run(self, settings: EpisodicSettings, *, strip_names: bool, time_mode: str) -> dict[str, Any]:
@@ -115,6 +121,7 @@ ROWS: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
     ("Strata defaults", {}, {}),
     ("− query embedded with the speaker names in it", {}, {"strip_names": False}),
     ("plural folding instead of Snowball stems (the lexical terms before)", {}, {"plural_folding": True}),
+    ("numbers as their digits, leading zeros kept (the lexical terms before)", {}, {"digits_as_written": True}),
     ("− speaker-aware factor (speaker_boost 0)", {"speaker_boost": 0}, {}),
     ("− neighbour-aware vectors (context_neighbour_weight 0)", {"context_neighbour_weight": 0}, {}),
     ("− neighbour-aware BM25 (lexical_context_weight 0)", {"lexical_context_weight": 0}, {}),

@@ -55,9 +55,17 @@ def stemmed_words(text: str) -> list[tuple[str, str]]:
     return _stemmed_words(normalise(text))
 
 
+def _term(word: str) -> str:
+    """A word's term: its stem, or for a run of digits the number it writes, so "07月15日" meets
+    "7月15日" and "07/15" meets "July 15" by its numbers (the leading zeros out; "0" stays)."""
+    if word.isdigit():
+        return word.lstrip("0") or "0"
+    return _stem(word)
+
+
 def _stemmed_words(lowered: str) -> list[tuple[str, str]]:
     return [
-        (_stem(word), word)
+        (_term(word), word)
         for word in LATIN_WORD.findall(lowered)
         # Single digits stay: "6月8日" and "May 8" are found by their numbers.
         if (len(word) > 1 or word.isdigit()) and word not in ENGLISH_STOP_WORDS
@@ -68,8 +76,9 @@ def extract_terms(text: str) -> frozenset[str]:
     """Return the distinctive terms of ``text`` used for overlap rules.
 
     Latin words are lower-cased, stop words and one-letter words (not digits) removed and
-    stemmed; CJK runs become character bigrams (bigrams made only of
-    function characters are dropped; a lone character counts as a unigram).
+    stemmed (a run of digits becomes its number: leading zeros out); CJK runs become character
+    bigrams (bigrams made only of function characters are dropped; a lone character counts as a
+    unigram).
     """
     lowered = normalise(text)
     terms = {term for term, _ in _stemmed_words(lowered)}

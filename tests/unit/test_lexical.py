@@ -14,6 +14,7 @@ from strata.episodic.summarize import ExtractiveSummarizer
 from strata.episodic.turns import TurnInput, summary_inputs
 from strata.retrieval import lexical
 from strata.retrieval.lexical import LexicalIndex, cjk_share, rrf_fuse, score_fuse
+from strata.retrieval.terms import extract_terms
 from strata.store.records import InMemoryRecordStore
 
 NOW = datetime(2024, 5, 10, 12, 0, tzinfo=UTC)
@@ -52,6 +53,19 @@ def test_bm25_chinese_bigrams_and_removal() -> None:
     assert index.scores("龙井") == {} and len(index) == 1
     index.add("t2", "今天下雨")  # re-adding replaces
     assert index.scores("上海") == {} and "t2" in index.scores("下雨")
+
+
+def test_numbers_meet_however_many_leading_zeros_they_are_written_with() -> None:
+    index = LexicalIndex()
+    index.add("birthday", "我表弟的生日是7月15日。")
+    index.add("phone", "My cousin's number ends in 0715")
+    index.add("other", "我表妹的生日是12月3日。")
+    assert set(index.scores("那个生日是07月15日的人")) >= {"birthday"}
+    found = index.scores("07月15日")
+    assert found["birthday"] > 2 * found["other"]  # the other date shares only 月 and 日
+    # A number is its value, not its digits: 0715 is 715, so "7" or "15" alone do not reach it.
+    assert "phone" not in found and "phone" in index.scores("715") and "phone" in index.scores("00715")
+    assert extract_terms("0 00 007 Bond") == {"0", "7", "bond"}
 
 
 def test_rrf_fuse_weights_and_ranks() -> None:
