@@ -103,6 +103,18 @@ def summarize(raw: dict[str, Any], *, machine: dict[str, Any] | None = None) -> 
         "cold_tenant_p95_ms": _verdict("cold_tenant_p95_ms", doc["cold_tenant_p95_ms"]),
     }
     doc["search_p50_over_floor"] = _ratio(doc["search_p50_ms"], doc["search_floor_p50_ms"])
+    # The floor measured again after the clients (none in a run before it): how far the machine's
+    # speed moved between the ratios' two sides, and the speed ratios against that second floor.
+    again = (raw.get("floor_again") or {}).get("context")
+    if again:
+        cpu_again = again.get("cpu_ms_per_call")
+        doc["floor_again"] = {
+            "p50_ms": again["total"]["p50_ms"], "cpu_ms_per_call": cpu_again,
+            "p50_over_first": _ratio(again["total"]["p50_ms"], doc["floor_p50_ms"]),
+            "cpu_over_first": _ratio(cpu_again, floor_cpu),
+            "one_client_p50_over_it": _ratio(doc["one_client_context_p50_ms"], again["total"]["p50_ms"]),
+            "throughput_over_it": _ratio(doc["context_calls_per_s"], cores * 1000 / cpu_again) if cpu_again else None,
+        }
     doc["machine"] = machine or {}
     doc["detail"] = raw
     return doc
@@ -177,6 +189,16 @@ def embedder_lines(embedders: dict[str, dict[str, Any]] | None) -> list[str]:
     return lines
 
 
+def _floor_again_lines(doc: dict[str, Any]) -> list[str]:
+    again = doc.get("floor_again")
+    if not again:
+        return []
+    return [(f"the floor again after the clients: p50 {_f(again['p50_ms'])} ms, CPU {_f(again['cpu_ms_per_call'])} ms "
+             f"a call ({_f(again['p50_over_first'])}x and {_f(again['cpu_over_first'])}x the first: how far the "
+             f"machine's speed moved between the two sides); against it one client {_f(again['one_client_p50_over_it'])}x, "
+             f"throughput {_f(again['throughput_over_it'])}x")]
+
+
 def format_report(doc: dict[str, Any]) -> str:
     raw, t = doc["detail"], doc["targets"]
     sizes, lat, floor = raw["sizes"], raw["latency"], raw["floor"]
@@ -213,6 +235,7 @@ def format_report(doc: dict[str, Any]) -> str:
         (f"{lat['clients']}-client throughput {_f(doc['context_calls_per_s'])} contexts/s against the floor's "
          f"{_f(doc['floor_calls_per_s_on_cores'])} on {(doc.get('machine') or {}).get('cpu_count', '?')} cores "
          f"(cores / floor CPU per call): {_f(t['throughput_over_floor']['value'])}x: {_mark(t['throughput_over_floor'])}"),
+        *_floor_again_lines(doc),
         *_cpu_by_process_lines(lat),
         *_hostile_lines(doc),
         "\n== ingest ==",

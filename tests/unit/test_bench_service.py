@@ -167,6 +167,19 @@ def test_json_of_a_run_without_scale_or_store() -> None:
     assert "skipped: no admin key" in report and "skipped: --no-hostile" in report
 
 
+def test_the_floor_measured_again_after_the_clients_gives_the_ratios_against_it_too() -> None:
+    raw = _fake_raw()
+    raw["floor"]["context"]["cpu_ms_per_call"] = 8.0
+    raw["floor_again"] = {"context": {"total": _pcts(12.5, 14.0, 16.0), "cpu_ms_per_call": 10.0}}
+    doc = summarize(raw, machine={"cpu_count": 2})
+    assert doc["targets"]["throughput_over_floor"]["value"] == 0.2  # 50 / (2 cores x 1000 / 8 ms)
+    assert doc["floor_again"] == {"p50_ms": 12.5, "cpu_ms_per_call": 10.0, "p50_over_first": 1.25,
+                                  "cpu_over_first": 1.25, "one_client_p50_over_it": 1.6, "throughput_over_it": 0.25}
+    assert ("the floor again after the clients: p50 12.5 ms, CPU 10 ms a call (1.25x and 1.25x the first: how far the "
+            "machine's speed moved between the two sides); against it one client 1.6x, throughput 0.25x") in format_report(doc)
+    assert "floor_again" not in summarize(_fake_raw()) and "the floor again" not in format_report(summarize(_fake_raw()))
+
+
 def test_a_failed_read_your_writes_trial_says_what_ranked_above_the_turn() -> None:
     raw = _fake_raw()
     raw["read_your_writes"] = {"ok": False, "trials": [
