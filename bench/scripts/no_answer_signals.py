@@ -6,7 +6,8 @@ MiniLM, the default PII policy, no Ray). For each question that names exactly on
 conversation's two speakers (LoCoMo's adversarial questions ask what that speaker did when
 the other one did it), two searches are run:
 
-* the default search (speaker-aware factor on), top 16: what the context is built from;
+* the default search (speaker-aware factor on; no time preference), top 16: the turns a
+  context is built from;
 * the same question with the speaker's name taken out and the speaker factor off, top 10:
   what the memory holds about the question's content, whoever said it.
 
