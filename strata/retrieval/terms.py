@@ -57,7 +57,7 @@ def stemmed_words(text: str) -> list[tuple[str, str]]:
 
 def _term(word: str) -> str:
     """A word's term: its stem, or for a run of digits the number it writes, so "07月15日" meets
-    "7月15日" and "07/15" meets "July 15" by its numbers (the leading zeros out; "0" stays)."""
+    "7月15日" and "07/05" meets "7/5" (the leading zeros out; "0" stays)."""
     if word.isdigit():
         return word.lstrip("0") or "0"
     return _stem(word)
