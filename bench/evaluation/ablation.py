@@ -28,10 +28,10 @@ from strata.privacy.redaction import Redaction
 from strata.providers.embedder import OnnxMiniLMEmbedder
 from strata.retrieval.timeparse import resolve_time_range, strip_time_expression
 from strata.store.records import InMemoryRecordStore
-from strata_bench.evaluation.datasets import Benchmark, EvalTurn, load_benchmark, reference_time
+from strata_bench.evaluation.datasets import Benchmark, EvalSession, EvalTurn, load_benchmark, reference_time
 from strata_bench.evaluation.metrics import Scoreboard
 
-__all__ = ["main", "redacted"]
+__all__ = ["main", "record_session", "redacted"]
 
 
 def _text(t: EvalTurn) -> str:
@@ -46,6 +46,20 @@ def _plural_folding(word: str) -> str:
 def _digits_as_written(word: str) -> str:
     """How the lexical paths read a number before: as its digits, "07" apart from "7"."""
     return strata.retrieval.terms._stem(word)
+
+
+def record_session(memory: EpisodicMemory, session: EvalSession, vectors: np.ndarray) -> int:
+    """Write ``session``'s turns into ``memory`` as the write path does (turn and session ids with
+    "_" for " ", a second apart from the session's date), their vectors the first rows of
+    ``vectors``; returns how many rows they took."""
+    inputs = [
+        TurnInput(user=_text(t), speaker=t.speaker, turn_id=t.id.replace(" ", "_"),
+                  timestamp=(session.date + timedelta(seconds=k)) if session.date else None)
+        for k, t in enumerate(session.turns)
+    ]
+    turns = memory.prepare(session.id.replace(" ", "_"), inputs, now=session.date or datetime.now(UTC))
+    memory.record(turns, vectors[: len(turns)])
+    return len(turns)
 
 
 def redacted(benchmark: Benchmark, settings: PIISettings | None = None) -> Benchmark:
@@ -92,14 +106,7 @@ class _Ablation:
             store.ensure_collection("e", dim=self.embedder.dim)
             memory = EpisodicMemory("ablation", store=store, collection="e", settings=settings)
             for s in c.sessions:
-                inputs = [
-                    TurnInput(user=_text(t), speaker=t.speaker, turn_id=t.id.replace(" ", "_"),
-                              timestamp=(s.date + timedelta(seconds=k)) if s.date else None)
-                    for k, t in enumerate(s.turns)
-                ]
-                turns = memory.prepare(s.id.replace(" ", "_"), inputs, now=s.date or datetime.now(UTC))
-                memory.record(turns, self.vectors[row : row + len(turns)])
-                row += len(turns)
+                row += record_session(memory, s, self.vectors[row:])
             questions = [q for q in c.questions if q.category != "adversarial"]
             dense = [memory.dense_query(q.question) if strip_names else q.question for q in questions]
             for q, vector in zip(questions, self._embed_queries(dense)):

@@ -27,18 +27,16 @@ import re
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
 
 import numpy as np
 
 from strata.config import EpisodicSettings
 from strata.episodic.memory import EpisodicMemory
 from strata.episodic.ranking import speakers_named, without_speakers
-from strata.episodic.turns import TurnInput
 from strata.providers.embedder import OnnxMiniLMEmbedder
 from strata.providers.tokens import TiktokenCounter
 from strata.store.records import InMemoryRecordStore
-from strata_bench.evaluation.ablation import _Ablation, _text, redacted
+from strata_bench.evaluation.ablation import _Ablation, _text, record_session, redacted
 from strata_bench.evaluation.datasets import load_benchmark
 
 _FIRST = re.compile(r"\b(?:i|i'm|i've|i'd|i'll|me|my|mine|myself|we|our|us)\b", re.IGNORECASE)
@@ -78,13 +76,9 @@ def _questions(path: str) -> list[_Question]:
             memories[name] = EpisodicMemory("signals", store=store, collection="e", settings=settings)
         said: dict[str, tuple[str, str]] = {}
         for s in c.sessions:
-            inputs = [TurnInput(user=_text(t), speaker=t.speaker, turn_id=t.id.replace(" ", "_"),
-                                timestamp=(s.date + timedelta(seconds=k)) if s.date else None)
-                      for k, t in enumerate(s.turns)]
             for memory in memories.values():
-                turns = memory.prepare(s.id.replace(" ", "_"), inputs, now=s.date or datetime.now(UTC))
-                memory.record(turns, ablation.vectors[row : row + len(turns)])
-            row += len(inputs)
+                used = record_session(memory, s, ablation.vectors[row:])
+            row += used
             said.update({t.id.replace(" ", "_"): (t.speaker, _text(t)) for t in s.turns})
         speakers = sorted({speaker for speaker, _ in said.values()})
         for q in c.questions:
