@@ -36,6 +36,11 @@ def _verdict(name: str, value: Any) -> dict[str, Any]:
     return {"value": value, "target": f"{op} {limit:g}", "met": met}
 
 
+def _calls_per_s_on_cores(cores: int, cpu_ms_per_call: float | None) -> float | None:
+    """What ``cores`` could answer at ``cpu_ms_per_call`` of CPU a call: a throughput ceiling."""
+    return cores * 1000 / cpu_ms_per_call if cpu_ms_per_call else None
+
+
 def summarize(raw: dict[str, Any], *, machine: dict[str, Any] | None = None) -> dict[str, Any]:
     """The JSON document: the headline figures first, with targets, then everything measured."""
     lat, floor, ingest, scale = raw["latency"], raw["floor"], raw["ingest"], raw["scale"]
@@ -82,7 +87,8 @@ def summarize(raw: dict[str, Any], *, machine: dict[str, Any] | None = None) -> 
     cores = (machine or {}).get("cpu_count") or 1
     floor_cpu = doc["floor_cpu_ms_per_call"]
     # What the machine's cores could answer at the floor's CPU cost per call: the throughput ceiling.
-    doc["floor_calls_per_s_on_cores"] = round(cores * 1000 / floor_cpu, 1) if floor_cpu else None
+    ceiling = _calls_per_s_on_cores(cores, floor_cpu)
+    doc["floor_calls_per_s_on_cores"] = round(ceiling, 1) if ceiling else None
     doc["targets"] = {
         "context_p50_ms": _verdict("context_p50_ms", doc["context_p50_ms"]),
         "context_p95_ms": _verdict("context_p95_ms", doc["context_p95_ms"]),
@@ -113,7 +119,7 @@ def summarize(raw: dict[str, Any], *, machine: dict[str, Any] | None = None) -> 
             "p50_over_first": _ratio(again["total"]["p50_ms"], doc["floor_p50_ms"]),
             "cpu_over_first": _ratio(cpu_again, floor_cpu),
             "one_client_p50_over_it": _ratio(doc["one_client_context_p50_ms"], again["total"]["p50_ms"]),
-            "throughput_over_it": _ratio(doc["context_calls_per_s"], cores * 1000 / cpu_again) if cpu_again else None,
+            "throughput_over_it": _ratio(doc["context_calls_per_s"], _calls_per_s_on_cores(cores, cpu_again)),
         }
     doc["machine"] = machine or {}
     doc["detail"] = raw
