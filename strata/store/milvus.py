@@ -47,6 +47,7 @@ import numpy as np
 
 from strata.errors import StoreUnavailable
 from strata.ids import SYSTEM_TENANT, in_list, literal
+from strata.store.erasure import ERASE_AFTER_S, EraseSchedule
 from strata.store.records import Record
 from strata.store.ttl import EXPIRES
 
@@ -79,13 +80,18 @@ SWEEP = "Bounded"
 #: The first Milvus release whose upserts put a row in its partition key's partition.
 _UPSERT_PLACES_BY_KEY = (2, 3, 10)
 _VERSION = re.compile(r"v?(\d+)\.(\d+)\.(\d+)")
+#: How long a flush and compaction that erases deleted rows may take (off the request path).
+_ERASE_TIMEOUT_S = 120.0
 
 
 class MilvusRecordStore:
     """Rows in Milvus (milvus-lite server by default, a Milvus cluster by URI)."""
 
     def __init__(self, uri: str, *, token: str = "", db_name: str = "", timeout_s: float = 5.0,
-                 vector_index: str = "FLAT") -> None:
+                 vector_index: str = "FLAT", erase_after_s: float | None = ERASE_AFTER_S) -> None:
+        """Args:
+            erase_after_s: deleted rows are erased from Milvus's files at most this long after
+                the delete (:meth:`erase_deleted`, on a thread of this store); None: never."""
         self._uri = uri
         self._vector_index = vector_index
         self._token = token
@@ -97,6 +103,7 @@ class MilvusRecordStore:
         self._deadlines: set[str] = set()  # collections known to hold rows with deadlines
         self._prunable: bool | None = None  # whether the server's partition-key pruning finds upserted rows
         self._lock = threading.Lock()
+        self._erasure = EraseSchedule(self.erase_deleted, after_s=erase_after_s) if erase_after_s is not None else None
         _quiet_pymilvus()
 
     # -- plumbing -----------------------------------------------------------
@@ -198,6 +205,9 @@ class MilvusRecordStore:
         self._buckets[name] = self._call(
             "list partitions", lambda c: _lite_buckets(c.list_partitions(name, timeout=self._timeout_s))
         )
+        # Rows deleted just before a stop may not have been erased (the erasure runs in the
+        # deleting process, after a delay): a process opening the collection erases them.
+        self._deleted(name)
 
     def upsert(self, collection: str, records: Sequence[Record]) -> None:
         if not records:
@@ -344,6 +354,7 @@ class MilvusRecordStore:
                 lambda c: c.delete(collection, filter=f"pk in {_pk_list(mine)}", timeout=self._timeout_s),
                 collection=collection,
             )
+            self._deleted(collection)
             return len(mine)
         expr = self._scope(collection, tenant, session=session)
         if kinds is not None:
@@ -357,7 +368,26 @@ class MilvusRecordStore:
             collection=collection,
         )
         count = result.get("delete_count") if isinstance(result, dict) else None
+        self._deleted(collection)  # whatever the count says: a server's may be an estimate
         return int(count) if count is not None else len(result or [])
+
+    def erase_deleted(self, collection: str) -> None:
+        """Remove deleted rows' bytes from Milvus's files: a flush, then a compaction.
+
+        milvus-lite keeps a deleted row in its write-ahead log or its segment files until a
+        flush or a compaction rewrites them (:mod:`strata.store.erasure`); Strata's launcher
+        makes the compaction rewrite every segment that holds a deleted row and answer when
+        done. A Milvus server seals its segments on the flush and merges deleted rows away
+        on the compaction, in the background. Deletes schedule this on their own (within
+        ``erase_after_s``); blocking, and slow on a large collection, so never on a request.
+        """
+        timeout = max(self._timeout_s, _ERASE_TIMEOUT_S)
+        self._call("flush", lambda c: c.flush(collection, timeout=timeout), collection=collection)
+        self._call("compact", lambda c: c.compact(collection, timeout=timeout), collection=collection)
+
+    def _deleted(self, collection: str) -> None:
+        if self._erasure is not None:
+            self._erasure.deleted(collection)
 
     def _mark_deadlines(self, collection: str) -> None:
         """Before a collection's first row with a deadline: the row that tells every

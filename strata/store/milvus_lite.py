@@ -60,6 +60,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from strata.store.erasure import serve_compaction_as_erasure
+
 __all__ = [
     "COMMAND",
     "MEMTABLE_LIMIT_BYTES",
@@ -74,7 +76,8 @@ __all__ = [
 
 #: The command that runs the server (append the ``milvus-lite`` arguments).
 COMMAND = (sys.executable, "-m", "strata.store.milvus_lite")
-_WRITES = ("insert", "upsert", "delete")
+#: ``flush`` swaps the write-ahead log and memtable a write is appending to.
+_WRITES = ("insert", "upsert", "delete", "flush")
 #: What reads a collection's memtable and segments: kept out of a flush (:class:`FlushGate`).
 _READS = ("get", "search", "query", "count", "partition_num_entities")
 #: When a collection's unflushed rows are written out as a segment (milvus-lite: 128 MiB).
@@ -271,6 +274,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"milvus-lite: cannot use the token in {token_file}: {exc}", file=sys.stderr)
             return 2
     serialise_writes()
+    serve_compaction_as_erasure()
     accept_keepalive_pings()
     return int(milvus_lite_main(args) or 0)
 
