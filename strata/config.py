@@ -168,6 +168,10 @@ class MilvusSettings(_Section):
     #: builds nothing. milvus-lite's AUTOINDEX builds HNSW per segment; at 100,000 rows it
     #: doubled the server's CPU and added 40% to its memory (README, "Storage").
     vector_index: Literal["FLAT", "AUTOINDEX", "HNSW"] = "FLAT"
+    #: A delete's rows are erased from Milvus's files (milvus-lite keeps them in its write-ahead
+    #: log and segments until rewritten) at most this long after it, plus one erasure's run
+    #: (``strata.store.erasure``); deletes within it share one erasure. 0: right after each.
+    erase_after_s: float = Field(default=10.0, ge=0)
     #: Let a server at ``uri`` be used without a token. A server without authorization lets
     #: anyone who reaches its port read and write every tenant's memory and the API keys.
     allow_no_token: bool = False

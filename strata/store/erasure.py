@@ -19,8 +19,8 @@ not touched. Content replaced by an upsert (not deleted) stays in older segments
 milvus-lite merges them: no forget works that way.
 
 :class:`EraseSchedule` runs in each process that holds a :class:`MilvusRecordStore`: after
-a delete it asks for that erasure within ``erase_after_s``, deletes of the same collection
-in between share one. On a Milvus server the same calls are ``flush`` and ``compact``,
+a delete it asks for that erasure within ``milvus.erase_after_s`` (10 s by default), and
+deletes of the same collection in between share one. On a Milvus server the same calls are ``flush`` and ``compact``,
 which seal the segments and merge away deleted rows; when the server's files and its
 message queue drop the old bytes is the server's configuration (``docs/storage.md``).
 """
@@ -34,13 +34,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["ERASE_AFTER_S", "EraseSchedule", "erase_deleted", "serve_compaction_as_erasure"]
+__all__ = ["EraseSchedule", "erase_deleted", "serve_compaction_as_erasure"]
 
 log = logging.getLogger(__name__)
-
-#: How long after a delete its rows are erased from disk at the latest, plus one erasure's
-#: run time (``docs/storage.md`` measures it). Deletes within this window share one erasure.
-ERASE_AFTER_S = 10.0
 
 
 def erase_deleted(collection: Any) -> int:
@@ -134,7 +130,7 @@ class EraseSchedule:
     during an erasure schedules another. A failed erasure is logged, not retried: the next
     delete of the collection schedules one again (as does the next process that opens it)."""
 
-    def __init__(self, erase: Callable[[str], None], *, after_s: float = ERASE_AFTER_S) -> None:
+    def __init__(self, erase: Callable[[str], None], *, after_s: float) -> None:
         self._erase = erase
         self._after_s = after_s
         self._due: dict[str, float] = {}

@@ -66,7 +66,7 @@ def open_store(settings: StrataSettings) -> tuple[RecordStore, Collections]:
     """
     m = settings.milvus
     store = MilvusRecordStore(m.address, token=store_token(settings), db_name=m.db_name, timeout_s=m.timeout_s,
-                              vector_index=m.vector_index)
+                              vector_index=m.vector_index, erase_after_s=m.erase_after_s)
     names = Collections.for_settings(settings)
     store.ensure_collection(names.episodic, dim=names.dim)
     store.ensure_collection(names.semantic, dim=names.dim)

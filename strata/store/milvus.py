@@ -47,7 +47,7 @@ import numpy as np
 
 from strata.errors import StoreUnavailable
 from strata.ids import SYSTEM_TENANT, in_list, literal
-from strata.store.erasure import ERASE_AFTER_S, EraseSchedule
+from strata.store.erasure import EraseSchedule
 from strata.store.records import Record
 from strata.store.ttl import EXPIRES
 
@@ -88,10 +88,11 @@ class MilvusRecordStore:
     """Rows in Milvus (milvus-lite server by default, a Milvus cluster by URI)."""
 
     def __init__(self, uri: str, *, token: str = "", db_name: str = "", timeout_s: float = 5.0,
-                 vector_index: str = "FLAT", erase_after_s: float | None = ERASE_AFTER_S) -> None:
+                 vector_index: str = "FLAT", erase_after_s: float | None = None) -> None:
         """Args:
             erase_after_s: deleted rows are erased from Milvus's files at most this long after
-                the delete (:meth:`erase_deleted`, on a thread of this store); None: never."""
+                the delete (:meth:`erase_deleted`, on a thread of this store; ``open_store``
+                passes ``milvus.erase_after_s``); None: only when :meth:`erase_deleted` is called."""
         self._uri = uri
         self._vector_index = vector_index
         self._token = token
