@@ -33,7 +33,7 @@ from ray import serve
 from starlette.routing import Route
 from starlette.staticfiles import StaticFiles
 
-from strata.access.idempotency import IdempotencyStore
+from strata.access.idempotency import ClaimBook, Claims, IdempotencyStore
 from strata.access.keys import KEY_ID_PATTERN, KeyCreated, KeyCreateIn, KeyInfo, KeyList, Need, may
 from strata.config import StrataSettings
 from strata.errors import InvalidInput, StrataError
@@ -73,6 +73,7 @@ from strata.schema import (
 )
 from strata.schema.outputs import SessionList, SessionTurns
 from strata.store.layout import open_store
+from strata_actors.limits import SharedLimits
 from strata_actors.orchestration import Orchestration
 from strata_mcp import McpHttp
 from strata_serve.auth import ROUTES, UI_PATH, Authenticate, KeyGate, health_for_caller
@@ -200,7 +201,17 @@ class Api:
         self.max_body_bytes = self._settings.serve.max_body_bytes  # read by the BodyLimit middleware
         self.request_timeout_s = self._settings.serve.request_timeout_s  # read by Deadline
         self.mcp_allowed_origins = self._settings.serve.mcp_allowed_origins  # read by McpHttp
-        self._gate = KeyGate(self._settings)  # also the Authenticate middleware's
+        # Rate limits and Idempotency-Key claims every replica shares; this replica's own with
+        # auth.limit_shards 0.
+        self._claims: ClaimBook
+        if self._settings.auth.limit_shards:
+            shared = SharedLimits(self._settings)
+            self._claims = shared
+            self._gate = KeyGate(self._settings, limits=shared.grant)  # also the Authenticate middleware's
+        else:
+            s = self._settings.serve
+            self._claims = Claims(hold_s=s.idempotency_claim_s, wait_s=s.idempotency_wait_s)
+            self._gate = KeyGate(self._settings)
         self._health: tuple[float, Health] | None = None  # (when, what) of the last check
         self._health_check: asyncio.Future[Health] | None = None
         self._answers: IdempotencyStore | None = None
@@ -225,6 +236,10 @@ class Api:
             store, names = await asyncio.to_thread(open_store, self._settings)
             self._answers = IdempotencyStore(store, names.state, ttl_s=self._settings.serve.idempotency_ttl_s)
         return self._answers
+
+    async def idempotency_parts(self) -> tuple[IdempotencyStore, ClaimBook]:
+        """The kept answers and where keys are claimed (the Idempotent middleware's)."""
+        return await self.idempotency_store(), self._claims
 
     @app.get("/healthz", response_model=Health, response_model_exclude_none=True, tags=["ops"])
     async def healthz(self, response: Response) -> Health:

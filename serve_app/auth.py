@@ -50,7 +50,7 @@ from strata.access.keys import (
     visible_layers,
     well_formed,
 )
-from strata.access.ratelimit import RateLimiter
+from strata.access.ratelimit import Grant, RateLimiter, SharedRateLimiter
 from strata.config import StrataSettings
 from strata.errors import RateLimited, StrataError, Unauthorized
 from strata.ids import SYSTEM_TENANT
@@ -193,16 +193,30 @@ class KeyGate:
     Args:
         settings: ``auth`` gives the admin key, the TTLs and the limits.
         keys: the key store; by default opened from ``settings`` on first use.
+        limits: where every replica's keys take their requests from
+            (``strata_actors.limits.SharedLimits.grant``); None: this replica limits alone.
         clock: a monotonic clock for the cache and the limiters (tests move their own).
     """
 
     def __init__(
-        self, settings: StrataSettings, *, keys: KeyStore | None = None, clock: Callable[[], float] = time.monotonic
+        self,
+        settings: StrataSettings,
+        *,
+        keys: KeyStore | None = None,
+        limits: Grant | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._settings = settings
         self._keys = keys
         auth = settings.auth
+        # A key's limit, over every replica when shared; this replica's own bucket when it is
+        # not, and while the shared one does not answer.
         self._limits = RateLimiter(per_s=auth.rate_limit_per_s, burst=auth.rate_burst, clock=clock)
+        self._shared = None if limits is None or auth.rate_limit_per_s <= 0 else SharedRateLimiter(
+            limits, lease=auth.rate_lease, lease_s=auth.rate_lease_s, fallback=self._limits, clock=clock
+        )
+        # Per replica on purpose: a flood guard for this replica's loop and store reads, counted
+        # before any key is known; sharing it would put an actor call in front of every wrong key.
         self._failures = RateLimiter(
             per_s=auth.failed_auth_per_s, burst=auth.failed_auth_burst, clock=clock, what="this address"
         )
@@ -240,7 +254,10 @@ class KeyGate:
         if info is None:
             raise Unauthorized("unknown API key")
         if take:
-            self._limits.take(info.key_id)
+            if self._shared is not None:
+                await self._shared.take(info.tenant, info.key_id)
+            else:
+                self._limits.take(info.key_id)
         return info
 
     async def resolve(self, key: str, *, address: str | None) -> KeyInfo | None:

@@ -23,9 +23,15 @@ answered). A narrower key (one session's, or without documents and skills) is
 answered only what it sent itself: another key's answer could be one its scope may
 not read.
 
-One key is handled at a time per Api replica. Two replicas that receive the
-same key at the same moment may both apply it (there is no insert-if-absent in
-Milvus); a client retrying after a timeout does not hit that.
+One key is handled at a time, over every Api replica: a first attempt claims
+the key (:class:`~strata.access.idempotency.ClaimBook`, shared by the replicas
+in ``strata_actors.limits``), then reads the kept answer, then applies the
+write; the same key sent meanwhile, to this replica or another, waits up to
+``serve.idempotency_wait_s`` for that answer and is replayed it, or gets 409
+with Retry-After (422 if it came with another request). Claiming before the
+read is what makes a lost claim harmless once an answer is kept: the store, not
+the claim, says a write was applied. When the claims do not answer, the write
+gets 503 with Retry-After rather than run unclaimed.
 
 A delete (``DELETE``, 2xx) drops the tenant's kept answers: they may hold
 content that is forgotten now.
@@ -36,7 +42,9 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import re
+import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -44,7 +52,7 @@ from fastapi.responses import JSONResponse
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from strata.access.idempotency import Answer, IdempotencyStore, fingerprint
+from strata.access.idempotency import Answer, Claim, ClaimBook, IdempotencyStore, fingerprint
 from strata.access.keys import Forbidden, KeyInfo, Need, authorize
 from strata.errors import StrataError
 from strata_serve.auth import ROUTES, current_key
@@ -57,12 +65,21 @@ _log = logging.getLogger(__name__)
 _KEY = re.compile(r"^[\x21-\x7e]{1,255}$")
 _KEPT_HEADERS = ("content-type", "etag", "location")
 
-#: What the middleware needs from the Api replica: the store of kept answers.
-Replica = Callable[[], Awaitable[IdempotencyStore]]
+#: What the middleware needs from the Api replica: the store of kept answers, and where keys are claimed.
+Replica = Callable[[], Awaitable[tuple[IdempotencyStore, ClaimBook]]]
 
 
 def _refusal(message: str) -> JSONResponse:
     return JSONResponse({"error": "InvalidInput", "message": message, "field": "Idempotency-Key"}, status_code=422)
+
+
+def _in_flight(claim: Claim) -> JSONResponse:
+    wait = max(1, math.ceil(claim.retry_after_s))
+    return JSONResponse(
+        {"error": "Conflict", "field": "Idempotency-Key", "retry_after_s": claim.retry_after_s,
+         "message": f"a request with this Idempotency-Key is being applied; retry in {wait} s for its answer"},
+        status_code=409, headers={"Retry-After": str(wait)},
+    )
 
 
 class Idempotent:
@@ -105,14 +122,53 @@ class Idempotent:
         slot[1] += 1
         try:
             async with slot[0]:
-                await self._once(scope, replay, send, (info, need, session), key, print_, await self._answers())
+                answers, claims = await self._parts()
+                await self._claimed(scope, replay, send, (info, need, session), key, print_, (answers, claims))
         finally:
             slot[1] -= 1
             if not slot[1]:
                 self._locks.pop((tenant, key), None)
 
-    async def _answers(self) -> IdempotencyStore:
+    async def _parts(self) -> tuple[IdempotencyStore, ClaimBook]:
         return await self.replica()()
+
+    async def _answers(self) -> IdempotencyStore:
+        return (await self._parts())[0]
+
+    async def _claimed(
+        self,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        caller: tuple[KeyInfo, Need, str | None],
+        key: str,
+        print_: str,
+        parts: tuple[IdempotencyStore, ClaimBook],
+    ) -> None:
+        """:meth:`_once` while holding the key over every replica."""
+        answers, claims = parts
+        tenant = caller[0].tenant
+        holder = uuid.uuid4().hex
+        try:
+            claim = await claims.claim(tenant, key, fingerprint=print_, holder=holder)
+        except StrataError as exc:  # the claims do not answer: no write runs unclaimed
+            await error_response(exc)(scope, receive, send)
+            return
+        if not claim.granted:
+            if not claim.same_request:
+                await _refusal(
+                    "this Idempotency-Key was sent with a different request; use a new key for a new write"
+                )(scope, receive, send)
+            else:
+                await _in_flight(claim)(scope, receive, send)
+            return
+        try:
+            await self._once(scope, receive, send, caller, key, print_, answers)
+        finally:
+            try:
+                await claims.release(tenant, key, holder=holder)
+            except StrataError as exc:  # it lapses after serve.idempotency_claim_s
+                _log.warning("Idempotency-Key claim of tenant %s not released: %s", tenant, exc.message)
 
     async def _delete(self, scope: Scope, receive: Receive, send: Send, tenant: str) -> None:
         """A delete without a key: the tenant's kept answers go once it succeeded."""
@@ -216,8 +272,8 @@ async def _read_body(receive: Receive) -> tuple[bytes, Receive]:
 
 def replica_parts(replica: Any) -> Replica:
     """The :data:`Replica` callable of an :class:`~strata_serve.api.Api` instance."""
-    store: Replica = replica.idempotency_store
-    return store
+    parts: Replica = replica.idempotency_parts
+    return parts
 
 
 def _route(scope: Scope) -> tuple[str, Need, dict[str, Any]] | None:

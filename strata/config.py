@@ -245,6 +245,12 @@ class ServeSettings(_Section):
     max_body_bytes: int = Field(default=128 * 2**20, ge=1024)
     #: A write sent with an Idempotency-Key keeps its answer this long: its retries get it back.
     idempotency_ttl_s: float = Field(default=86_400.0, gt=0, le=30 * 86_400)
+    #: While a write sent with an Idempotency-Key runs, its key is claimed (shared by the API
+    #: replicas, ``auth.limit_shards``): the same key sent meanwhile waits up to
+    #: ``idempotency_wait_s`` for the first answer, then gets 409 with Retry-After. A claim whose
+    #: replica died is let go after ``idempotency_claim_s``: longer than a write takes.
+    idempotency_wait_s: float = Field(default=10.0, ge=0)
+    idempotency_claim_s: float = Field(default=120.0, gt=0)
     #: Browser origins (``https://host[:port]``, or ``null``) whose pages may call ``/mcp``
     #: besides loopback ones (``http://localhost:6274``): a request whose ``Origin`` is neither
     #: is refused with 403 (the MCP transport's DNS-rebinding rule). Clients that are not
@@ -538,10 +544,18 @@ class PIISettings(_Section):
 class AuthSettings(_Section):
     #: An admin key for ``/v1/admin``, besides the admin keys ``strata keys`` stores (hashed).
     admin_key: str | None = None
-    #: Requests per second each key may send to one API replica (0: no limit), and the burst
-    #: it may send at once; above it, 429 with Retry-After.
+    #: Requests per second each key may send (0: no limit), and the burst it may send at once,
+    #: over every API replica together; above it, 429 with Retry-After.
     rate_limit_per_s: float = Field(default=200.0, ge=0)
     rate_burst: int = Field(default=400, ge=1)
+    #: Actors that hold the keys' rate limits and the Idempotency-Key claims for every API
+    #: replica, a tenant's on ``crc32(tenant) % limit_shards``. 0: each replica limits on its
+    #: own (a key may send the rate to each) and claims keys for itself only.
+    limit_shards: int = Field(default=1, ge=0, le=64)
+    #: A replica takes a key's requests from its shared limit up to ``rate_lease`` at once and
+    #: spends them within ``rate_lease_s`` (1: one actor call per request).
+    rate_lease: int = Field(default=10, ge=1)
+    rate_lease_s: float = Field(default=1.0, gt=0)
     #: How long an API replica trusts what the key store said of a key: a revoked key is refused
     #: on every replica within ``key_cache_ttl_s``; a key created a moment ago works within
     #: ``unknown_key_ttl_s``. 0 reads the store on every request (~2.4 ms on milvus-lite).

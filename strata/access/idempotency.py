@@ -8,19 +8,31 @@ collection, split into rows of at most :data:`_CHUNK_CHARS` characters
 (Milvus caps a text field at 65,535 bytes), for ``ttl_s``; the TTL sweep
 purges it afterwards. The request is fingerprinted (method, path, query,
 body): the same key with another request is refused, not replayed.
+
+Kept answers are the record; :class:`Claims` only says which writes are in flight, so that
+two API replicas that receive one key at once do not both apply it (Milvus has no
+insert-if-absent): a write claims its key (in one actor per tenant range,
+``strata_actors.limits``), reads the store for a kept answer, and only then applies. A
+claim lost with its actor is no record: the next claim is granted and the store, read
+after it, still answers any write whose answer was kept.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
-from dataclasses import dataclass
+import time
+from collections.abc import Callable
+from contextlib import suppress
+from dataclasses import dataclass, field
+from typing import Protocol
 
 from strata.clock import now_ms
 from strata.ids import validate_id
 from strata.store.records import Record, RecordStore
 from strata.store.ttl import EXPIRES
 
-__all__ = ["IDEM_KIND", "IDEM_SESSION", "Answer", "IdempotencyStore", "fingerprint"]
+__all__ = ["IDEM_KIND", "IDEM_SESSION", "Answer", "Claim", "ClaimBook", "Claims", "IdempotencyStore", "fingerprint"]
 
 IDEM_KIND = "idem"
 IDEM_SESSION = "idempotency"
@@ -93,3 +105,92 @@ class IdempotencyStore:
     @staticmethod
     def _pk(tenant: str, key: str, n: int) -> str:
         return f"{tenant}/{IDEM_KIND}/{hashlib.sha256(key.encode()).hexdigest()[:40]}/{n:03d}"
+
+
+@dataclass(frozen=True)
+class Claim:
+    """What a claim on a key was answered."""
+
+    #: The caller holds the key: it reads the store, applies the write if no answer is kept,
+    #: and releases the key.
+    granted: bool
+    #: Not granted: whether the holder is applying the same request (else: another one, a 422).
+    same_request: bool = True
+    #: Not granted: when the holder's claim runs out at the latest.
+    retry_after_s: float = 0.0
+
+
+class ClaimBook(Protocol):
+    """Where writes with an ``Idempotency-Key`` claim it: :class:`Claims` in this process, or
+    the API replicas' shared one (``strata_actors.limits.SharedLimits``)."""
+
+    async def claim(self, tenant: str, key: str, *, fingerprint: str, holder: str) -> Claim:
+        """Hold ``key`` for ``holder``; while another holds it with the same request, wait a while
+        (``serve.idempotency_wait_s``) for it to be let go."""
+        ...
+
+    async def release(self, tenant: str, key: str, *, holder: str) -> None:
+        """Let ``key`` go, if ``holder`` holds it; its waiters claim it in turn."""
+        ...
+
+
+@dataclass
+class _Held:
+    holder: str
+    fingerprint: str
+    until: float
+    released: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+class Claims:
+    """Which writes with an Idempotency-Key are in flight: per (tenant, key), who holds it, for
+    which request, until when. A holder that never releases (its replica died) holds it for
+    ``hold_s``; a waiter is told so after ``wait_s`` rather than waiting that long.
+
+    Args:
+        hold_s: how long a claim lasts unreleased: longer than a write takes.
+        wait_s: how long a claim on a key held for the same request waits for it.
+        clock: monotonic seconds.
+    """
+
+    def __init__(self, *, hold_s: float, wait_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self._hold_s = hold_s
+        self._wait_s = wait_s
+        self._clock = clock
+        self._held: dict[tuple[str, str], _Held] = {}
+
+    async def claim(self, tenant: str, key: str, *, fingerprint: str, holder: str) -> Claim:
+        deadline = self._clock() + self._wait_s
+        while True:
+            now = self._clock()
+            held = self._held.get((tenant, key))
+            if held is None or held.until <= now or held.holder == holder:
+                if held is not None:
+                    held.released.set()  # an expired holder's waiters look again
+                if len(self._held) > 100_000:
+                    self._forget_expired(now)
+                self._held[(tenant, key)] = _Held(holder, fingerprint, now + self._hold_s)
+                return Claim(granted=True)
+            if held.fingerprint != fingerprint:
+                return Claim(granted=False, same_request=False, retry_after_s=round(held.until - now, 3))
+            left = min(deadline, held.until) - now
+            if left <= 0:
+                return Claim(granted=False, retry_after_s=round(held.until - now, 3))
+            with suppress(TimeoutError):
+                await asyncio.wait_for(held.released.wait(), left)
+
+    async def release(self, tenant: str, key: str, *, holder: str) -> None:
+        held = self._held.get((tenant, key))
+        if held is not None and held.holder == holder:
+            del self._held[(tenant, key)]
+            held.released.set()
+
+    def holding(self) -> int:
+        """Claims held now (expired ones not yet dropped included)."""
+        return len(self._held)
+
+    def _forget_expired(self, now: float) -> None:
+        for name, held in list(self._held.items()):
+            if held.until <= now:
+                del self._held[name]
+                held.released.set()

@@ -13,7 +13,7 @@ import httpx
 from fastapi import FastAPI, Header, Request, Response
 from pydantic import BaseModel
 
-from strata.access.idempotency import IdempotencyStore
+from strata.access.idempotency import Claims, IdempotencyStore
 from strata.access.keycache import KeyCache
 from strata.access.keys import KEY_PREFIX, KeyInfo, KeyStore
 from strata.config import AuthSettings, StrataSettings
@@ -66,6 +66,7 @@ class World:
         settings = StrataSettings(auth=AuthSettings(admin_key="sk-configured-admin", **auth))
         self.gate = KeyGate(settings, keys=self.keys, clock=self.clock)
         self.answers = IdempotencyStore(self.store, "state", ttl_s=60)
+        self.claims = Claims(hold_s=60, wait_s=5)
         self.key = self.keys.create("acme")
         self.key_id = self.keys.lookup(self.key).key_id  # type: ignore[union-attr]
         self.store.key_reads = 0
@@ -73,8 +74,8 @@ class World:
         self.up = True
         self.app = self._app()
 
-    async def answers_of(self) -> IdempotencyStore:
-        return self.answers
+    async def answers_of(self) -> tuple[IdempotencyStore, Claims]:
+        return self.answers, self.claims
 
     def _app(self) -> FastAPI:
         app = FastAPI()

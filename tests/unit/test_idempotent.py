@@ -13,9 +13,11 @@ import httpx
 from fastapi import FastAPI, Header, Response
 from pydantic import BaseModel
 
-from strata.access.idempotency import IDEM_KIND, IdempotencyStore
+from strata.access.idempotency import IDEM_KIND, Claim, Claims, IdempotencyStore
 from strata.access.keys import KeyStore
+from strata.access.ratelimit import RateLimiter
 from strata.config import AuthSettings, StrataSettings
+from strata.errors import StoreUnavailable
 from strata.store.records import InMemoryRecordStore
 from strata_serve.auth import Authenticate, KeyGate
 from strata_serve.errors import BodyLimit, Deadline, Internal, install_handlers
@@ -40,29 +42,48 @@ class Clock:
 
 
 class World:
-    def __init__(self, **auth: Any) -> None:
+    """One API replica over a store; :meth:`replica` makes another over the same store, claims
+    and shared rate limits, as the API's replicas share them through ``strata_actors.limits``."""
+
+    def __init__(self, *, wait_s: float = 5.0, delay_s: float = 0.01, **auth: Any) -> None:
         self.clock = Clock()
         self.store = InMemoryRecordStore()
         for name in ("keys", "state"):
             self.store.ensure_collection(name, dim=4)
         self.keys = KeyStore(self.store, "keys")
-        self.gate = KeyGate(StrataSettings(auth=AuthSettings(**auth)), keys=self.keys, clock=self.clock)
+        self.settings = StrataSettings(auth=AuthSettings(**auth))
+        self.gate = KeyGate(self.settings, keys=self.keys, clock=self.clock)
         self.answers = IdempotencyStore(self.store, "state", ttl_s=60)
+        self.claims: Any = Claims(hold_s=60, wait_s=wait_s)
+        self.central = RateLimiter(
+            per_s=self.settings.auth.rate_limit_per_s, burst=self.settings.auth.rate_burst, clock=self.clock
+        )
+        self.delay_s = delay_s
         self.applied: list[tuple[str, str]] = []
         self.searched = 0
         self.a, self.b = self.keys.create("tenant-a"), self.keys.create("tenant-b")
-        self.client = httpx.AsyncClient(transport=httpx.ASGITransport(app=self._app()), base_url="http://test")
+        self.client = self._client(self.gate)
 
-    async def answers_of(self) -> IdempotencyStore:
-        return self.answers
+    def replica(self) -> httpx.AsyncClient:
+        """Another replica: its own gate, key cache and middleware, limits taken from :attr:`central`."""
+
+        async def grant(tenant: str, key_id: str, want: int) -> int:
+            return self.central.grant(key_id, want)
+
+        return self._client(KeyGate(self.settings, keys=self.keys, limits=grant, clock=self.clock))
+
+    def _client(self, gate: KeyGate) -> httpx.AsyncClient:
+        return httpx.AsyncClient(transport=httpx.ASGITransport(app=self._app(gate)), base_url="http://test")
+
+    async def answers_of(self) -> tuple[IdempotencyStore, Any]:
+        return self.answers, self.claims
 
     def kept(self, tenant: str = "tenant-a") -> int:
         return len(self.store.scan("state", tenant=tenant, kinds=[IDEM_KIND]))
 
-    def _app(self) -> FastAPI:
+    def _app(self, gate: KeyGate) -> FastAPI:
         app = FastAPI()
         install_handlers(app)
-        gate = self.gate
         app.add_middleware(Idempotent, replica=lambda: self.answers_of)
         app.add_middleware(BodyLimit, max_bytes=lambda: 100_000)
         app.add_middleware(Authenticate, gate=lambda: gate)
@@ -78,7 +99,7 @@ class World:
                 response.status_code = 409
                 return {"error": "VersionConflict"}
             self.applied.append((who, body.text))
-            await asyncio.sleep(0.01)
+            await asyncio.sleep(self.delay_s)
             response.headers["ETag"] = f'"{len(self.applied)}"'
             return {"tenant": who, "applied": len(self.applied), "text": body.text}
 
@@ -243,3 +264,73 @@ async def test_replays_take_from_the_rate_limit() -> None:
     answers = [await w.client.post("/v1/documents", json={"text": "x"}, headers=headers(w.a)) for _ in range(3)]
     assert [a.status_code for a in answers] == [201, 201, 429]
     assert answers[1].headers["idempotent-replayed"] == "true" and len(w.applied) == 1
+
+
+# -- two replicas: one key is applied once over both ---------------------------------------
+
+
+async def test_one_key_sent_to_two_replicas_at_once_is_applied_once() -> None:
+    """Before the claims, each replica locked the key in its own memory: both applied it."""
+    w = World(delay_s=0.05)
+    other = w.replica()
+    answers = await asyncio.gather(*(
+        client.post("/v1/documents", json={"text": "x"}, headers=headers(w.a))
+        for client in (w.client, other, w.client, other)
+    ))
+    assert [a.status_code for a in answers] == [201] * 4 and w.applied == [("tenant-a", "x")]
+    assert {a.json()["applied"] for a in answers} == {1}
+    assert sum(a.headers.get("idempotent-replayed") == "true" for a in answers) == 3
+
+
+async def test_a_key_in_flight_on_another_replica_gets_409_after_the_wait() -> None:
+    w = World(wait_s=0.05, delay_s=0.3)
+    other = w.replica()
+    slow = asyncio.ensure_future(w.client.post("/v1/documents", json={"text": "x"}, headers=headers(w.a)))
+    await asyncio.sleep(0.1)
+    busy = await other.post("/v1/documents", json={"text": "x"}, headers=headers(w.a))
+    assert busy.status_code == 409 and busy.json()["field"] == "Idempotency-Key"
+    assert 1 <= int(busy.headers["Retry-After"]) <= 60
+    different = await other.post("/v1/documents", json={"text": "y"}, headers=headers(w.a))
+    assert different.status_code == 422 and "different request" in different.json()["message"]
+    assert (await slow).status_code == 201
+    later = await other.post("/v1/documents", json={"text": "x"}, headers=headers(w.a))
+    assert later.headers["idempotent-replayed"] == "true" and w.applied == [("tenant-a", "x")]
+
+
+async def test_a_lost_claim_does_not_apply_a_kept_answer_again() -> None:
+    """The claims' actor restarted empty: the store, read after the claim, still answers."""
+    w = World()
+    assert (await w.client.post("/v1/documents", json={"text": "x"}, headers=headers(w.a))).status_code == 201
+    w.claims = Claims(hold_s=60, wait_s=5.0)
+    again = await w.replica().post("/v1/documents", json={"text": "x"}, headers=headers(w.a))
+    assert again.headers["idempotent-replayed"] == "true" and len(w.applied) == 1
+
+
+class Unanswering:
+    async def claim(self, tenant: str, key: str, *, fingerprint: str, holder: str) -> Claim:
+        raise StoreUnavailable("the claims do not answer", retry_after_s=2)
+
+    async def release(self, tenant: str, key: str, *, holder: str) -> None:
+        raise AssertionError("nothing was claimed")
+
+
+async def test_without_claims_a_write_with_a_key_is_refused_not_run_unclaimed() -> None:
+    w = World()
+    w.claims = Unanswering()
+    refused = await w.client.post("/v1/documents", json={"text": "x"}, headers=headers(w.a))
+    assert refused.status_code == 503 and refused.headers["Retry-After"] == "2" and w.applied == []
+    plain = await w.client.post("/v1/documents", json={"text": "x"}, headers=headers(w.a, idem=None))
+    assert plain.status_code == 201  # a write without the header needs no claim
+
+
+async def test_two_replicas_share_one_keys_rate_limit() -> None:
+    """Before, each replica had a bucket of its own: a key sent twice its burst over two."""
+    w = World(rate_limit_per_s=0.001, rate_burst=6, rate_lease=2)
+    one, two = w.replica(), w.replica()
+    answers = [
+        await client.post("/v1/documents", json={"text": str(n)}, headers=headers(w.a, idem=None))
+        for n in range(8) for client in (one, two)
+    ]
+    codes = [a.status_code for a in answers]
+    assert codes.count(201) == 6 and codes.count(429) == 10 and len(w.applied) == 6
+    assert {a.status_code for a in answers[0:2]} == {201}  # both replicas were granted some
