@@ -140,7 +140,11 @@ async def search_memory(
     query: Annotated[str, Field(min_length=1, description="What to look for, in words; may name a time")],
     layers: Annotated[
         list[Layer] | None,
-        Field(description="Only these layers (working, episodic, semantic, procedural); default every one"),
+        Field(
+            min_length=1,
+            description="Only these layers (working, episodic, semantic, procedural); leave it out for every one "
+            "the key may read (an empty list is refused)",
+        ),
     ] = None,
     session_id: Annotated[
         str | None, Field(description="Only this session's conversation (working and episodic memory)")
@@ -283,7 +287,7 @@ async def forget(
     session or a turn, per layer too).
     """
     if what == "turn" and session_id is None:
-        raise ToolError("forgetting a turn needs its session_id (a search hit has it)")
+        raise ToolError("InvalidInput: session_id: forgetting a turn needs its session_id (a search hit has it)")
     async with _strata(ctx) as strata:
         if what in ("session", "turn"):
             # session_id is set for a turn: refused above without it

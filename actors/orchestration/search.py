@@ -24,7 +24,9 @@ class SearchFlow(ReadFlow):
     """``search``: each named layer asked concurrently, the hits merged by score."""
 
     async def search(self, tenant: str, req: SearchRequest) -> SearchResult:
-        layers: list[Layer] = req.layers or list(LAYERS)
+        # None is every layer (an in-process caller, no key); the API passes the layers it
+        # authorized, and an empty list searches nothing: never read as "all".
+        layers: list[Layer] = list(LAYERS) if req.layers is None else list(req.layers)
         missing: dict[str, str] = {}
         reference = req.reference_time or datetime.now(UTC)
         # An explicit time_range filters; one read off the query only prefers (see build_context).

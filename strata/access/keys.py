@@ -244,8 +244,10 @@ def may(info: KeyInfo, need: Need, *, session: str | None) -> bool:
 
 def visible_layers(info: KeyInfo, asked: Iterable[Layer] | None, *, default: Iterable[Layer]) -> list[Layer]:
     """The layers a search or context call of ``info`` reads: the ones it ``asked`` for, each
-    one the key must see (:class:`Forbidden` otherwise); without any asked, those of
-    ``default`` the key sees, the others left out."""
+    one the key must see (:class:`Forbidden` otherwise); without any asked (None), those of
+    ``default`` the key sees, the others left out. An empty list asks for nothing and gets
+    nothing: the stages after authorization read the layers returned here, never the request's
+    own field, so ``[]`` cannot turn into "every layer" later (STYLE.md, habit 17)."""
     if asked is not None:
         wanted = list(dict.fromkeys(asked))
         hidden = [layer for layer in wanted if layer not in info.layers]

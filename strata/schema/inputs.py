@@ -173,7 +173,12 @@ class ContextRequest(_In):
 
 class SearchRequest(_In):
     query: str = Field(min_length=1, max_length=MESSAGE_CHARS_MAX)
-    layers: list[Layer] | None = None
+    layers: list[Layer] | None = Field(
+        default=None,
+        min_length=1,
+        description="Search only these layers; leave it out (or null) to search every layer the key may read. "
+        "An empty list is refused: it would search nothing",
+    )
     top_k: int = Field(default=10, ge=1, le=100)
     session_id: str | None = Field(default=None, pattern=_ID)
     time_range: TimeRangeIn | None = None

@@ -189,3 +189,22 @@ def test_shared_is_kept_and_shown() -> None:
     assert shared is not None and shared.scopes == "session s1, documents and skills" and "semantic" in shared.layers
     assert unshared is not None and unshared.scopes == "no documents or skills" and "semantic" not in unshared.layers
     assert keys.lookup(keys.rotate(shared.key_id).key).shared is True  # type: ignore[union-attr]
+
+
+def test_an_empty_layer_list_searches_nothing_it_is_never_every_layer() -> None:
+    """A session key's search with ``"layers": []`` read the whole tenant: authorization asked
+    for no layer, and the orchestrator then read ``[]`` as "every layer". The request is refused
+    where it is parsed, so no later stage can reinterpret it; a context with ``[]`` reads working
+    memory only."""
+    from pydantic import ValidationError
+
+    from strata.schema import ContextRequest, SearchRequest
+
+    with pytest.raises(ValidationError, match="layers"):
+        SearchRequest(query="plans", layers=[])
+    assert SearchRequest(query="plans").layers is None
+    assert ContextRequest(message="plans", session_id=OWN, layers=[]).layers == []
+    for info in KEYS.values():
+        if not info.admin:
+            assert visible_layers(info, [], default=LAYERS) == []  # asked for nothing: nothing to read
+
