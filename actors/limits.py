@@ -43,6 +43,9 @@ __all__ = ["LimitsShard", "SharedLimits", "limits_actor_name"]
 _GRANT_TIMEOUT_S = 1.0
 #: A claim waits up to ``serve.idempotency_wait_s`` in the actor; this much more for the call.
 _CLAIM_MARGIN_S = 2.0
+#: Until an actor has answered this replica once, it may be starting (a second or more on a
+#: busy machine): its first call waits this long, not the timeouts above.
+_START_TIMEOUT_S = 60.0
 
 
 def limits_actor_name(shard: int) -> str:
@@ -96,6 +99,7 @@ class SharedLimits:
         self._settings_dict = settings.to_dict()
         self._shards = max(1, settings.auth.limit_shards)
         self._handles: dict[int, Any] = {}
+        self._answered: set[int] = set()  # shards that have answered this replica
         self._wait_s = settings.serve.idempotency_wait_s
 
     def handle(self, tenant: str) -> Any:
@@ -132,8 +136,13 @@ class SharedLimits:
         await self._call(tenant, "release", tenant, key, holder, timeout_s=_CLAIM_MARGIN_S)
 
     async def _call(self, tenant: str, method: str, *args: Any, timeout_s: float) -> Any:
+        shard = owner_shard(tenant, self._shards)
+        if shard not in self._answered:
+            timeout_s = max(timeout_s, _START_TIMEOUT_S)
         try:
-            return await asyncio.wait_for(getattr(self.handle(tenant), method).remote(*args), timeout_s)
+            found = await asyncio.wait_for(getattr(self.handle(tenant), method).remote(*args), timeout_s)
+            self._answered.add(shard)
+            return found
         except (RayActorError, GetTimeoutError, TimeoutError):
             raise StoreUnavailable(
                 "the API's shared rate limits and Idempotency-Key claims do not answer (their actor "
