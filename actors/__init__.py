@@ -7,6 +7,8 @@
 - ``orchestration``: one request's work across the layers (the Serve orchestrator's and
   the in-cluster client's)
 - ``client``: the in-cluster client, bound to one tenant
+- ``limits``: the API replicas' shared rate limits and Idempotency-Key claims, one actor per
+  tenant range, and their typed handle
 - ``errors``: Ray's failures mapped to Strata's errors; ``ray_auth``: joining the stack's cluster
 
 Import from the modules; the package itself exports nothing (importing it starts no Ray).

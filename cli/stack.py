@@ -785,16 +785,23 @@ class Stack:
                 import ray
                 from ray import serve
 
+                from strata_actors.limits import limits_actor_name
                 from strata_actors.router import LAYER_CLASSES, actor_name, shutdown_ray
 
                 self.ensure_ray_client()
                 serve.shutdown()  # type: ignore[no-untyped-call]  # Ray Serve leaves it unannotated
-                for layer in LAYER_CLASSES:
-                    for shard in range(int(getattr(self.settings.actors, f"{layer}_shards"))):
-                        try:
-                            ray.kill(ray.get_actor(actor_name(layer, shard), namespace=self.settings.ray.namespace))
-                        except ValueError:
-                            pass
+                names = [
+                    actor_name(layer, shard)
+                    for layer in LAYER_CLASSES
+                    for shard in range(int(getattr(self.settings.actors, f"{layer}_shards")))
+                ]
+                # The API replicas' shared rate limits and claims (made by the first replica that asks).
+                names += [limits_actor_name(shard) for shard in range(self.settings.auth.limit_shards)]
+                for name in names:
+                    try:
+                        ray.kill(ray.get_actor(name, namespace=self.settings.ray.namespace))
+                    except ValueError:
+                        pass
                 shutdown_ray()
             except Exception as exc:  # noqa: BLE001  (a broken cluster is stopped below all the same)
                 self.say(f"Serve shutdown skipped: {type(exc).__name__}: {exc}")
