@@ -26,7 +26,7 @@ from collections.abc import Sequence
 import httpx
 from fastapi import FastAPI, Header
 
-from strata.access.idempotency import IdempotencyStore
+from strata.access.idempotency import Claims, IdempotencyStore
 from strata.access.keys import KeyStore
 from strata.config import AuthSettings, StrataSettings
 from strata.store.records import InMemoryRecordStore, Record
@@ -60,8 +60,10 @@ def _app(gate: KeyGate, answers: IdempotencyStore) -> FastAPI:
     app = FastAPI()
     install_handlers(app)
 
-    async def answers_of() -> IdempotencyStore:
-        return answers
+    claims = Claims(hold_s=60, wait_s=10)
+
+    async def answers_of() -> tuple[IdempotencyStore, Claims]:
+        return answers, claims
 
     app.add_middleware(Idempotent, replica=lambda: answers_of)
     app.add_middleware(BodyLimit, max_bytes=lambda: 128 * 2**20)
