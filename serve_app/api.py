@@ -77,7 +77,9 @@ from strata_actors.limits import SharedLimits
 from strata_actors.orchestration import Orchestration
 from strata_mcp import McpHttp
 from strata_serve.auth import ROUTES, UI_PATH, Authenticate, KeyGate, health_for_caller
+from strata_serve.docs_page import install_docs
 from strata_serve.errors import BodyLimit, Deadline, Internal, install_handlers
+from strata_serve.headers import SecurityHeaders
 from strata_serve.idempotent import Idempotent, Replica, replica_parts
 
 __all__ = ["Api", "app"]
@@ -101,8 +103,11 @@ app = FastAPI(
     version="0.1.0",
     description="Authenticate every /v1 call with `Authorization: Bearer <key>`; the key decides the tenant. "
     "/v1/admin routes take an admin key.",
+    docs_url=None,  # served from installed files: strata_serve.docs_page
+    redoc_url=None,
 )
 install_handlers(app)
+install_docs(app)
 
 
 def _replica_max_body_bytes() -> int:
@@ -140,7 +145,7 @@ def _replica_timeout_s() -> float:
     return float(replica.request_timeout_s)
 
 
-# The last added runs first: Deadline, Internal, Authenticate, BodyLimit, Idempotent, the route.
+# The last added runs first: SecurityHeaders, Deadline, Internal, Authenticate, BodyLimit, Idempotent, the route.
 # Idempotent runs inside BodyLimit, so the body it reads is bounded already, and inside
 # Authenticate, so a replay is rate-limited and authorised as a first attempt is;
 # Authenticate answers a wrong key before anything reads the body. Internal answers 500 to
@@ -151,6 +156,8 @@ app.add_middleware(BodyLimit, max_bytes=_replica_max_body_bytes)
 app.add_middleware(Authenticate, gate=_replica_gate)
 app.add_middleware(Internal)
 app.add_middleware(Deadline, timeout_s=_replica_timeout_s)
+# Outermost of all: every answer, also one a middleware above made, carries the security headers.
+app.add_middleware(SecurityHeaders)
 
 # MCP over streamable HTTP, behind the same middleware: a request without a good key gets 401,
 # and each tool call calls these routes in process with the caller's key (strata_mcp.http).

@@ -80,6 +80,8 @@ OPEN_PATHS = frozenset(("/healthz", "/docs", "/docs/oauth2-redirect", "/redoc", 
 #: Where the memory inspector's static files are served. A GET of it or of a file below it
 #: needs no key: the page holds no data, and each call it makes sends the key pasted into it.
 UI_PATH = "/ui"
+#: Where /docs' and /redoc's scripts are served (``strata_serve.docs_page``): open as UI_PATH is.
+DOCS_STATIC_PATH = "/docs/static"
 
 #: Marks a request this process's app sends to itself on behalf of one it is serving (an MCP
 #: tool call, ``strata_mcp.http``): its key is checked as any other's, but its rate limit is not
@@ -409,7 +411,8 @@ class KeyGate:
 
 
 def _is_ui_file(method: str, path: str) -> bool:
-    return method == "GET" and (path == UI_PATH or path.startswith(UI_PATH + "/"))
+    """A GET of the inspector's files or of /docs' scripts: static files that hold no data."""
+    return method == "GET" and any(path == root or path.startswith(root + "/") for root in (UI_PATH, DOCS_STATIC_PATH))
 
 
 #: Marks a response to a failed authentication (401, or 429 for the address's failed attempts):

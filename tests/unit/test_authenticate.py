@@ -23,6 +23,7 @@ from strata.store.records import InMemoryRecordStore, Record
 from strata_cli import haproxy
 from strata_serve.auth import FAILED_AUTH_HEADER, GOOD_KEY_HEADER, Authenticate, KeyGate, health_for_caller
 from strata_serve.errors import BodyLimit, Deadline, Internal, install_handlers
+from strata_serve.headers import SecurityHeaders
 from strata_serve.idempotent import Idempotent
 
 MILVUS_DOWN = "Milvus at http://10.0.0.7:19530 does not answer"
@@ -406,7 +407,9 @@ async def test_healthz_says_up_or_down_and_shows_details_to_an_admin_key_only() 
 def test_the_api_runs_its_middlewares_in_this_order() -> None:
     from strata_serve import api
 
-    assert [m.cls for m in api.app.user_middleware] == [Deadline, Internal, Authenticate, BodyLimit, Idempotent]
+    assert [m.cls for m in api.app.user_middleware] == [
+        SecurityHeaders, Deadline, Internal, Authenticate, BodyLimit, Idempotent
+    ]
 
 
 async def test_a_good_key_over_its_own_rate_is_not_marked_as_a_failed_authentication() -> None:
