@@ -9,9 +9,10 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from strata.limits import MESSAGE_CHARS_MAX
 from strata_bench.service.sizes import SESSION_TURNS
 
-__all__ = ["TextSource", "make_sessions"]
+__all__ = ["TextSource", "hostile_texts", "make_sessions"]
 
 # -- synthetic data ---------------------------------------------------------------
 
@@ -145,3 +146,45 @@ def make_sessions(
         out.append((f"{prefix}-s{s:04d}", [{"user": u, "agent": a, "timestamp": start + timedelta(minutes=2 * i),
                                            "turn_id": f"t{i:04d}"} for i, (u, a) in enumerate(pairs)]))
     return out
+
+
+# -- hostile text in other scripts ---------------------------------------------------
+
+#: (first, last) code points of the scripts the mixed-script text draws short runs from: Latin,
+#: Cyrillic, Greek, Arabic, Devanagari, Hangul, Hiragana, Thai, CJK ideographs and Hebrew.
+_SCRIPTS = [(0x41, 0x5A), (0x61, 0x7A), (0x400, 0x44F), (0x391, 0x3C9), (0x627, 0x64A), (0x905, 0x939),
+            (0xAC00, 0xD7A3), (0x3041, 0x3096), (0xE01, 0xE2E), (0x4E00, 0x9FA5), (0x5D0, 0x5EA)]
+#: What follows each emoji: a zero-width joiner, a variation selector, or a skin tone and a joiner.
+#: Each keeps the text under 3.7 UTF-8 bytes a character, so 16,000 of them fit a turn (60,000 bytes).
+_EMOJI_TAILS = ["\u200d", "\ufe0f", "\U0001f3fd\u200d"]
+
+
+def hostile_texts(chars: int = MESSAGE_CHARS_MAX, *, seed: int = 0) -> dict[str, str]:
+    """Texts of exactly ``chars`` characters in scripts other than English, each of a kind that
+    once cost seconds to write (random: the same ``seed``, the same texts).
+
+    ``random_cjk``: ideographs drawn from U+4E00-U+9FA5, which make almost no dictionary word,
+    so jieba's taggers got all of them (a 1,000-character turn took 3.7 s of CPU to write, 16,000
+    characters 59 s); ``mixed_scripts``: runs of one to eight characters of ten scripts, between
+    spaces and stops; ``emoji``: with joiners, skin tones and variation selectors;
+    ``combining_marks``: Latin letters under one to six combining marks each.
+    """
+    rng = random.Random(seed)
+    cjk = "".join(chr(rng.randint(0x4E00, 0x9FA5)) for _ in range(chars))
+    mixed: list[str] = []
+    while len(mixed) < chars:
+        first, last = rng.choice(_SCRIPTS)
+        mixed += [chr(rng.randint(first, last)) for _ in range(rng.randint(1, 8))]
+        mixed.append(rng.choice(" ,.。"))
+    emoji: list[str] = []
+    while len(emoji) < chars:
+        emoji += [chr(rng.randint(0x1F300, 0x1FAFF)), rng.choice(_EMOJI_TAILS)]
+    marks: list[str] = []
+    while len(marks) < chars:
+        marks += [chr(rng.randint(0x61, 0x7A)), *(chr(rng.randint(0x300, 0x36F)) for _ in range(rng.randint(1, 6)))]
+    return {
+        "random_cjk": cjk,
+        "mixed_scripts": "".join(mixed)[:chars],
+        "emoji": "".join(emoji)[:chars],
+        "combining_marks": "".join(marks)[:chars],
+    }

@@ -20,7 +20,7 @@ from strata.retrieval.entities.extraction import (
     Relation,
     entity_key,
 )
-from strata.retrieval.segmenter import jieba_posseg
+from strata.retrieval.segmenter import tagged_words
 from strata.retrieval.terms import ENGLISH_STOP_WORDS
 
 __all__ = ["RuleExtractor"]
@@ -298,8 +298,7 @@ class RuleExtractor:
 
     def _chinese(self, text: str, claim: _Claim) -> None:
         cursor = 0
-        for pair in jieba_posseg().cut(text):
-            word, flag = pair.word, pair.flag
+        for word, flag in tagged_words(text):
             start = text.find(word, cursor)
             if start < 0:
                 continue
