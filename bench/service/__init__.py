@@ -25,7 +25,11 @@
    **Hostile neighbour** (unless ``--no-hostile``): the same concurrent context calls again
    while one more client sends worst-case inputs (:mod:`strata_bench.service.hostile`:
    16,000-character queries made for the PII rules to backtrack, floods of wrong keys, a
-   body of ``serve.max_body_bytes`` with a wrong key); target: p99 within 2x of the p99 without it.
+   body of ``serve.max_body_bytes`` with a wrong key, and 16,000-character queries of random CJK,
+   mixed scripts, emoji and combining marks); target: p99 within 2x of the p99 without it. Before
+   it, in this process, the CPU to write each of those texts and the English worst cases as a
+   turn and as a document (:func:`~strata_bench.service.hostile.text_write_cpu_ms`); target: the
+   costliest turn under 1 s.
 3. **Scale.** ``tenants`` tenants, each with its own key, ``tenant_turns`` turns and
    a document, then every tenant's context call (four at a time), which must answer.
    Memory: RSS summed over the stack's processes (the Ray head's, found by its temp

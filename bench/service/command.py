@@ -27,7 +27,7 @@ from strata_bench.service.floor import (
     floor_in_memory,
     measure_floor,
 )
-from strata_bench.service.hostile import BODY_MARGIN_BYTES, measure_hostile
+from strata_bench.service.hostile import BODY_MARGIN_BYTES, measure_hostile, text_write_cpu_ms
 from strata_bench.service.ingest import ingest, read_your_writes
 from strata_bench.service.latency import measure_latency
 from strata_bench.service.report import embedder_lines, format_report, plot, summarize
@@ -136,10 +136,13 @@ def measure(found: Target, sizes: Sizes, source: TextSource, *, admin_key: str |
     if hostile:  # after the memory snapshot: reading the neighbour's maximal bodies may leave the ingress larger
         print(f"  and again beside a hostile neighbour: {sizes.clients} clients' context calls while one more "
               "client sends worst-case inputs", flush=True)
+        with phase("hostile_text"):  # in this process, before the neighbour: nothing else runs beside it
+            text_cpu = text_write_cpu_ms(embedder, settings)
         with phase("hostile"):
             out["hostile"] = asyncio.run(measure_hostile(
                 found.url, found.key, queries, sessions[-1][0], sizes,
                 body_bytes=settings.serve.max_body_bytes - BODY_MARGIN_BYTES, pids=stack_pids(stack)))
+        out["hostile"]["text_write_cpu_ms"] = text_cpu
     else:
         out["hostile"] = {"skipped": "--no-hostile"}
 

@@ -8,7 +8,9 @@ mid-request if need be):
 1. ``POST /v1/search`` with the bench's own key and each query of :func:`hostile_queries`,
    one after the other: ``MESSAGE_CHARS_MAX`` characters made to make the PII rules
    backtrack (every query is redacted before it is embedded), or the time-expression reader
-   try reading after reading;
+   try reading after reading; then each text of
+   :func:`~strata_bench.service.text.hostile_texts` (random CJK, mixed scripts, emoji,
+   combining marks), which a query's segmentation reads;
 2. :data:`FLOOD` ``POST /v1/context`` calls at once, each with a different random key of a
    real key's form, so that none is refused on its form before the key store is asked;
 3. ``POST /v1/documents`` with a random key of that form and a body of ``max_body_bytes``
@@ -19,6 +21,8 @@ Against a stack on loopback the neighbour connects from :data:`NEIGHBOUR_ADDRESS
 stack's limit on failed keys per client address counts it apart from the clients, as it would
 a neighbour on another machine (from the clients' own address, its wrong keys would get the
 clients refused too: a figure of the limit, not of isolation).
+
+:func:`text_write_cpu_ms` measures, in this process, what writing each of those texts costs.
 """
 
 from __future__ import annotations
@@ -29,19 +33,23 @@ import secrets
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 import httpx
+import numpy as np
 
 from strata.access.keys import KEY_PREFIX
 from strata.errors import StrataError
 from strata.limits import DOCUMENT_CHARS_MAX, MESSAGE_CHARS_MAX
 from strata_bench.service.latency import _timed, cpu_ms_per_unit, stack_cpu_s
 from strata_bench.service.sizes import Sizes
+from strata_bench.service.text import hostile_texts
 from strata_bench.service.timing import summary
 from strata_serve.client import AsyncStrataClient
 
-__all__ = ["BODY_MARGIN_BYTES", "FLOOD", "NEIGHBOUR_ADDRESS", "hostile_queries", "maximal_body", "measure_hostile"]
+__all__ = ["BODY_MARGIN_BYTES", "FLOOD", "NEIGHBOUR_ADDRESS", "hostile_queries", "maximal_body", "measure_hostile",
+           "text_write_cpu_ms"]
 
 #: Requests with random wrong keys the neighbour sends at once, each round.
 FLOOD = 50
@@ -134,7 +142,7 @@ class _Neighbour:
                  transport: httpx.AsyncBaseTransport | None = None) -> None:
         self._http = httpx.AsyncClient(base_url=url, timeout=120, transport=transport)
         self._key, self._session, self._body_bytes, self._flood = key, session, body_bytes, flood
-        self._queries = hostile_queries()
+        self._queries = {**hostile_queries(), **hostile_texts()}
         self._ms: dict[str, list[float]] = {kind: [] for kind in self.KINDS}
         self._outcomes: dict[str, Counter[str]] = {kind: Counter() for kind in self.KINDS}
         self._rounds = 0
@@ -223,3 +231,64 @@ async def measure_hostile(url: str, key: str, queries: list[str], session: str, 
                     "cpu_ms_per_call_by_process": by_process},
         "neighbour": {**neighbour.report(), "source_address": NEIGHBOUR_ADDRESS if apart else "the clients' own"},
     }
+
+
+def text_write_cpu_ms(embedder: Any, settings: Any, *, chars: int = MESSAGE_CHARS_MAX) -> dict[str, dict[str, Any]]:
+    """CPU milliseconds, in this process, to write each text of :func:`hostile_texts` (other
+    scripts) and of :func:`hostile_queries` (the English worst cases) as a turn, and its text
+    work as a document.
+
+    A turn is redacted by the PII rules, embedded, prepared (its entities) and recorded by an
+    episodic layer over an :class:`~strata.store.records.InMemoryRecordStore`, and added to a
+    session's working memory: a stack's write without Ray or HTTP. A document is cut, its
+    children's entities extracted, written and indexed by a semantic layer, with one vector for
+    every child instead of the embedder's: the embedder's cost is per child whatever the text
+    (the ingest phase's floor), and ``children`` says how many it would embed. The CPU of every
+    thread of the process counts.
+    """
+    from strata.config import PII_TYPES
+    from strata.episodic.turns import TurnInput
+    from strata.privacy.pii import Redactor, RuleDetector
+    from strata.providers.tokens import TiktokenCounter
+    from strata.semantic.documents import DocumentInput
+    from strata.store.layout import Collections
+    from strata.store.records import InMemoryRecordStore
+    from strata.working.memory import WorkingMemory
+    from strata_bench.service.floor import _layers
+
+    store, collections = InMemoryRecordStore(), Collections.for_settings(settings)
+    for name in (collections.episodic, collections.semantic):
+        store.ensure_collection(name, dim=collections.dim)
+    layers = _layers("hostile-text", settings, store, collections)
+    redactor = Redactor(RuleDetector(), dict.fromkeys(PII_TYPES, "mask"), hash_key=b"bench")
+    counter = TiktokenCounter(settings.working.encoding)
+    unit = np.full(collections.dim, collections.dim**-0.5, dtype=np.float32)
+    now = datetime.now(UTC)
+
+    def turn(name: str, text: str) -> int:
+        said = redactor.redact(text).text
+        prepared = layers.episodic.prepare(f"s-{name}", [TurnInput(user=said)], now=now)
+        layers.episodic.record(prepared, embedder.embed([said]))
+        WorkingMemory(counter=counter).add("user", said, now=now)
+        return 1
+
+    def document(name: str, text: str) -> int:
+        prepared = layers.semantic.prepare(DocumentInput(text=text, doc_id=f"d-{name}"), now=now)
+        vectors = np.tile(unit, (len(prepared.embed_texts()), 1))
+        layers.semantic.write(prepared, vectors)
+        layers.semantic.index(prepared, vectors)
+        return len(vectors)
+
+    def cpu_ms(write: Callable[[str, str], int], name: str, text: str) -> tuple[float, int]:
+        started = time.process_time()
+        count = write(name, text)
+        return round((time.process_time() - started) * 1000, 1), count
+
+    turn("warm-up", "我的上司名叫赵雅琳。She works at Acme Labs in Lisbon.")  # models and dictionaries loaded
+    out: dict[str, dict[str, Any]] = {}
+    texts = {**hostile_texts(chars), **{f"english_{name}": text for name, text in hostile_queries(chars).items()}}
+    for name, text in texts.items():
+        turn_ms, _ = cpu_ms(turn, name, text)
+        document_ms, children = cpu_ms(document, name, text)
+        out[name] = {"chars": len(text), "turn_ms": turn_ms, "document_ms": document_ms, "document_children": children}
+    return out

@@ -21,6 +21,7 @@ TARGETS: dict[str, tuple[str, float]] = {
     "embed_floor_over_ingest": ("<=", 2.0),
     "ingest_over_all_cores_floor": (">=", 0.8),
     "hostile_p99_ratio": ("<=", 2.0),
+    "hostile_text_turn_cpu_ms": ("<", 1000.0),
     "stack_rss_mib": ("<", 8192.0),
     "cold_tenant_p95_ms": ("<=", 1000.0),
 }
@@ -49,6 +50,7 @@ def summarize(raw: dict[str, Any], *, machine: dict[str, Any] | None = None) -> 
     ingest_rate, floor_rate = ingest["turns_per_s"], raw["embed_floor"]["turns_per_s"]
     waited = ingest.get("summaries_wait_s")
     hostile = (raw.get("hostile") or {}).get("context") or {}
+    text_cpu = (raw.get("hostile") or {}).get("text_write_cpu_ms") or {}
     doc: dict[str, Any] = {
         "context_p50_ms": lat["context"]["p50_ms"],
         "context_p95_ms": lat["context"]["p95_ms"],
@@ -75,6 +77,8 @@ def summarize(raw: dict[str, Any], *, machine: dict[str, Any] | None = None) -> 
         "hostile_context_p95_ms": hostile.get("p95_ms"),
         "hostile_context_p99_ms": hostile.get("p99_ms"),
         "hostile_context_calls_per_s": hostile.get("calls_per_s"),
+        # CPU to write the costliest 16,000-character turn of any script, English worst cases included.
+        "hostile_text_turn_cpu_ms": max((row["turn_ms"] for row in text_cpu.values()), default=None),
         "read_your_writes": bool(raw["read_your_writes"]["ok"]),
         "tenants": int(scale.get("tenants", 0)),
         "tenants_answered": scale.get("resident", {}).get("answered"),
@@ -104,6 +108,7 @@ def summarize(raw: dict[str, Any], *, machine: dict[str, Any] | None = None) -> 
             "ingest_over_all_cores_floor", _ratio(ingest_rate, doc["embed_all_cores_turns_per_s"])),
         "hostile_p99_ratio": _verdict(
             "hostile_p99_ratio", _ratio(doc["hostile_context_p99_ms"], doc["context_p99_ms"])),
+        "hostile_text_turn_cpu_ms": _verdict("hostile_text_turn_cpu_ms", doc["hostile_text_turn_cpu_ms"]),
         "read_your_writes": {"value": doc["read_your_writes"], "target": "true", "met": doc["read_your_writes"]},
         "stack_rss_mib": _verdict("stack_rss_mib", doc["stack_rss_mib"]),
         "cold_tenant_p95_ms": _verdict("cold_tenant_p95_ms", doc["cold_tenant_p95_ms"]),
@@ -347,6 +352,22 @@ def _hostile_lines(doc: dict[str, Any]) -> list[str]:
         statuses = ", ".join(f"{status} x{n}" for status, n in row["statuses"].items()) or "none answered"
         lines.append(f"  {label}: {row['calls']} completed, p50 {_f(row['p50_ms'])} ms, "
                      f"p99 {_f(row['p99_ms'])} ms; {statuses}")
+    return lines + _text_write_lines(doc)
+
+
+def _text_write_lines(doc: dict[str, Any]) -> list[str]:
+    """CPU to write each hostile text in this process, other scripts beside the English worst cases."""
+    texts = (doc["detail"].get("hostile") or {}).get("text_write_cpu_ms")
+    if not texts:
+        return []
+    lines = [("writing each hostile text in this process, CPU ms (turn: redacted, embedded, entities, indexed, in "
+              "working memory; document: its text work, the embedder aside):"),
+             f"  {'':30}{'chars':>7}{'turn':>8}{'document':>10}{'children':>10}"]
+    for name, row in texts.items():
+        lines.append(f"  {name:30}{row['chars']:>7}{_f(row['turn_ms']):>8}{_f(row['document_ms']):>10}"
+                     f"{row['document_children']:>10}")
+    verdict = doc["targets"]["hostile_text_turn_cpu_ms"]
+    lines.append(f"  the costliest turn: {_f(verdict['value'])} ms, {_mark(verdict)}")
     return lines
 
 
