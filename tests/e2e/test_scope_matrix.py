@@ -45,6 +45,8 @@ SCOPES: dict[str, dict[str, Any]] = {
 SEES_SHARED = {"tenant", "read-only", "session-shared"}  # documents and skills
 SEES_EVERY_SESSION = {"tenant", "read-only", "unshared"}
 
+#: Tenants of their own on the shared stack (tests/e2e/test_scopes.py works in "acme").
+ACME, RIVAL_TENANT = "matrix-acme", "matrix-rival"
 DOC = "Ocelot-Harbor-3391"  # only in acme's document and skill
 OTHER = "Heron-Sable-5521"  # only in acme's session "other" (a turn and a working item)
 RIVAL = "Quokka-Tundra-7784"  # only in the rival tenant (a document, a skill, a turn of its session "own")
@@ -96,13 +98,13 @@ def world(agents_stack: Running) -> dict[str, Any]:
     keys: dict[str, str] = {"admin": admin}
     ids: dict[str, str] = {}
     for kind, scope in SCOPES.items():
-        made = stack.call("POST", "/v1/admin/keys", admin, {"tenant": "acme", "name": kind, **scope})
+        made = stack.call("POST", "/v1/admin/keys", admin, {"tenant": ACME, "name": kind, **scope})
         assert made.status_code == 201, made.text
         keys[kind] = made.json()["key"]
         if kind == "revoked":
             gone = stack.call("DELETE", f"/v1/admin/keys/{made.json()['key_id']}", admin)
             assert gone.status_code in (200, 204), gone.text
-    rival = stack.call("POST", "/v1/admin/keys", admin, {"tenant": "rival"}).json()["key"]
+    rival = stack.call("POST", "/v1/admin/keys", admin, {"tenant": RIVAL_TENANT}).json()["key"]
     full = keys["tenant"]
     for key, tenant_doc, marker in ((full, "d1", DOC), (rival, "d-rival", RIVAL)):
         made = stack.call(
@@ -194,7 +196,7 @@ def base_request(op: str, kind: str, ids: dict[str, str]) -> tuple[str, Any, dic
         "GET /v1/skill-jobs/{job_id}": (f"/v1/skill-jobs/{job}", None, {}),
         "POST /v1/interactions": ("/v1/interactions", {"session_id": "own", "user": "x", "agent": "y"}, {}),
         "POST /v1/admin/keys": ("/v1/admin/keys", {"tenant": "scratch"}, {}),
-        "GET /v1/admin/keys": ("/v1/admin/keys?tenant=acme", None, {}),
+        "GET /v1/admin/keys": (f"/v1/admin/keys?tenant={ACME}", None, {}),
         "POST /v1/admin/keys/{key_id}:rotate": ("/v1/admin/keys/000000000000:rotate", None, {}),
         "DELETE /v1/admin/keys/{key_id}": ("/v1/admin/keys/000000000000", None, {}),
         "DELETE /v1/admin/tenants/{tenant}": ("/v1/admin/tenants/never-made", None, {}),
