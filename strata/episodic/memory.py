@@ -190,6 +190,8 @@ class EpisodicMemory:
             for t, v in zip(turns, vectors)
         ]
         self._store.upsert(self._collection, records)
+        for t in turns:  # segmented here, in the writer's thread, not where :meth:`index` runs
+            self._turn_lexical.precount(f"{t.session_id}/{t.turn_id}", t.text)
 
     def index(self, turns: Sequence[Turn], vectors: np.ndarray) -> None:
         """The in-memory half of :meth:`record`: make written turns searchable."""

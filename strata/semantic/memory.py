@@ -211,6 +211,9 @@ class SemanticMemory:
                     self._store.delete(self._collection, tenant=self.tenant, pks=stale[i : i + 1000])
             except Exception as exc:  # noqa: BLE001 - committed already: the old generation is an orphan now, removed at load
                 log.warning("old chunks of %s stay until the next load: %s", doc.doc_id, exc)
+        for row in rows:  # segmented here, in the writer's thread, not where :meth:`index` runs
+            if row.kind == CHILD:
+                self._lexical.precount(row.pk, titled(doc.title, row.text))
 
     def index(self, prepared: PreparedDocument, vectors: np.ndarray) -> Document:
         """Swap the document's in-memory state to the new generation, in one step.

@@ -129,3 +129,30 @@ def test_jieba_is_given_no_more_than_a_window_of_a_cjk_run(monkeypatch: pytest.M
     lexical.lexical_terms(hostile_texts(CHARS)["random_cjk"])
     assert max(given) <= lexical.JIEBA_WINDOW_CHARS
     assert sum(given) == CHARS
+
+
+def test_a_turn_is_segmented_where_it_is_written_not_where_it_is_indexed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An actor writes in a worker thread and indexes on its event loop: the costly part goes first."""
+    import numpy as np
+
+    from strata.config import EpisodicSettings
+    from strata.episodic.memory import EpisodicMemory
+    from strata.episodic.turns import TurnInput
+    from strata.store.records import InMemoryRecordStore
+    from tests.unit.test_episodic import NOW, unit
+
+    store = InMemoryRecordStore()
+    store.ensure_collection("episodic", dim=384)
+    memory = EpisodicMemory("t1", store=store, collection="episodic", settings=EpisodicSettings())
+    text = hostile_texts(2_000)["random_cjk"]
+    turns = memory.prepare("s1", [TurnInput(user=text)], now=NOW)
+    vectors = np.stack([unit(0)])
+    memory.write(turns, vectors)
+
+    def refused(text: str) -> frozenset[str]:
+        raise AssertionError("segmented on the event loop")
+
+    monkeypatch.setattr(lexical, "lexical_terms", refused)
+    memory.index(turns, vectors)
+    monkeypatch.undo()
+    assert memory.search(unit(1), query_text=text[:40], top_k=1)  # found by its terms
