@@ -499,7 +499,7 @@ class ProceduralSettings(_Section):
     job_retry_s: float = Field(default=5.0, gt=0)
 
 
-PII_TYPES = ("email", "phone", "card", "cn_id", "iban", "ip", "secret", "person", "address")
+PII_TYPES = ("email", "phone", "card", "cn_id", "iban", "ip", "secret", "ssn", "passport", "person", "address")
 PIIAction = Literal["mask", "hash", "keep"]
 
 
