@@ -36,7 +36,8 @@ SESSION = "Wendrickfall"
 DOC, DOC_TITLE, DOC_KEPT = "Plumbarosk", "Skelvinmoor", "Tarnowelde"
 TENANT = "Yzzardine"  # every layer of the forgotten tenant: turn, working item, document, skill
 SPARED = "Mordecanth"  # the same items of another tenant
-MARKERS = (TURN, TURN_KEPT, SESSION, DOC, DOC_TITLE, DOC_KEPT, TENANT, SPARED)
+STOPPED = "Halvorquist"  # forgotten just before the store stops (the last test writes it)
+MARKERS = (TURN, TURN_KEPT, SESSION, DOC, DOC_TITLE, DOC_KEPT, TENANT, SPARED, STOPPED)
 
 
 def on_disk(root: Path) -> set[str]:
@@ -101,7 +102,7 @@ async def filled(settings: Any, milvus: MilvusServer) -> Path:
     await asyncio.to_thread(_flush_all, store, names)
     await mine.record_turns("s-turn", [{"user": f"My pin hint is {TURN}.", "agent": "ok", "turn_id": "t-doomed"},
                                        {"user": f"My pet is {TURN_KEPT}.", "agent": "ok", "turn_id": "t-kept"}])
-    assert on_disk(milvus.data_dir) == set(MARKERS)
+    assert on_disk(milvus.data_dir) == set(MARKERS) - {STOPPED}
     return milvus.data_dir
 
 
@@ -133,3 +134,20 @@ async def test_a_forgotten_tenant_leaves_the_disk_and_the_others_stay(settings: 
     await InClusterClient("residue-doomed", settings)._flow.forget_tenant("residue-doomed")
     await gone_within(filled, TENANT)
     assert {SPARED, TURN_KEPT, DOC_KEPT} <= on_disk(filled)
+
+
+async def test_a_forget_cut_short_by_a_stop_is_erased_after_the_next_start(milvus: MilvusServer) -> None:
+    """The erasure runs in the process that deleted, after its window: a store killed within it
+    leaves the text, and the first process to open the collection after the restart erases it."""
+    late = settings_for(milvus)  # actors of their own, whose erasure never comes in this test
+    late = late.model_copy(update={"milvus": late.milvus.model_copy(update={"erase_after_s": 3600.0})})
+    client = InClusterClient("residue-stopped", late)
+    await client.record_turns("s1", [{"user": f"The alarm code is {STOPPED}.", "agent": "ok", "turn_id": "t1"},
+                                     {"user": "Nothing else.", "agent": "ok", "turn_id": "t2"}])
+    await client.forget_turn("s1", "t1")
+    milvus.kill()  # as a crash or a `strata down` would, before the erasure
+    milvus.start()
+    assert STOPPED in on_disk(milvus.data_dir)
+    opened = late.model_copy(update={"milvus": late.milvus.model_copy(update={"erase_after_s": ERASE_AFTER_S})})
+    await asyncio.to_thread(open_store, opened)  # any process: an actor, the ingress, `strata keys`
+    await gone_within(milvus.data_dir, STOPPED)
