@@ -33,6 +33,7 @@ from datetime import date
 from typing import Any, Protocol, get_args
 
 from strata.config import PII_TYPES, PIIAction, PIISettings
+from strata.privacy.normalize import fold_char, normal_view
 
 __all__ = [
     "ACTIONS", "IBAN_LENGTHS", "Detector", "Finding", "MergedDetector", "PresidioDetector", "Redacted", "Redactor", "RuleDetector",
@@ -44,7 +45,7 @@ log = logging.getLogger(__name__)
 #: What a detected value may become (the settings' ``PIIAction``).
 ACTIONS: tuple[str, ...] = get_args(PIIAction)
 #: Of two overlapping findings of the same length, the earlier type here wins.
-_SPECIFICITY = ("secret", "cn_id", "card", "iban", "email", "ip", "phone", "person", "address")
+_SPECIFICITY = ("secret", "cn_id", "card", "iban", "ssn", "passport", "email", "ip", "phone", "person", "address")
 _PLACEHOLDER = re.compile(r"\[(?:" + "|".join(t.upper() for t in PII_TYPES) + r")(?::[0-9a-f]{8})?\]")
 
 
@@ -105,9 +106,32 @@ def iban_valid(iban: str) -> bool:
 
 # --- rules ----------------------------------------------------------------------
 
+#: Top-level domains of other scripts, as the normalised view spells them (``рф`` has a look-alike ``р``).
+_IDN_TLDS = "|".join(
+    "".join(map(fold_char, tld)) for tld in "中国 中國 公司 网络 網絡 香港 台湾 台灣 新加坡 рф рус укр бел срб қаз онлайн сайт".split()
+)
+# Domain labels may be of any script (``例子.中国``), but Chinese ones are all Chinese: Chinese text runs on from an
+# address (``a@b.cn和c@d.cn``). An ASCII top-level domain ends at the first non-ASCII letter (``a@b.com请回复``),
+# another script's is one of the short list above.
 _EMAIL = re.compile(
     r"(?<![A-Za-z0-9._%+-])[A-Za-z0-9](?:[A-Za-z0-9._%+-]*[A-Za-z0-9_%+-])?"
-    r"@(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)+[A-Za-z]{2,24}(?![A-Za-z0-9-])"
+    rf"@(?:(?:[^\W_\u4e00-\u9fff](?:[^\W\u4e00-\u9fff]|-){{0,62}}|[\u4e00-\u9fff]{{1,63}})\.)+"
+    rf"(?:[A-Za-z]{{2,24}}|{_IDN_TLDS})(?![A-Za-z0-9-])"
+)
+#: ``tom [at] example [dot] org``, ``tom(at)example.org``, ``lucy at gmail dot com``: a bracketed ``at`` is
+#: enough; a bare `` at `` needs a known top-level domain and a name that is not a common word (``look at``).
+_SPELLED_EMAIL = re.compile(
+    r"(?<![A-Za-z0-9._%+-])(?P<local>[A-Za-z0-9](?:[A-Za-z0-9._%+-]{0,63}[A-Za-z0-9_%+-])?)"
+    r"(?:\s{0,3}[\[({<]\s{0,3}at\s{0,3}[\])}>]\s{0,3}|(?P<bare> at ))"
+    r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+    r"(?:(?:\s{0,3}[\[({<]\s{0,3}dot\s{0,3}[\])}>]\s{0,3}| dot |\.)(?P<label>[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)){1,4}"
+    r"(?![A-Za-z0-9-])",
+    re.IGNORECASE,
+)
+_COMMON_TLDS = frozenset("com org net edu gov io co cn uk de fr jp ru es it nl info biz me us ca au in br ch se".split())
+_NOT_A_NAME = frozenset(
+    "look looked looking stay stayed meet met arrive arrived work works worked working me us him her them it is are was "
+    "were be here there this that what who found buy bought sold listed posted shop visit go went check sit sat".split()
 )
 _PHONES = (
     # +CC and groups: +44 20 7946 0958, +1 (415) 555-0132, +44 (0)20 7946 0958, +8613800138000
@@ -116,12 +140,15 @@ _PHONES = (
     re.compile(r"(?:1([ .\-]))?(?:\([2-9]\d\d\) ?\d{3}[ .\-]\d{4}|[2-9]\d\d([ .\-])\d{3}\2\d{4})"),
     # a trunk 0 and one kind of separator: 020 7946 0958, 06 12 34 56 78, 089/1234567, 010-62345678
     re.compile(r"\(0[1-9]\d{0,3}\) ?\d{3,4}[ \-]?\d{3,4}|0[1-9]\d{0,3}([ /.\-])\d{2,8}(?:\1\d{2,8}){0,3}"),
-    # Chinese mobiles: 13800138000, 138 0013 8000, +86 139-1234-5678, 8613712345678
-    re.compile(r"(?:(?:\+|00)?86[ \-]?)?1[3-9]\d(?:[ \-]?\d{4}){2}"),
+    # Chinese mobiles: 13800138000, 138 0013 8000, 138 001 38000, +86 139-1234-5678, 8613712345678
+    re.compile(r"(?:(?:\+|00)?86[ \-]?)?1[3-9]\d(?:(?:[ \-]?\d{4}){2}|[ \-]\d{3}[ \-]\d{5})"),
 )
+# Groups of 4 (Amex 4-6-5) with any of the separators, even mixed, or one digit at a time (never starting
+# inside such a run): a card inside a longer run of groups is ruled out by _in_digit_run.
+_CARD_SEP = r"[ .\-/]"
 _CARD = re.compile(
-    r"(?<!\d)(?:\d{4}([ \-])\d{4}\1\d{4}\1\d{4}\1\d{1,3}|\d{4}([ \-])\d{4}\2\d{4}\2\d{1,4}"
-    r"|\d{4}([ \-])\d{6}\3\d{4,5}|\d{13,19})(?!\d)"
+    rf"(?<!\d)(?:\d{{4}}{_CARD_SEP}\d{{4}}{_CARD_SEP}\d{{4}}{_CARD_SEP}\d{{1,4}}(?:{_CARD_SEP}\d{{1,3}})?"
+    rf"|\d{{4}}{_CARD_SEP}\d{{6}}{_CARD_SEP}\d{{4,5}}|\d{{13,19}}|(?<!\d )\d(?: \d){{12,18}}(?! \d))(?!\d)"
 )
 #: Visa; Mastercard 51-55, 2221-2720; Amex; Diners; Discover, UnionPay, JCB: prefix and lengths.
 _ISSUERS: tuple[tuple[re.Pattern[str], Collection[int]], ...] = tuple(
@@ -131,8 +158,23 @@ _ISSUERS: tuple[tuple[re.Pattern[str], Collection[int]], ...] = tuple(
         ("3(?:0[0-5]|[68])", (14,)), ("6011|6[25]|64[4-9]|35", range(16, 20)),
     )
 )  # fmt: skip
-_CN_ID = re.compile(r"(?<!\d)\d{6}([ \-]?)\d{8}\1\d{3}[\dXx](?![0-9A-Za-z])")
-_IBAN = re.compile(r"(?<![A-Za-z0-9])[A-Z]{2}\d{2}(?:(?: [A-Z0-9]{4}){2,7}(?: [A-Z0-9]{1,4})?|[A-Z0-9]{11,30})")
+# 6-8-4 or 6-4-4-4, separators mixed or none: the checksum and the birth date keep it precise.
+_CN_ID = re.compile(r"(?<!\d)\d{6}[ .\-]?(?:\d{8}|\d{4}[ .\-]?\d{4})[ .\-]?\d{3}[\dXx](?![0-9A-Za-z])")
+_IBAN = re.compile(
+    r"(?<![A-Za-z0-9])[A-Za-z]{2}\d{2}(?:(?:[ \-][A-Za-z0-9]{4}){2,7}(?:[ \-][A-Za-z0-9]{1,4})?|[A-Za-z0-9]{11,30})"
+)
+#: US social security numbers: dashed, or else after the words; never area 000, 666 or 9xx, group 00, serial 0000.
+_SSN = re.compile(r"(?<![\d\-])(?!000|666|9)\d{3}([ \-]?)(?!00)\d{2}\1(?!0000)\d{4}(?![\d\-])")
+_SSN_CONTEXT = re.compile(r"(?<![A-Za-z])(?:ssn|social security)(?![A-Za-z])", re.IGNORECASE)
+#: A passport number only after the word: 6-9 letters and digits, at least two digits.
+_PASSPORT = re.compile(
+    r"(?:passport|passeport|pasaporte|reisepass|护照|護照)"
+    r"(?:\s*+(?:no\.?|number|num\.?|nr\.?|is|was|号码|號碼|号|號|是|为|為|[:.,#]))*+\s*+"
+    r"(?<![A-Za-z0-9])(?P<value>[A-Za-z0-9]{6,9})(?![A-Za-z0-9])",
+    re.IGNORECASE,
+)
+#: An AWS key id typed in lower or mixed case (its alphabet is base32; a digit tells it from ``AsiaPacific...``).
+_AWS_ANY_CASE = re.compile(r"(?<![A-Za-z0-9_\-])(?:akia|asia)[a-z2-7]{16}(?![A-Za-z0-9_\-])", re.IGNORECASE)
 _OCTET = r"(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)"
 _IPV4 = re.compile(rf"(?<![\dA-Za-z])(?<!\d\.){_OCTET}(?:\.{_OCTET}){{3}}(?!\d|\.\d)")
 _IPV6 = re.compile(r"(?<![0-9A-Za-z_:.])[0-9A-Fa-f]*:[0-9A-Fa-f:.]*")
@@ -238,15 +280,15 @@ def _cn_id_ok(value: str) -> bool:
 
 def _iban_end(text: str, start: int, end: int) -> int | None:
     """Where the IBAN starting at ``start`` ends inside the candidate, or ``None`` if it is not one."""
-    positions = [i for i in range(start, end) if text[i] != " "]
-    known = IBAN_LENGTHS.get(text[start : start + 2])
+    positions = [i for i in range(start, end) if text[i] not in " -"]
+    known = IBAN_LENGTHS.get(text[start : start + 2].upper())
     for length in [known] if known else range(min(len(positions), 34), 14, -1):
         if length is None or length > len(positions):
             continue
         stop = positions[length - 1] + 1
         if text[stop : stop + 1].isascii() and text[stop : stop + 1].isalnum():
             continue  # would cut a group or a word in two
-        if iban_valid("".join(text[i] for i in positions[:length])):
+        if iban_valid("".join(text[i] for i in positions[:length]).upper()):
             return stop
     return None
 
@@ -288,22 +330,45 @@ class RuleDetector:
         Args:
             text: any text, English, Chinese or mixed.
         """
-        return resolve(self._candidates(text), text)
+        view = normal_view(text)
+        found = resolve(self._candidates(view.text), view.text)
+        if view.origin is None:
+            return found
+        out: list[Finding] = []
+        for f in found:  # two findings in one folded character (a ligature) would overlap in the original
+            start, end = view.span(f.start, f.end)
+            if not out or out[-1].end <= start:
+                out.append(Finding(f.type, start, end))
+        return out
 
     def _candidates(self, text: str) -> Iterator[Finding]:
         for m in _EMAIL.finditer(text):
             yield Finding("email", m.start(), m.end())
+        for m in _SPELLED_EMAIL.finditer(text):
+            if not m.group("bare") or (
+                m.group("label").lower() in _COMMON_TLDS and m.group("local").lower() not in _NOT_A_NAME
+            ):
+                yield Finding("email", m.start(), m.end())
         yield from self._phones(text)
         for m in _CARD.finditer(text):
             if _card_ok(re.sub(r"\D", "", m.group())) and not _isolated_number_fails(text, *m.span()):
                 yield Finding("card", m.start(), m.end())
         for m in _CN_ID.finditer(text):
-            if _cn_id_ok(re.sub(r"[ \-]", "", m.group())) and not _embedded(text, *m.span()):
+            if _cn_id_ok(re.sub(r"[ .\-]", "", m.group())) and not _embedded(text, *m.span()):
                 yield Finding("cn_id", m.start(), m.end())
         for m in _IBAN.finditer(text):
             stop = _iban_end(text, m.start(), m.end())
             if stop is not None:
                 yield Finding("iban", m.start(), stop)
+        for m in _SSN.finditer(text):
+            context = _SSN_CONTEXT.search(text[max(0, m.start() - 32) : m.start()]) is not None
+            if (context or (m.group(1) == "-" and not _isolated_number_fails(text, *m.span()))) and not _embedded(
+                text, *m.span()
+            ):
+                yield Finding("ssn", m.start(), m.end())
+        for m in _PASSPORT.finditer(text):
+            if sum(ch.isdigit() for ch in m.group("value")) >= 2:
+                yield Finding("passport", *m.span("value"))
         for m in _IPV4.finditer(text):
             if not _VERSION_CONTEXT.search(text[max(0, m.start() - 16) : m.start()]):
                 yield Finding("ip", m.start(), m.end())
@@ -342,6 +407,9 @@ class RuleDetector:
             if not m.group().startswith("sk-") or any(ch.isdigit() for ch in m.group()):
                 yield Finding("secret", start, end)
             pos = end
+        for m in _AWS_ANY_CASE.finditer(text):
+            if any(ch.isdigit() for ch in m.group()):
+                yield Finding("secret", m.start(), m.end())
         for pattern in (_ASSIGN_EN, _ASSIGN_ZH):
             for m in pattern.finditer(text):
                 group = next(g for g in ("dq", "sq", "bare") if m.groupdict().get(g) is not None)
@@ -450,7 +518,8 @@ class Redacted:
 
 def normalize(type_: str, value: str) -> str:
     """The form of a value that the ``hash`` pseudonym is computed from: equal values, equal forms."""
-    if type_ in ("phone", "card", "cn_id", "iban"):
+    value = normal_view(value).text
+    if type_ in ("phone", "card", "cn_id", "iban", "ssn", "passport"):
         return re.sub(r"[^0-9A-Za-z]", "", value).upper()
     if type_ == "ip":
         try:
