@@ -8,6 +8,14 @@ findings and labels pair up by (type, value, occurrence). Hard negatives
 (order numbers, dates, versions, Luhn-invalid numbers, ...) are sentences
 with no labels: whatever is found there lowers precision.
 
+A second corpus, ``tests/data/pii_evasion.jsonl`` (same format, kept apart
+from the rules' own examples and tests), holds PII written to slip past them:
+full-width and Arabic-Indic digits, zero-width and no-break spaces, mixed
+separators, accents, IDN domains, Cyrillic look-alikes, ``[at]``/``at ... dot``
+emails, lower-case IBANs, SSNs and passports, beside hard negatives (prices,
+dates, versions, "at" in prose). Its figures are printed after the main ones;
+``--evasion-corpus ''`` skips it. It is not part of the exit status.
+
 The rule detector always runs; Presidio's detector too when it is installed.
 The corpus labels only the rule types, so for ``person`` and ``address`` only
 the found count means anything. Exit status 0 when every rule type reaches
@@ -35,9 +43,10 @@ from strata.limits import MESSAGE_CHARS_MAX
 from strata.privacy.pii import Detector, MergedDetector, Redactor, RuleDetector, make_detector
 from strata_bench.stats import median
 
-__all__ = ["ADVERSARIAL", "ADVERSARIAL_TARGET_MS", "DEFAULT_CORPUS", "RULE_TYPES", "Scores", "Sentence", "Tally", "add_arguments", "adversarial_ms", "evaluate", "format_report", "load_corpus", "repeat", "run", "throughput"]
+__all__ = ["ADVERSARIAL", "ADVERSARIAL_TARGET_MS", "DEFAULT_CORPUS", "EVASION_CORPUS", "RULE_TYPES", "Scores", "Sentence", "Tally", "add_arguments", "adversarial_ms", "evaluate", "format_report", "load_corpus", "repeat", "run", "throughput"]
 
 DEFAULT_CORPUS = Path(__file__).resolve().parent.parent / "tests" / "data" / "pii_corpus.jsonl"
+EVASION_CORPUS = DEFAULT_CORPUS.with_name("pii_evasion.jsonl")
 RULE_TYPES = ("email", "phone", "card", "cn_id", "iban", "ip", "secret")
 MIN_RECALL = 0.95
 MIN_PRECISION = 0.90
@@ -65,6 +74,11 @@ ADVERSARIAL: dict[str, Callable[[int], str]] = {
     "colons and hex (_IPV6)": lambda n: repeat(" a:", n),
     "many IPs (resolve)": lambda n: repeat("1.2.3.4 ", n),
     "many emails (resolve)": lambda n: repeat("a@b.co ", n),
+    "brackets and at-words (_SPELLED_EMAIL)": lambda n: repeat("a [at] b [dot] ", n),
+    "passport words (_PASSPORT)": lambda n: repeat("passport no. ", n),
+    "a space between digits (_CARD)": lambda n: repeat("1 ", n),
+    "full-width and zero-width (normal_view)": lambda n: repeat("１\u200b２－", n),
+    "Cyrillic letters (normal_view)": lambda n: repeat("пример ", n),
 }
 
 
@@ -205,6 +219,7 @@ def format_report(name: str, scores: Scores, sentences_per_s: float | None = Non
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS, help="labelled JSON-lines corpus")
+    parser.add_argument("--evasion-corpus", type=Path, default=EVASION_CORPUS, help="evasion corpus ('' to skip)")
     parser.add_argument("--json", type=Path, default=None, metavar="OUT", help="also write the figures as JSON")
     parser.add_argument("--show-errors", action="store_true", help="print each false positive and miss")
 
@@ -228,6 +243,18 @@ def run(args: argparse.Namespace) -> int:
         for kind, errors in (("false positive", scores.false_positives), ("miss", scores.misses)):
             for t, value, text in errors:
                 print(f"  {kind}: {t} {value!r} in {text!r}")
+    evasion_scores = None
+    if args.evasion_corpus and str(args.evasion_corpus):
+        evasion = load_corpus(args.evasion_corpus)
+        evasion_scores = evaluate(rules, evasion)
+        print()
+        print(f"evasion corpus: {args.evasion_corpus} ({len(evasion)} sentences; "
+              f"{sum(1 for s in evasion if not s.labels)} without PII; not part of the exit status)")
+        print(format_report("rules", evasion_scores))
+        if args.show_errors:
+            for kind, errors in (("false positive", evasion_scores.false_positives), ("miss", evasion_scores.misses)):
+                for t, value, text in errors:
+                    print(f"  {kind}: {t} {value!r} in {text!r}")
     merged = make_detector(PIISettings(ner=True))
     if isinstance(merged, MergedDetector):
         print()
@@ -245,5 +272,10 @@ def run(args: argparse.Namespace) -> int:
             "sentences_per_s": rate,
             "adversarial_ms": adversarial,
         }
+        if evasion_scores is not None:
+            report["evasion"] = {
+                "types": {t: tally.as_dict() for t, tally in evasion_scores.types.items()},
+                "overall": evasion_scores.overall.as_dict(),
+            }
         args.json.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     return 1 if failing else 0

@@ -7,9 +7,11 @@ links what was the same value), ``keep``. Placeholders are never detected again:
 :class:`RuleDetector` (the default, no dependencies) pairs each shape with a check, because memory text is
 full of numbers: Luhn and an issuer prefix for cards, MOD 11-2 and a real birth date for Chinese ids, mod-97
 and the country's length for IBANs, separators and the words just before (``Order #``, ``订单号``,
-``version``) for phones and IPs. Not detected: names and addresses (only with Presidio), ``user@localhost``
-(no dotted domain), phones without separators other than Chinese mobiles, 7-digit local numbers, 15-digit
-ids, lower-case IBANs, credentials inside URLs, and secrets not after a known key word (``password``,
+``version``) for phones and IPs, the words before for SSNs without dashes and for passports. Every rule runs
+on a normalised view of the text (:mod:`~strata.privacy.normalize`: full-width, Arabic-Indic, zero-width and
+look-alike characters folded) and the finding is mapped back to the original. Not detected: names and addresses
+(only with Presidio), ``user@localhost`` (no dotted domain), phones without separators other than Chinese
+mobiles, 7-digit local numbers, 15-digit ids, passports not after the word, credentials inside URLs, and secrets not after a known key word (``password``,
 ``api_key``, ``token``, ``密码``, ...) unless they have a known token shape (``sk-``, ``AKIA``, a JWT, ...).
 
 Every pattern runs in time linear in the text (tests/unit/test_pii_linear.py times each adversarial family
@@ -108,7 +110,8 @@ def iban_valid(iban: str) -> bool:
 
 #: Top-level domains of other scripts, as the normalised view spells them (``рф`` has a look-alike ``р``).
 _IDN_TLDS = "|".join(
-    "".join(map(fold_char, tld)) for tld in "中国 中國 公司 网络 網絡 香港 台湾 台灣 新加坡 рф рус укр бел срб қаз онлайн сайт".split()
+    "".join(map(fold_char, tld))
+    for tld in ("中国", "中國", "公司", "网络", "網絡", "香港", "台湾", "台灣", "新加坡", "рф", "рус", "укр", "бел", "срб", "қаз", "онлайн", "сайт")
 )
 # Domain labels may be of any script (``例子.中国``), but Chinese ones are all Chinese: Chinese text runs on from an
 # address (``a@b.cn和c@d.cn``). An ASCII top-level domain ends at the first non-ASCII letter (``a@b.com请回复``),
@@ -128,10 +131,19 @@ _SPELLED_EMAIL = re.compile(
     r"(?![A-Za-z0-9-])",
     re.IGNORECASE,
 )
-_COMMON_TLDS = frozenset("com org net edu gov io co cn uk de fr jp ru es it nl info biz me us ca au in br ch se".split())
+_COMMON_TLDS = frozenset(
+    (
+        "com", "org", "net", "edu", "gov", "io", "co", "cn", "uk", "de", "fr", "jp", "ru", "es", "it", "nl",
+        "info", "biz", "me", "us", "ca", "au", "in", "br", "ch", "se",
+    )
+)
 _NOT_A_NAME = frozenset(
-    "look looked looking stay stayed meet met arrive arrived work works worked working me us him her them it is are was "
-    "were be here there this that what who found buy bought sold listed posted shop visit go went check sit sat".split()
+    (
+        "look", "looked", "looking", "stay", "stayed", "meet", "met", "arrive", "arrived", "work", "works",
+        "worked", "working", "me", "us", "him", "her", "them", "it", "is", "are", "was", "were", "be",
+        "here", "there", "this", "that", "what", "who", "found", "buy", "bought", "sold", "listed", "posted",
+        "shop", "visit", "go", "went", "check", "sit", "sat",
+    )
 )
 _PHONES = (
     # +CC and groups: +44 20 7946 0958, +1 (415) 555-0132, +44 (0)20 7946 0958, +8613800138000

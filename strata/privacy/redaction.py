@@ -8,8 +8,9 @@ pseudonym in a query matches the one stored.
 
 What a detected value becomes is the tenant's policy (``pii.policy`` and
 ``pii.tenants``): ``[EMAIL]``, a stable pseudonym ``[EMAIL:3f9a1c2e]``, or
-the value kept. Ids, session ids, speakers and dict keys are not redacted:
-they are the caller's labels, not content.
+the value kept. The speaker label is redacted like the text (it is stored
+and searched as ``speaker: text``), and so are the string values of metadata;
+ids, session ids and dict keys are not: they are the caller's labels.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ M = TypeVar("M", bound=BaseModel)
 
 #: The content fields of each request model; everything else is an id, a label or a number.
 _FIELDS: dict[str, tuple[str, ...]] = {
-    "TurnIn": ("user", "agent", "metadata"),
+    "TurnIn": ("user", "agent", "speaker", "metadata"),
     "WorkingItemIn": ("content", "metadata"),
     "WorkingItemsIn": ("items", "task"),
     "DocumentIn": ("text", "title", "metadata"),
@@ -36,7 +37,7 @@ _FIELDS: dict[str, tuple[str, ...]] = {
     "SkillExtractIn": ("task", "trace", "outcome"),
     "SkillPatch": ("skill_name", "description", "trigger_conditions", "steps", "common_pitfalls", "success_criteria"),
     "OutcomeIn": ("notes",),
-    "InteractionIn": ("user", "agent", "task", "trace", "outcome", "metadata"),
+    "InteractionIn": ("user", "agent", "speaker", "task", "trace", "outcome", "metadata"),
 }
 
 

@@ -391,7 +391,7 @@ def test_bench_cli_writes_json(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     out = tmp_path / "pii.json"
     assert bench_pii.run(parser.parse_args(["--json", str(out)])) == 0
     report = json.loads(out.read_text())
-    assert set(report) == {"types", "overall", "by_lang", "sentences_per_s", "adversarial_ms"}
+    assert set(report) == {"types", "overall", "by_lang", "sentences_per_s", "adversarial_ms", "evasion"}
     assert set(report["adversarial_ms"]) == set(bench_pii.ADVERSARIAL)
     assert set(report["by_lang"]) == {"en", "zh"} and report["sentences_per_s"] > 0
     assert set(report["types"]["email"]) == {"labelled", "found", "tp", "precision", "recall"}
