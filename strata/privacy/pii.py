@@ -131,6 +131,8 @@ _SPELLED_EMAIL = re.compile(
     r"(?![A-Za-z0-9-])",
     re.IGNORECASE,
 )
+_SPELLED_AT = re.compile(r"\s*(?:[\[({<]\s*at\s*[\])}>]| at )\s*", re.IGNORECASE)
+_SPELLED_DOT = re.compile(r"\s*(?:[\[({<]\s*dot\s*[\])}>]| dot )\s*", re.IGNORECASE)
 _COMMON_TLDS = frozenset(
     (
         "com", "org", "net", "edu", "gov", "io", "co", "cn", "uk", "de", "fr", "jp", "ru", "es", "it", "nl",
@@ -531,6 +533,8 @@ class Redacted:
 def normalize(type_: str, value: str) -> str:
     """The form of a value that the ``hash`` pseudonym is computed from: equal values, equal forms."""
     value = normal_view(value).text
+    if type_ == "email" and "@" not in value:  # spelled out: the same pseudonym as the address
+        value = _SPELLED_DOT.sub(".", _SPELLED_AT.sub("@", value, count=1))
     if type_ in ("phone", "card", "cn_id", "iban", "ssn", "passport"):
         return re.sub(r"[^0-9A-Za-z]", "", value).upper()
     if type_ == "ip":

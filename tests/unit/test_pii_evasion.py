@@ -94,6 +94,9 @@ def test_pseudonyms_of_look_alikes_equal_the_plain_value() -> None:
     plain = hasher.redact("card 4929 1737 4286 2308").text
     assert hasher.redact("card " + "4929 1737 4286 2308".translate(FW)).text == plain
     assert hasher.redact("card " + "4929 1737 4286 2308".translate(AR)).text == plain
+    email = hasher.redact("mail liu.yang@example.com").text
+    assert hasher.redact("mail liu.yang [at] example [dot] com").text == email
+    assert hasher.redact("mail LIU.YANG at example dot com").text == email
 
 
 def test_the_view_maps_back_to_whole_original_characters() -> None:
