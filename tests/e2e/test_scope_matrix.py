@@ -117,35 +117,12 @@ def world(agents_stack: Running) -> dict[str, Any]:
         )
         assert made.status_code in (200, 201), made.text  # 200: merged into one made before
         ids[name] = made.json()["skill_id"]
-    job = stack.call(
-        "POST",
-        "/v1/interactions",
-        full,
-        {
-            "session_id": "own",
-            "user": "deploy billing",
-            "agent": "done",
-            "task_type": "deployment",
-            "success": True,
-            "trace": ["make deploy"],
-        },
-    )
-    assert job.status_code == 201 and job.json()["skill_job"], job.text
-    ids["job"] = job.json()["skill_job"]["job_id"]
-    rival_job = stack.call(
-        "POST",
-        "/v1/interactions",
-        rival,
-        {
-            "session_id": "own",
-            "user": "deploy billing",
-            "agent": "done",
-            "task_type": "deployment",
-            "success": True,
-            "trace": ["make deploy"],
-        },
-    )
-    ids["rival_job"] = rival_job.json()["skill_job"]["job_id"]
+    learned = {"session_id": "own", "user": "deploy billing", "agent": "done", "task_type": "deployment",
+               "success": True, "trace": ["make deploy"]}
+    for key, name in ((full, "job"), (rival, "rival_job")):
+        job = stack.call("POST", "/v1/interactions", key, learned)
+        assert job.status_code == 201 and job.json()["skill_job"], job.text
+        ids[name] = job.json()["skill_job"]["job_id"]
     said = stack.call("POST", "/v1/sessions/other/turns", full, {"user": f"my locker code is {OTHER} plans Kafka"})
     assert said.status_code == 201, said.text
     note = stack.call(
