@@ -102,9 +102,19 @@ class SharedLimits:
         self._answered: set[int] = set()  # shards that have answered this replica
         self._wait_s = settings.serve.idempotency_wait_s
 
+    def start(self) -> None:
+        """Make every range's actor now (the replica calls it as it starts), not on a first
+        request: each worker process Ray starts makes the session's directories 0777 again
+        (``try_to_create_directory``), and ``strata up`` makes them owner-only once the stack
+        is up, so the workers it starts must be started by then."""
+        for shard in range(self._shards):
+            self._shard_handle(shard)
+
     def handle(self, tenant: str) -> Any:
         """The raw actor handle of ``tenant``'s range, made if it does not exist (for operating it)."""
-        shard = owner_shard(tenant, self._shards)
+        return self._shard_handle(owner_shard(tenant, self._shards))
+
+    def _shard_handle(self, shard: int) -> Any:
         found = self._handles.get(shard)
         if found is None:
             remote_cls: Any = ray.remote(LimitsShard)

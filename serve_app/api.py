@@ -213,6 +213,7 @@ class Api:
         self._claims: ClaimBook
         if self._settings.auth.limit_shards:
             shared = SharedLimits(self._settings)
+            shared.start()  # its actors' workers start with the stack, not on a first request
             self._claims = shared
             self._gate = KeyGate(self._settings, limits=shared.grant)  # also the Authenticate middleware's
         else:
