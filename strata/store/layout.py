@@ -65,8 +65,12 @@ def open_store(settings: StrataSettings) -> tuple[RecordStore, Collections]:
         strata.errors.StoreUnavailable: Milvus does not answer.
     """
     m = settings.milvus
+    # The embedded milvus-lite keeps deleted rows in its files until a rewrite (strata.store.erasure);
+    # a Milvus server compacts and collects them itself, and a flush there after every delete
+    # kept its standalone busy (a core, through the test suite): erasure is asked of lite only.
+    erase_after_s = m.erase_after_s if m.uri is None else None
     store = MilvusRecordStore(m.address, token=store_token(settings), db_name=m.db_name, timeout_s=m.timeout_s,
-                              vector_index=m.vector_index, erase_after_s=m.erase_after_s)
+                              vector_index=m.vector_index, erase_after_s=erase_after_s)
     names = Collections.for_settings(settings)
     store.ensure_collection(names.episodic, dim=names.dim)
     store.ensure_collection(names.semantic, dim=names.dim)
