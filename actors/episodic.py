@@ -357,5 +357,5 @@ class EpisodicShard(LayerShard[EpisodicMemory]):
                         layer.index_summary(record, vector)
 
                     await self.run_locked(tenant, store)
-        except Exception as exc:  # noqa: BLE001  (retried at the next write; the turns are durable already)
+        except Exception as exc:
             _log.warning("summarising tenant %s stopped: %s", tenant, exc)

@@ -226,7 +226,7 @@ class ReadBatcher:
         self.reads += 1
         try:
             result = await getattr(self.actor, method).remote(*args, **kwargs)
-        except Exception as exc:  # noqa: BLE001  (the caller's to see, typed)
+        except Exception as exc:
             _settle(future, error=unwrap(exc))
         else:
             _settle(future, result)
@@ -236,7 +236,7 @@ class ReadBatcher:
         self.reads += len(batch)
         try:
             answers = await self.actor.reads.remote([(method, args, kwargs) for method, args, kwargs, _ in batch])
-        except Exception as exc:  # noqa: BLE001  (a lost actor fails every read it carried)
+        except Exception as exc:
             error = unwrap(exc)
             for *_, future in batch:
                 _settle(future, error=error)
@@ -288,7 +288,7 @@ class LayerHandle:
         """
         try:
             return await getattr(self._actor, method).remote(*args, **kwargs)
-        except Exception as exc:  # noqa: BLE001  (Ray wraps the layer's error; unwrap re-raises it typed)
+        except Exception as exc:
             raise unwrap(exc) from None
 
     async def forget_tenant(self, tenant: str) -> int:

@@ -159,5 +159,5 @@ class SharedLimits:
                 "is restarting); retry shortly",
                 retry_after_s=2,
             ) from None
-        except Exception as exc:  # noqa: BLE001  (Ray wraps the actor's error; unwrap re-raises it typed)
+        except Exception as exc:
             raise unwrap(exc) from None

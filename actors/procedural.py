@@ -395,7 +395,7 @@ class ProceduralShard(WholeRecordExpiry, LayerShard[ProceduralMemory]):
             for job in due:
                 try:
                     await self._attempt(job)
-                except Exception as exc:  # noqa: BLE001 - one job's failure (already recorded) must not stop the loop
+                except Exception as exc:
                     _log.warning("skill job %s attempt %d failed: %s", job.job_id, job.attempts, exc)
             waiting = [j.next_at for j in self._jobs.values() if j.status == "pending"]
             delay = max(0.05, min(waiting) - time.monotonic()) if waiting else 60.0

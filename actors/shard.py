@@ -398,7 +398,7 @@ class LayerShard(Generic[_L]):
             await asyncio.sleep(self.settings.ttl.sweep_interval_s)
             try:
                 await self.sweep()
-            except Exception as exc:  # noqa: BLE001  (the store is down, say: the next sweep tries again)
+            except Exception as exc:
                 _log.warning("%s shard %d: TTL sweep failed: %s", self.layer_name, self.shard, exc)
 
     async def version(self, tenant: str, scope: str) -> int:
@@ -631,7 +631,7 @@ class LayerShard(Generic[_L]):
                 return "cold", None
             try:
                 return "ok", await getattr(self, method)(*args, **kwargs)
-            except Exception as exc:  # noqa: BLE001  (an error is this read's answer, not the batch's)
+            except Exception as exc:
                 return "error", exc
 
         return list(await asyncio.gather(*(one(*call) for call in calls)))
@@ -644,7 +644,7 @@ class LayerShard(Generic[_L]):
         async def load() -> None:
             try:
                 await self._load(tenant)
-            except Exception:  # noqa: BLE001  (the read sent on its own loads again and raises it)
+            except Exception:
                 _log.debug("%s shard %d: warming %r failed", self.layer_name, self.shard, tenant, exc_info=True)
 
         task = asyncio.get_running_loop().create_task(load())

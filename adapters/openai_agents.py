@@ -157,7 +157,7 @@ def turn_from_item(item: dict[str, Any]) -> TurnIn:
         ValueError: ``item`` is not a dict, or too large for a turn.
     """
     if not isinstance(item, dict):
-        raise ValueError(f"an Agents SDK item is a dict, not a {type(item).__name__}")  # noqa: TRY004
+        raise ValueError(f"an Agents SDK item is a dict, not a {type(item).__name__}")
     role = item.get("role") if item.get("type", "message") == "message" else None
     side = "user" if role in _USER_SIDE else "agent"
     speaker = role if role in ("system", "developer") else None

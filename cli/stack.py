@@ -737,7 +737,7 @@ class Stack:
 
         try:
             return APP_NAME in serve.status().applications
-        except Exception:  # noqa: BLE001  (no Serve in this cluster yet)
+        except Exception:
             return False
 
     def check_vectors(self) -> None:
@@ -803,7 +803,7 @@ class Stack:
                     except ValueError:
                         pass
                 shutdown_ray()
-            except Exception as exc:  # noqa: BLE001  (a broken cluster is stopped below all the same)
+            except Exception as exc:
                 self.say(f"Serve shutdown skipped: {type(exc).__name__}: {exc}")
         if not self.settings.ray.address:  # a Ray that never answered may still have started processes
             stopped = _stop_processes(

@@ -156,7 +156,7 @@ class McpHttp:
             async with manager.run():
                 ready.set_result(manager)
                 await asyncio.Event().wait()  # until the loop (the replica) stops
-        except Exception as exc:  # noqa: BLE001  (the requests waiting get it; the next one starts again)
+        except Exception as exc:
             if not ready.done():
                 ready.set_exception(exc)
             _log.warning("the MCP session manager stopped: %s", type(exc).__name__)

@@ -683,7 +683,7 @@ class Api:
     async def audit(
         self,
         # FastAPI reads the Query marker once, at import; nothing is called per request.
-        since: datetime | None = Query(  # noqa: B008
+        since: datetime | None = Query(
             default=None, description="Only changes after this time; without a zone, UTC"
         ),
         after: str | None = Query(default=None, max_length=64, description="next_after of the previous page"),

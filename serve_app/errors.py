@@ -313,7 +313,7 @@ class Internal:
 
         try:
             await self.app(scope, receive, watched)
-        except Exception as exc:  # noqa: BLE001 - the last resort: everything else is mapped before
+        except Exception as exc:
             err = unwrap(exc)
             if isinstance(err, StrataError):
                 response = error_response(err)

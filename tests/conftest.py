@@ -80,7 +80,7 @@ class MilvusServer:
 
     def start(self) -> None:
         # The handle outlives this call: the child writes its log there until it is killed.
-        log = open(self.data_dir.parent / f"milvus-{self.port}.log", "ab")  # noqa: SIM115
+        log = open(self.data_dir.parent / f"milvus-{self.port}.log", "ab")
         self.process = subprocess.Popen(
             [*MILVUS_LITE, "server", "--data-dir", str(self.data_dir), "--host", "127.0.0.1", "--port", str(self.port)],
             stdout=log, stderr=log, start_new_session=True,

@@ -236,7 +236,7 @@ def load_locomo(path: str | os.PathLike[str]) -> Benchmark:
 
 def _locomo_from_json(data: Any, *, name: str) -> Benchmark:
     if not isinstance(data, list):
-        raise ValueError("LoCoMo data must be a JSON list of samples")  # noqa: TRY004
+        raise ValueError("LoCoMo data must be a JSON list of samples")
     conversations: list[EvalConversation] = []
     skipped = 0
     for position, sample in enumerate(data):
@@ -245,7 +245,7 @@ def _locomo_from_json(data: Any, *, name: str) -> Benchmark:
         where = f"sample {sample_id}"
         conversation = _require(sample, "conversation", where)
         if not isinstance(conversation, dict):
-            raise ValueError(f"{where}: 'conversation' must be an object")  # noqa: TRY004
+            raise ValueError(f"{where}: 'conversation' must be an object")
         sessions = _locomo_sessions(conversation, where)
         turn_ids = _check_unique_turn_ids(sessions, where)
         questions: list[EvalQuestion] = []
@@ -342,7 +342,7 @@ def load_strata(path: str | os.PathLike[str]) -> Benchmark:
 
 def _strata_from_json(data: Any, *, name: str) -> Benchmark:
     if not isinstance(data, dict) or not isinstance(data.get("conversations"), list):
-        raise ValueError("neutral-format data must be an object with a 'conversations' list")  # noqa: TRY004
+        raise ValueError("neutral-format data must be an object with a 'conversations' list")
     conversations: list[EvalConversation] = []
     skipped = 0
     for c_index, raw in enumerate(data["conversations"]):
@@ -397,7 +397,7 @@ def _strata_from_json(data: Any, *, name: str) -> Benchmark:
 def _string(obj: Any, key: str, where: str) -> str:
     value = _require(obj, key, where)
     if not isinstance(value, str):
-        raise ValueError(f"{where}: {key!r} must be a string, got {type(value).__name__}")  # noqa: TRY004
+        raise ValueError(f"{where}: {key!r} must be a string, got {type(value).__name__}")
     return value
 
 
@@ -406,14 +406,14 @@ def _optional_string(obj: Mapping[str, Any], key: str, where: str) -> str | None
     if value is None:
         return None
     if not isinstance(value, str):
-        raise ValueError(f"{where}: {key!r} must be a string, got {type(value).__name__}")  # noqa: TRY004
+        raise ValueError(f"{where}: {key!r} must be a string, got {type(value).__name__}")
     return value
 
 
 def _list(obj: Any, key: str, where: str) -> list[Any]:
     value = _require(obj, key, where)
     if not isinstance(value, list):
-        raise ValueError(f"{where}: {key!r} must be a list, got {type(value).__name__}")  # noqa: TRY004
+        raise ValueError(f"{where}: {key!r} must be a list, got {type(value).__name__}")
     return value
 
 
@@ -463,7 +463,7 @@ def _read_json(path: Path) -> Any:
 
 def _require(obj: Any, key: str, where: str) -> Any:
     if not isinstance(obj, dict):
-        raise ValueError(f"{where}: expected an object, got {type(obj).__name__}")  # noqa: TRY004
+        raise ValueError(f"{where}: expected an object, got {type(obj).__name__}")
     if key not in obj:
         raise ValueError(f"{where}: missing {key!r}")
     return obj[key]

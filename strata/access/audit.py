@@ -298,7 +298,7 @@ class AuditWriter:
             try:
                 self.flush()
                 return
-            except Exception as exc:  # noqa: BLE001  (shutting down: log and retry, never raise)
+            except Exception as exc:
                 if time.monotonic() + wait > deadline:
                     _log.error("%d audit entries not written at shutdown: %s", self.pending, exc)
                     return
@@ -325,7 +325,7 @@ class AuditWriter:
             try:
                 self.flush()
                 retry_s = None
-            except Exception as exc:  # noqa: BLE001  (any failure: keep the entries, retry later)
+            except Exception as exc:
                 retry_s = min(self._retry_s * 2, self._retry_max_s) if self._retry_s else self._retry_first_s
                 _log.warning("audit batch not written (%d queued), retrying in %.1f s: %s", self.pending, retry_s, exc)
             with self._cond:

@@ -79,10 +79,10 @@ class SkillDraft:
             ValueError: a field is missing or has the wrong type, or ``skill_name`` is empty.
         """
         if not isinstance(data, Mapping):
-            raise ValueError("a skill draft must be a mapping")  # noqa: TRY004 - one error type for bad input
+            raise ValueError("a skill draft must be a mapping")
         for key in ("skill_name", "description"):
             if not isinstance(data.get(key), str):
-                raise ValueError(f"skill draft field {key!r} must be a string")  # noqa: TRY004
+                raise ValueError(f"skill draft field {key!r} must be a string")
         if not data["skill_name"].strip():
             raise ValueError("skill draft field 'skill_name' is empty")
         lists: dict[str, list[str]] = {}
@@ -124,7 +124,7 @@ def check_trace_input(task: str, trace: Sequence[Mapping[str, Any] | str]) -> No
     if not isinstance(task, str) or not task.strip():
         raise ValueError("task must be a non-empty string")
     if isinstance(trace, (str, bytes)) or not isinstance(trace, Sequence):
-        raise ValueError("trace must be a list of steps")  # noqa: TRY004 - one error type for bad input
+        raise ValueError("trace must be a list of steps")
 
 
 # --- merging -------------------------------------------------------------------------

@@ -48,7 +48,7 @@ _ORDINARY = frozenset("""
     python python3 node go terraform aws gcloud az make curl fastapi django flask postgres redis mysql nginx s3
     ec2 utf-8 utf8 e2e ci cd oauth2 ipv4 ipv6 x86_64 arm64 amd64 py3 bash shell sh sudo
     unit integration src lib bin docs doc dist target assets static public scripts tmp temp home output
-""".split())  # noqa: SIM905 - a word list reads best as text
+""".split())
 _ERR_START = re.compile(r"^\s*(?:error|failed|failure|fatal|traceback)\b", re.IGNORECASE)
 _ERR_ANY = re.compile(r"Error:|Exception\b|ERR!|错误|失败|报错|异常")
 
@@ -134,7 +134,7 @@ def _parse(step: Mapping[str, Any] | str, index: int) -> _Step:
         text = step.strip()[:_MAX_INPUT]
         return _Step(error=text, failed=True) if _looks_like_error(text) else _Step(action=text)
     if not isinstance(step, Mapping):
-        raise ValueError(f"trace step {index} is a {type(step).__name__}, not a dict or a string")  # noqa: TRY004
+        raise ValueError(f"trace step {index} is a {type(step).__name__}, not a dict or a string")
     args = step.get("args")
     error, status, output = _as_text(step.get("error")), step.get("status"), _as_text(step.get("output"))
     # A tool's error often comes back as its output (a LangChain observation, an Agents SDK
@@ -227,8 +227,8 @@ class _Vars:
         if isinstance(value, str) and len(value.strip()) >= 3:
             value = value.strip()
             # An arg value is replaced in other steps' text too, unless it is an everyday word (or a blob).
-            word = len(value) <= 200 and (value.casefold() in self.task_words or " " in value and len(value) >= 8
-                                          or bool(_IDENT_SHAPE.search(value)) and self._name_like(value))
+            word = len(value) <= 200 and (value.casefold() in self.task_words or (" " in value and len(value) >= 8)
+                                          or (bool(_IDENT_SHAPE.search(value)) and self._name_like(value)))
             return self.name(value, key, word=word)
         return self.name("", key, key=f"\0{key}\0{json.dumps(value, sort_keys=True, default=str)}")
 

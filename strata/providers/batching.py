@@ -124,7 +124,7 @@ class EmbedBatcher:
                 vectors = await asyncio.get_running_loop().run_in_executor(self._long_thread, self._embed, texts)
             else:
                 vectors = await asyncio.to_thread(self._embed, texts)
-        except Exception as exc:  # noqa: BLE001 - every waiter gets the model's error, whatever it is
+        except Exception as exc:
             for _, future in batch:
                 if not future.done():
                     future.set_exception(exc)

@@ -141,7 +141,7 @@ class SemanticMemory:
         if orphans:
             try:
                 self._store.delete(self._collection, tenant=self.tenant, pks=orphans)
-            except Exception as exc:  # noqa: BLE001 - best effort, whatever failed: they stay ignored and go at the next load
+            except Exception as exc:
                 log.warning("could not remove %d orphaned chunks of tenant %s: %s", len(orphans), self.tenant, exc)
 
     # -- writing ------------------------------------------------------------
@@ -209,7 +209,7 @@ class SemanticMemory:
             try:
                 for i in range(0, len(stale), 1000):
                     self._store.delete(self._collection, tenant=self.tenant, pks=stale[i : i + 1000])
-            except Exception as exc:  # noqa: BLE001 - committed already: the old generation is an orphan now, removed at load
+            except Exception as exc:
                 log.warning("old chunks of %s stay until the next load: %s", doc.doc_id, exc)
         for row in rows:  # segmented here, in the writer's thread, not where :meth:`index` runs
             if row.kind == CHILD:

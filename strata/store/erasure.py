@@ -172,7 +172,7 @@ class EraseSchedule:
                 self._busy = True
             try:
                 self._erase(collection)
-            except Exception as exc:  # noqa: BLE001  (the store is down, say: the next delete asks again)
+            except Exception as exc:
                 log.warning("erasing the deleted rows of %s from disk failed: %s", collection, exc)
             finally:
                 with self._cond:

@@ -148,7 +148,7 @@ class MilvusRecordStore:
                 raise StoreUnavailable(
                     f"Milvus at {self._uri} failed to {what}: {exc.message}", retry_after_s=2
                 ) from None
-            except Exception as exc:  # noqa: BLE001 - grpc errors, refused connections, timeouts: pymilvus wraps none
+            except Exception as exc:
                 self._drop_client()
                 if attempt < _TRIES - 1:
                     continue
@@ -167,7 +167,7 @@ class MilvusRecordStore:
         if client is not None:
             try:
                 client.close()
-            except Exception:  # noqa: BLE001, S110 - closing a broken channel may fail; it is gone either way
+            except Exception:
                 pass
 
     # -- RecordStore --------------------------------------------------------
@@ -512,7 +512,7 @@ class MilvusRecordStore:
 def _quiet_pymilvus() -> None:
     # pymilvus logs every failed RPC with a traceback, and configures its
     # loggers when first imported; we map and report errors ourselves.
-    import pymilvus  # noqa: F401  (import first, so its logging setup runs before ours)
+    import pymilvus
 
     for name in ("pymilvus", "pymilvus.decorators"):
         logging.getLogger(name).setLevel(logging.CRITICAL)

@@ -185,7 +185,7 @@ class WorkingSessions:
         self._sessions.pop(session_id, None)
         self._seqs.pop(session_id, None)
         # Expiries is no dict: keys() is its only way to iterate.
-        self.expiries.drop([key for key in self.expiries.keys() if key[0] == session_id])  # noqa: SIM118
+        self.expiries.drop([key for key in self.expiries.keys() if key[0] == session_id])
 
     # -- expiry ---------------------------------------------------------------
 
@@ -256,7 +256,7 @@ class WorkingSessions:
                     self._store.delete(
                         self._collection, tenant=self.tenant, session=session_id, pks=[pk(i) for i in assigned]
                     )
-                except Exception:  # noqa: BLE001, S110 - the store is down; the reload shows what it kept
+                except Exception:
                     pass
                 raise
         seqs.update(assigned)

@@ -224,7 +224,7 @@ async def _attempt(tally: Tally, what: str, call: Callable[[], Awaitable[_T]]) -
             tally.retried[f"{type(exc).__name__}: {exc.message[:80]}"] += 1
             await asyncio.sleep(min(float(exc.details.get("retry_after_s") or 1), 5))
             continue
-        except Exception as exc:  # noqa: BLE001  (every other failure is the finding)
+        except Exception as exc:
             tally.failed.append(f"{what}: {type(exc).__name__}: {str(exc)[:200]}")
             return None
         tally.ok += 1

@@ -127,7 +127,7 @@ class Stream:
                 except InvalidInput as exc:
                     write.attempts.append(Attempt(started, time.monotonic() - started, error=exc))
                     raise
-                except Exception as exc:  # noqa: BLE001 - recorded; the checks report anything but StoreUnavailable
+                except Exception as exc:
                     write.attempts.append(Attempt(started, time.monotonic() - started, error=exc))
                     hint = exc.details.get("retry_after_s", 1) if isinstance(exc, StrataError) else 1
                     await asyncio.sleep(min(float(hint), RETRY_PAUSE_MAX_S))
@@ -289,7 +289,7 @@ async def _kill_when(stream: Stream, acked: int, handle: Any) -> tuple[float, fl
     while True:
         try:
             pid = await _pid(handle)
-        except Exception:  # noqa: BLE001 - restarting
+        except Exception:
             pid = before
         if pid != before:
             return killed_at, time.monotonic()
