@@ -8,12 +8,13 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 # A reply is either a message content string, or a callable returning (status, body dict).
-Reply = str | Callable[[], tuple[int, dict]]
+Reply = str | Callable[[], tuple[int, dict[str, Any]]]
 
 
-def chat_body(content: str | None, refusal: str | None = None) -> dict:
+def chat_body(content: str | None, refusal: str | None = None) -> dict[str, Any]:
     return {
         "id": "chatcmpl-test",
         "object": "chat.completion",
@@ -26,10 +27,10 @@ def chat_body(content: str | None, refusal: str | None = None) -> dict:
 
 
 @contextmanager
-def llm_server(script: Callable[[int], Reply]) -> Iterator[tuple[str, list[dict]]]:
+def llm_server(script: Callable[[int], Reply]) -> Iterator[tuple[str, list[dict[str, Any]]]]:
     """Serve ``/v1/chat/completions``; ``script(n)`` decides the n-th reply.
     Yields the base URL and the list of received request bodies."""
-    received: list[dict] = []
+    received: list[dict[str, Any]] = []
 
     class Handler(BaseHTTPRequestHandler):
         def log_message(self, *args: object) -> None:
@@ -61,8 +62,8 @@ def llm_server(script: Callable[[int], Reply]) -> Iterator[tuple[str, list[dict]
         server.server_close()
 
 
-def hang(seconds: float) -> Callable[[], tuple[int, dict]]:
-    def reply() -> tuple[int, dict]:
+def hang(seconds: float) -> Callable[[], tuple[int, dict[str, Any]]]:
+    def reply() -> tuple[int, dict[str, Any]]:
         time.sleep(seconds)
         return 200, chat_body('{"summary": "too late"}')
     return reply

@@ -10,7 +10,11 @@ def test_values_are_made_once_and_the_least_recently_used_leave_first() -> None:
     memo = BoundedMemo[str, int](max_weight=2)
 
     def length(key: str) -> int:
-        return memo.get(key, lambda: made.append(key) or len(key))
+        def make() -> int:
+            made.append(key)
+            return len(key)
+
+        return memo.get(key, make)
 
     assert [length(k) for k in ("a", "bb", "a", "ccc", "bb")] == [1, 2, 1, 3, 2]
     assert made == ["a", "bb", "ccc", "bb"]  # "bb" was the least recently used when "ccc" came

@@ -12,6 +12,7 @@ from strata.schema import (
     OutcomeIn,
     SkillExtractIn,
     SkillPatch,
+    TraceStepIn,
     TurnIn,
     WorkingItemsIn,
 )
@@ -26,14 +27,30 @@ def test_every_content_field_is_redacted_and_labels_are_not() -> None:
                             metadata={"contact": EMAIL, "n": 3, "tags": [EMAIL]}))
     assert turn.user == "mail [EMAIL]" and turn.speaker == "Li Wei" and turn.turn_id == "t-1"
     assert turn.metadata == {"contact": "[EMAIL]", "n": 3, "tags": ["[EMAIL]"]}
-    items = pii.model(WorkingItemsIn(items=[{"role": "user", "content": f"I am {EMAIL}"}], task=f"write {EMAIL}"))
+    # Bodies with nested steps and items are validated as the API receives them: from JSON-like dicts.
+    items = pii.model(
+        WorkingItemsIn.model_validate(
+            {"items": [{"role": "user", "content": f"I am {EMAIL}"}], "task": f"write {EMAIL}"}
+        )
+    )
     assert items.items[0].content == "I am [EMAIL]" and items.task == "write [EMAIL]"
     doc = pii.model(DocumentIn(text=f"# Team\n\n{EMAIL}", title=f"Contact {EMAIL}", doc_id="d1"))
     assert EMAIL not in doc.text + (doc.title or "") and doc.doc_id == "d1"
-    skill = pii.model(SkillExtractIn(task="notify", trace=[f"mail {EMAIL}", {"tool": "send", "args": {"to": EMAIL}}]))
-    assert skill.trace[0] == "mail [EMAIL]" and skill.trace[1].args == {"to": "[EMAIL]"}  # type: ignore[union-attr]
-    interaction = pii.model(InteractionIn(session_id="s", user=f"{EMAIL} here", trace=[{"command": f"mail {EMAIL}"}]))
-    assert interaction.user == "[EMAIL] here" and interaction.trace[0].command == "mail [EMAIL]"  # type: ignore[index,union-attr]
+    skill = pii.model(
+        SkillExtractIn.model_validate(
+            {"task": "notify", "trace": [f"mail {EMAIL}", {"tool": "send", "args": {"to": EMAIL}}]}
+        )
+    )
+    step = skill.trace[1]
+    assert skill.trace[0] == "mail [EMAIL]" and isinstance(step, TraceStepIn) and step.args == {"to": "[EMAIL]"}
+    interaction = pii.model(
+        InteractionIn.model_validate(
+            {"session_id": "s", "user": f"{EMAIL} here", "trace": [{"command": f"mail {EMAIL}"}]}
+        )
+    )
+    assert interaction.user == "[EMAIL] here" and interaction.trace is not None
+    step = interaction.trace[0]
+    assert isinstance(step, TraceStepIn) and step.command == "mail [EMAIL]"
     assert pii.model(OutcomeIn(success=True, notes=EMAIL)).notes == "[EMAIL]"
     assert pii.report()["email"] == 12  # every one of the twelve above
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -17,6 +19,18 @@ from strata.providers.tokens import (
 @pytest.fixture(scope="module")
 def counter() -> TiktokenCounter:
     return TiktokenCounter()
+
+
+def _encoding_recorded(counter: TiktokenCounter, record: Callable[[str], None]) -> Callable[[str], list[int]]:
+    """Pass every text ``counter`` encodes to ``record`` until ``del counter._encode``; return the encoder."""
+    original = counter._encode
+
+    def encode(text: str) -> list[int]:
+        record(text)
+        return original(text)
+
+    counter._encode = encode  # type: ignore[method-assign]  # on this instance only: `del` restores the class's
+    return original
 
 
 def test_default_encoding_is_offline(counter: TiktokenCounter) -> None:
@@ -131,14 +145,13 @@ def test_remembered_counts_equal_fresh_ones_and_survive_pickling() -> None:
     short, long = "Raising the timeout to 120 seconds fixed it. ", "x " * 3000
     assert [counter.count(short) for _ in range(3)] == [len(counter.encoding.encode_ordinary(short))] * 3
     encoded: list[int] = []
-    original = counter._encode
-    counter._encode = lambda text: encoded.append(len(text)) or original(text)  # type: ignore[method-assign]
+    original = _encoding_recorded(counter, lambda text: encoded.append(len(text)))
     # A long text (a passage) is remembered by its digest: encoded once, whatever the copies.
     assert [counter.count("".join(["x "] * 3000)) for _ in range(3)] == [len(original(long))] * 3
     assert counter.count(long + "y") == len(original(long + "y"))  # another text, counted anew
     assert encoded == [len(long), len(long) + 1]
     del counter._encode
-    copy = pickle.loads(pickle.dumps(counter))
+    copy = pickle.loads(pickle.dumps(counter))  # noqa: S301  round-trips its own object, as Ray does at the actor boundary
     assert copy.count(short) == counter.count(short) and copy.encoding_name == counter.encoding_name
     assert copy.count(long) == counter.count(long)
 
@@ -170,8 +183,7 @@ def test_a_context_is_counted_from_its_remembered_lines(counter: TiktokenCounter
     assert counter._lines_add_up  # the bundled cl100k is one whose lines add up
     assert len(text) > 2048 and counter.count_lines(text) == exact
     encoded: list[str] = []
-    original = counter._encode
-    counter._encode = lambda piece: encoded.append(piece) or original(piece)  # type: ignore[method-assign]
+    original = _encoding_recorded(counter, encoded.append)
     try:
         assert counter.count_lines(text) == exact
     finally:
@@ -179,7 +191,7 @@ def test_a_context_is_counted_from_its_remembered_lines(counter: TiktokenCounter
     assert encoded == []
     # The same lines in another order and another frame: only the new pieces are encoded.
     shuffled = "## Knowledge\n" + "\n".join(reversed(lines)) + "\n"
-    counter._encode = lambda piece: encoded.append(piece) or original(piece)  # type: ignore[method-assign]
+    _encoding_recorded(counter, encoded.append)
     try:
         assert counter.count_lines(shuffled) == len(original(shuffled))
     finally:
@@ -192,8 +204,7 @@ def test_another_encodings_text_is_counted_whole() -> None:
     counter._lines_add_up = False  # as for an encoding whose pieces may span a line break
     text = "- a line.\n" * 400
     encoded: list[str] = []
-    original = counter._encode
-    counter._encode = lambda piece: encoded.append(piece) or original(piece)  # type: ignore[method-assign]
+    original = _encoding_recorded(counter, encoded.append)
     assert counter.count_lines(text) == len(original(text)) and encoded == [text]
 
 
@@ -203,8 +214,7 @@ def test_long_texts_remembered_are_bounded(monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.setattr(tokens, "_CACHED_TEXTS", 2)
     counter = TiktokenCounter()
     encoded: list[str] = []
-    original = counter._encode
-    counter._encode = lambda text: encoded.append(text[:2]) or original(text)  # type: ignore[method-assign]
+    _encoding_recorded(counter, lambda text: encoded.append(text[:2]))
     texts = [f"{n} " + "word " * 600 for n in range(3)]
     for text in [*texts, texts[2], texts[0]]:  # the oldest is forgotten, the newest remembered
         counter.count(text)
