@@ -8,6 +8,7 @@ import socket
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import numpy as np
 import pytest
@@ -19,9 +20,10 @@ from strata.providers.tokens import TiktokenCounter
 from tests.llm_server import llm_server
 
 DIM = 8
+Body = dict[str, Any]  # a JSON request or answer
 
 
-def _vectors(body: dict, *, dim: int = DIM, reverse: bool = False) -> tuple[int, dict]:
+def _vectors(body: Body, *, dim: int = DIM, reverse: bool = False) -> tuple[int, Body]:
     texts = body["input"]
     rows = [{"object": "embedding", "index": i, "embedding": [float(len(t) + 1)] + [float(i + 1)] * (dim - 1)}
             for i, t in enumerate(texts)]
@@ -30,16 +32,18 @@ def _vectors(body: dict, *, dim: int = DIM, reverse: bool = False) -> tuple[int,
 
 
 def _embedder(url: str, **kw: object) -> OpenAIEmbedder:
-    settings = EmbeddingSettings(provider="openai", base_url=url, model="emb-test", dimension=DIM, **kw)
+    settings = EmbeddingSettings.model_validate(
+        {"provider": "openai", "base_url": url, "model": "emb-test", "dimension": DIM, **kw}
+    )
     embedder = make_embedder(settings)
     assert isinstance(embedder, OpenAIEmbedder) and isinstance(embedder, Embedder)
     return embedder
 
 
 @contextmanager
-def _endpoint(answer: Callable[[dict], tuple[int, dict]]) -> Iterator[tuple[str, list[dict]]]:
+def _endpoint(answer: Callable[[Body], tuple[int, Body]]) -> Iterator[tuple[str, list[Body]]]:
     """``llm_server`` answering each request body with ``answer(body)``."""
-    bodies: list[list[dict]] = []
+    bodies: list[list[Body]] = []
     with llm_server(lambda n: lambda: answer(bodies[0][n])) as (url, received):
         bodies.append(received)
         yield url, received
@@ -61,13 +65,14 @@ def test_vectors_come_back_in_the_texts_order_and_unit_length() -> None:
 @pytest.mark.parametrize(
     ("status", "body", "said"),
     [
-        (400, {"error": {"message": "This model's maximum context length is 8192 tokens", "type": "invalid_request_error"}},
+        (400,
+         {"error": {"message": "This model's maximum context length is 8192 tokens", "type": "invalid_request_error"}},
          "answered 400 for model 'emb-test': This model's maximum context length is 8192 tokens"),
         (404, {"error": {"message": "model emb-test not found"}}, "answered 404"),
         (500, {"detail": "boom"}, "answered 500"),
     ],
 )
-def test_an_error_answer_is_an_embedder_error_with_its_status_and_message(status: int, body: dict, said: str) -> None:
+def test_an_error_answer_is_an_embedder_error_with_its_status_and_message(status: int, body: Body, said: str) -> None:
     with llm_server(lambda n: (lambda: (status, body))) as (url, _), pytest.raises(EmbedderError) as caught:
         _embedder(url).embed(["hello"])
     assert said in caught.value.message and caught.value.status_code == 502
@@ -86,7 +91,7 @@ def test_no_answer_is_an_embedder_error_within_the_timeout() -> None:
     with pytest.raises(EmbedderError, match="did not answer"):
         _embedder(f"http://127.0.0.1:{port}/v1").embed(["hello"])  # nothing listens there
 
-    def slow() -> tuple[int, dict]:
+    def slow() -> tuple[int, Body]:
         time.sleep(3)
         return 200, {}
 
