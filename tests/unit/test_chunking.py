@@ -111,8 +111,8 @@ def _embed(texts: list[str]) -> np.ndarray:
     return unit
 
 
-def _chunker(strategy: str, counter: TokenCounter = COUNTER, **sizes: int) -> Chunker:
-    return make_chunker(ChunkingSettings(strategy=strategy, **sizes), counter, embed=_embed)  # type: ignore[arg-type]
+def _chunker(strategy: str, counter: TokenCounter = COUNTER, /, **sizes: int) -> Chunker:
+    return make_chunker(ChunkingSettings.model_validate({"strategy": strategy, **sizes}), counter, embed=_embed)
 
 
 def _check_level(text: str, chunks: tuple[Chunk, ...], limit: int, counter: TokenCounter = COUNTER) -> None:
@@ -138,7 +138,7 @@ def _check_tree(text: str, tree: ChunkTree, strategy: str, settings: ChunkingSet
         return
     _check_level(text, tree.parents, settings.parent_tokens)
     assert list(tree.parent_of) == sorted(tree.parent_of)
-    for child, n in zip(tree.children, tree.parent_of):
+    for child, n in zip(tree.children, tree.parent_of, strict=True):
         parent = tree.parents[n]
         assert parent.start <= child.start and child.end <= parent.end
 
@@ -312,7 +312,7 @@ def test_semantic_embeds_in_batches() -> None:
 
 
 def test_semantic_needs_an_embed_function() -> None:
-    with pytest.raises(ValueError, match="semantic.*embed"):
+    with pytest.raises(ValueError, match=r"semantic.*embed"):
         make_chunker(ChunkingSettings(strategy="semantic"), COUNTER)
 
 
@@ -327,11 +327,11 @@ def test_parent_child_children_are_nested_and_not_repeated(lang: str) -> None:
     text = DOCS[lang]
     tree = _chunker("parent_child", **SMALL).chunk(text)
     assert len(tree.parents) >= 2
-    assert any(b.start < a.end for a, b in zip(tree.parents, tree.parents[1:]))  # parents overlap
+    assert any(b.start < a.end for a, b in itertools.pairwise(tree.parents))  # parents overlap
     assert len({(c.start, c.end) for c in tree.children}) == len(tree.children)
     assert set(tree.parent_of) <= set(range(len(tree.parents)))
     for n, parent in enumerate(tree.parents):
-        inside = [c for c, p in zip(tree.children, tree.parent_of) if p == n]
+        inside = [c for c, p in zip(tree.children, tree.parent_of, strict=True) if p == n]
         assert all(parent.start <= c.start and c.end <= parent.end for c in inside)
 
 
@@ -393,14 +393,14 @@ def test_random_texts_keep_the_invariants(seed: int) -> None:
             "parent_overlap": int(rng.integers(0, child * 3)),
         }
         for strategy in STRATEGIES:
-            settings = ChunkingSettings(strategy=strategy, **sizes)  # type: ignore[arg-type]
+            settings = ChunkingSettings.model_validate({"strategy": strategy, **sizes})
             tree = make_chunker(settings, COUNTER, embed=_embed).chunk(text)
             _check_tree(text, tree, strategy, settings)
 
 
 def test_unknown_strategy_is_rejected() -> None:
     with pytest.raises(ValueError, match="unknown chunking strategy"):
-        make_chunker(ChunkingSettings.model_construct(strategy="paragraph"), COUNTER)  # type: ignore[arg-type]
+        make_chunker(ChunkingSettings.model_construct(strategy="paragraph"), COUNTER)
 
 
 def test_large_document_is_chunked_in_linear_time() -> None:
