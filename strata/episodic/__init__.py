@@ -3,8 +3,9 @@ the turns that leave the raw window, and search over both.
 
 :class:`EpisodicMemory` (in :mod:`~strata.episodic.memory`) owns the durable rows
 and the in-memory indexes; the values it keeps and their rows are in
-:mod:`~strata.episodic.turns`, how a search ranks in :mod:`~strata.episodic.ranking`,
-and the summarisers in :mod:`~strata.episodic.summarize`.
+:mod:`~strata.episodic.turns`, its search in :mod:`~strata.episodic.search`, how a
+search ranks in :mod:`~strata.episodic.ranking`, and the summarisers in
+:mod:`~strata.episodic.summarize`.
 """
 
 from __future__ import annotations

@@ -9,8 +9,9 @@ and summaries, narrowed by session and time range, served from an exact
 in-memory index that mirrors the durable rows: this object is the single
 writer of both, so they never disagree.
 
-The values it keeps and their rows are in :mod:`strata.episodic.turns`; how a
-search fuses its rankings, in :mod:`strata.episodic.ranking`.
+This module is the write path and the reads by session; the values it keeps and their rows
+are in :mod:`strata.episodic.turns`; search, in :mod:`strata.episodic.search` (the class this
+one extends), and how it fuses its rankings, in :mod:`strata.episodic.ranking`.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from __future__ import annotations
 import bisect
 import uuid
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 
@@ -27,16 +28,16 @@ import numpy as np
 from strata.clock import to_ms
 from strata.config import EpisodicSettings, TTLSettings
 from strata.episodic.neighbours import NeighbourRows
-from strata.episodic.ranking import NAMES_KEPT_FROM, dense_text, ranked, speakers_named, speakers_token
+from strata.episodic.search import EpisodicSearch
 from strata.episodic.summarize import EpisodeSummary
 from strata.episodic.turns import (
     SUMMARY,
     TURN,
-    EpisodicHit,
     SessionSpan,
     SummaryRecord,
     Turn,
     TurnInput,
+    session_place,
     summary_from_record,
     summary_payload,
     turn_from_record,
@@ -47,15 +48,15 @@ from strata.limits import RECORD_TEXT_BYTES_MAX
 from strata.paging import SortedIds
 from strata.retrieval.entities import EntityExtractor, Extraction, RuleExtractor
 from strata.retrieval.graph import KnowledgeGraph
-from strata.retrieval.lexical import LexicalIndex, language_weights, query_terms
+from strata.retrieval.lexical import LexicalIndex
 from strata.retrieval.vectors import VectorIndex
 from strata.store.records import Record, RecordStore
 from strata.store.ttl import Expiries, expires_ms
 
-__all__ = ["NAMES_KEPT_FROM", "EpisodicMemory"]
+__all__ = ["EpisodicMemory"]
 
 
-class EpisodicMemory:
+class EpisodicMemory(EpisodicSearch):
     """All episodic state of one tenant, persisted through a :class:`RecordStore`."""
 
     def __init__(
@@ -187,7 +188,7 @@ class EpisodicMemory:
                 payload=t.to_dict(),
                 vector=v,
             )
-            for t, v in zip(turns, vectors)
+            for t, v in zip(turns, vectors, strict=True)
         ]
         self._store.upsert(self._collection, records)
         for t in turns:  # segmented here, in the writer's thread, not where :meth:`index` runs
@@ -195,7 +196,7 @@ class EpisodicMemory:
 
     def index(self, turns: Sequence[Turn], vectors: np.ndarray) -> None:
         """The in-memory half of :meth:`record`: make written turns searchable."""
-        for turn, vector in zip(turns, vectors):
+        for turn, vector in zip(turns, vectors, strict=True):
             self._index_turn(turn, vector)
 
     def pending_summaries(self, session_id: str | None = None) -> list[list[Turn]]:
@@ -321,7 +322,7 @@ class EpisodicMemory:
         summarised again, from what remains; the turns next to dropped ones are re-indexed
         (their neighbours changed), and no others: forgetting one turn costs what it touches,
         not the session (53 ms at 8,000 turns in one session when every turn was re-indexed)."""
-        gaps = [(self._turns[key].session_id, _place(self._turns[key], key)) for key in turn_keys]
+        gaps = [(self._turns[key].session_id, session_place(self._turns[key], key)) for key in turn_keys]
         self._drop(turn_keys, summary_keys)
         for session, place in gaps:
             order = self._order.get(session)
@@ -399,7 +400,7 @@ class EpisodicMemory:
         if after is not None:
             key = f"{session_id}/{after}"
             turn = self._turns.get(key)
-            at = bisect.bisect_left(order, _place(turn, key)) if turn is not None else total
+            at = bisect.bisect_left(order, session_place(turn, key)) if turn is not None else total
             if at == total or order[at][1] != key:
                 gone = f"session {session_id!r} has no turn {after!r} (forgotten or expired?)"
                 raise InvalidInput(f"{gone}: start again without after", field="after")
@@ -412,7 +413,9 @@ class EpisodicMemory:
         """Up to ``limit`` of the sessions with turns, by id, after the session id ``after``;
         with how many sessions there are and whether more follow."""
         ids, more = self._session_ids.page(after=after, limit=limit)
-        spans = [SessionSpan(s, len(order), order[0][0][0], order[-1][0][0]) for s in ids for order in (self._order[s],)]
+        spans = [
+            SessionSpan(s, len(order), order[0][0][0], order[-1][0][0]) for s in ids for order in (self._order[s],)
+        ]
         return spans, len(self._session_ids), more
 
     def raw_window(self, session_id: str) -> list[Turn]:
@@ -430,205 +433,6 @@ class EpisodicMemory:
     def turn_count(self) -> int:
         return len(self._turns)
 
-    def search(
-        self,
-        query: np.ndarray,
-        *,
-        query_text: str | None = None,
-        top_k: int = 8,
-        session_id: str | None = None,
-        start: datetime | None = None,
-        end: datetime | None = None,
-        include_summaries: bool = True,
-        exclude_turn_ids: frozenset[str] = frozenset(),
-        prefer: tuple[datetime, datetime] | None = None,
-    ) -> list[EpisodicHit]:
-        """Turns and summaries most relevant to the query, optionally within a session
-        and a time range ``[start, end)``; a summary matches the range if it overlaps it.
-
-        ``prefer`` is a softer range, for one read off the query's own words ("last
-        week"): turns inside it score ``1 + time_boost`` times higher, those outside
-        still compete. A date in a question is as often content ("whose birthday is
-        on June 8") as a limit on when something was said.
-
-        With ``query_text``, the dense ranking (cosine to ``query``) and the lexical
-        one (BM25 over ``query_text``) are fused as ``fusion_mode`` says (by default a
-        weighted sum of their scores, each normalised per query), and ``score`` is the
-        fused score in [0, 1]; without it, ``score`` is the cosine similarity.
-        ``exclude_turn_ids`` leaves out turns the caller already has (e.g. in working memory).
-        """
-        lo = to_ms(start) if start else None
-        hi = to_ms(end) if end else None
-
-        def in_range(first_ms: int, last_ms: int) -> bool:
-            return (lo is None or last_ms >= lo) and (hi is None or first_ms < hi)
-
-        def turn_matches(key: str) -> bool:
-            t = self._turns[key]
-            ts = to_ms(t.timestamp)
-            return (not session_id or t.session_id == session_id) and in_range(ts, ts) and t.turn_id not in exclude_turn_ids
-
-        weights = self._fusion_weights(query_text)
-        named = self._speakers_named(query_text or "")
-        speaker_boost, time_boost = self._settings.speaker_boost, self._settings.time_boost
-        soft = (to_ms(prefer[0]), to_ms(prefer[1])) if prefer else None
-
-        def factor(key: str) -> float:
-            turn = self._turns[key]
-            value = 1.0
-            # A person named in the query: their own turns are the likelier evidence.
-            if named and turn.speaker in named:
-                value *= 1 + speaker_boost
-            if soft is not None and soft[0] <= to_ms(turn.timestamp) < soft[1]:
-                value *= 1 + time_boost
-            return value
-
-        use_factor = bool(named and speaker_boost) or bool(soft and time_boost)
-        hits = []
-        found = ranked(
-            self._turn_index, self._turn_lexical, query, query_text, top_k, turn_matches, weights,
-            factor=factor if use_factor else None, graph=self._graph, lexical_top=self._lexical_top,
-            span=self._settings.cosine_span, fusion=self._settings.fusion_mode,
-            feedback=(self._settings.dense_feedback_docs, self._settings.dense_feedback_weight),
-            neighbours=(self._near_scores, self._settings.dense_context_weight) if self._near is not None else None,
-        )
-        best_turn = found[0][0] if found else None
-        for key, score, ranks, relevance in found:
-            t = self._turns[key]
-            hits.append(EpisodicHit(
-                TURN, t.turn_id, t.session_id, t.text, t.timestamp, score, (t.turn_id,), ranks=ranks, relevance=relevance,
-            ))
-        if include_summaries:
-            def summary_matches(key: str) -> bool:
-                s = self._summaries[key]
-                return (not session_id or s.session_id == session_id) and in_range(to_ms(s.start), to_ms(s.end))
-
-            index, lexical = self._summary_index, self._summary_lexical
-            found = ranked(index, lexical, query, query_text, top_k, summary_matches, weights,
-                           span=self._settings.cosine_span, fusion=self._settings.fusion_mode)
-            scale = 1.0
-            if query_text and best_turn is not None and found:
-                scale = self._summary_scale(query, query_text, weights, best_turn, found[0][0])
-            for key, score, ranks, relevance in found:
-                s = self._summaries[key]
-                hits.append(EpisodicHit(
-                    SUMMARY, s.summary_id, s.session_id, s.text, s.start, score * scale, s.turn_ids, s.end, ranks,
-                    relevance,
-                ))
-        hits.sort(key=lambda h: -h.score)
-        return hits[:top_k]
-
-    def _summary_scale(
-        self, query: np.ndarray, text: str, weights: Mapping[str, float], best_turn: str, best_summary: str
-    ) -> float:
-        """What the summaries' fused scores are multiplied by before they are merged with the turns'.
-
-        Each list's fused scores are normalised to its own best hit, so the best summary of any
-        search scores near 1, as the best turn does, however much better the turn matches: a
-        just-written turn searched by its own words, a term no other text has among them, came
-        within 0.011 of a summary of earlier copies of its sentence. Both bests are measured on
-        one scale (the fusion weights over the cosine placed on the embedder's span, unclipped,
-        and the share of the query's BM25 maximum the hit scores), and the summaries are moved
-        down by the ratio when their best matches less well; never up. The order within each
-        list does not change, so neither do the turns a search returns, only where summaries
-        fall among them.
-        """
-        def match(vector: np.ndarray, lexical: LexicalIndex, key: str) -> float:
-            lo, hi = self._settings.cosine_span
-            cosine = float(vector @ query)
-            value = weights.get("dense", 0.0) * (cosine - lo) / (hi - lo)
-            if weights.get("lexical"):
-                value += weights["lexical"] * lexical.relevance(text, [key])[key]
-            return value
-
-        if self._summary_index.position(best_summary) is None:  # a summary stored without a vector
-            return 1.0
-        turn = match(self._raw[best_turn], self._turn_lexical, best_turn)  # its own vector, not its neighbours'
-        summary = match(self._summary_index.vectors([best_summary])[0], self._summary_lexical, best_summary)
-        return 1.0 if turn <= 0 or summary >= turn else max(summary, 0.0) / turn
-
-    def dense_query(self, text: str) -> str:
-        """The query to embed: ``text`` without the speaker names it mentions.
-
-        Speakers are matched by the speaker-aware factor in :meth:`search`; left
-        in a short question, a name dominates its embedding and pulls in every
-        turn near that name instead of the ones about the question's content.
-        A text of :data:`NAMES_KEPT_FROM` characters or more keeps its names: in
-        it they are a small share, and the changed text would be embedded a second
-        time (~80 ms of model for a message of the maximum length).
-        """
-        return dense_text(text, self._speakers)
-
-    @property
-    def speakers_token(self) -> int:
-        """A number that changes when the tenant's speaker labels do (:func:`speakers_token`):
-        a caller that keeps the labels, to make :meth:`dense_query`'s text itself, knows by it
-        when to read them again (:meth:`speakers`)."""
-        if self._speakers_token is None:
-            self._speakers_token = speakers_token(self._speakers)
-        return self._speakers_token
-
-    def speakers(self) -> list[str]:
-        """The tenant's speaker labels, sorted."""
-        return sorted(self._speakers)
-
-    def _speakers_named(self, text: str) -> set[str]:
-        """Speaker labels of this tenant that ``text`` mentions (whole words; CJK names as substrings)."""
-        return speakers_named(self._speakers, text)
-
-    def _lexical_top(self, text: str, k: int, keep: Callable[[str], bool]) -> list[tuple[str, float]]:
-        """Turns by BM25, each with a share of the best score among its session
-        neighbours (``lexical_context_window`` turns either side, in time order).
-
-        A question often names one fact and asks for another ("the one who only
-        finished high school: where do they work?"); the turn holding the answer
-        shares few words with it, its neighbour the rest. Neighbour scores come
-        from the best ``4 k`` matches (at least 200), bisected into their session's
-        time order, so a long session costs no more than a short one; a turn
-        outside those matches counts only its neighbour's share (its own score is
-        below the 200th, so the top ``k`` hardly moves).
-
-        With ``lexical_feedback_docs``, the query also holds the feedback terms of
-        its best matches (:meth:`LexicalIndex.feedback_terms`).
-        """
-        s = self._settings
-        extra: dict[str, float] | None = None
-        if s.lexical_feedback_docs and s.lexical_feedback_weight:
-            found = self._turn_lexical.feedback_terms(text, s.lexical_feedback_docs, s.lexical_feedback_terms)
-            mass = s.lexical_feedback_weight * len(query_terms(text))
-            extra = {term: mass * weight for term, weight in found.items()}
-        weight, window = s.lexical_context_weight, s.lexical_context_window
-        if not (weight and window):
-            return self._turn_lexical.top_scored(text, k, keep, extra=extra)
-        own = dict(self._turn_lexical.top_scored(text, max(4 * k, 200), extra=extra))
-        near: dict[str, float] = {}
-        for key, score in own.items():
-            turn = self._turns[key]
-            order = self._order.get(turn.session_id)
-            if not order:
-                continue
-            i = bisect.bisect_left(order, _place(turn, key))
-            for j in range(max(i - window, 0), min(i + window + 1, len(order))):
-                other = order[j][1]
-                if j != i and score > near.get(other, 0.0):
-                    near[other] = score
-        combined = {key: own.get(key, 0.0) + weight * near.get(key, 0.0) for key in own.keys() | near.keys()}
-        ranked = sorted(combined.items(), key=lambda item: (-item[1], item[0]))
-        found_keys = (item for item in ranked if keep(item[0]))  # keep() only until k are found
-        return [item for _, item in zip(range(k), found_keys)]
-
-    def _near_scores(self, scores: np.ndarray) -> np.ndarray:
-        """For each turn of the index, the best of ``scores`` among its session neighbours."""
-        assert self._near is not None
-        return self._near.best(scores)
-
-    def _fusion_weights(self, query_text: str | None) -> dict[str, float]:
-        s = self._settings
-        if not query_text:
-            return {"dense": 1.0}
-        configured = {"dense": s.fusion_dense_weight, "lexical": s.fusion_lexical_weight, "graph": s.fusion_graph_weight}
-        return language_weights(configured, query_text, dense_cjk=s.dense_weight_cjk)
-
     # -- internals ----------------------------------------------------------
 
     def _pk(self, *parts: str) -> str:
@@ -645,7 +449,7 @@ class EpisodicMemory:
         order = self._order.setdefault(turn.session_id, [])
         if not order:
             self._session_ids.add(turn.session_id)
-        place = _place(turn, key)
+        place = session_place(turn, key)
         position = bisect.bisect(order, place)
         order.insert(position, place)
         self._raw[key] = np.asarray(vector, dtype=np.float32)
@@ -657,7 +461,10 @@ class EpisodicMemory:
                 self._turn_index.set(order[neighbour][1], self._context_vector(order, neighbour))
         self._turn_lexical.add(key, turn.text)
         self.expiries.set((TURN, key), turn.expires_ms)
-        extraction = Extraction.from_dict(turn.entities) if turn.entities is not None else self._extractor.extract(turn.said)
+        if turn.entities is not None:
+            extraction = Extraction.from_dict(turn.entities)
+        else:
+            extraction = self._extractor.extract(turn.said)
         self._graph.add(key, extraction)
         self._next_seq = max(self._next_seq, turn.seq + 1)
 
@@ -680,8 +487,3 @@ class EpisodicMemory:
         self._summary_lexical.add(key, " ".join([summary.text, *summary.content.key_topics]))
         self.expiries.set((SUMMARY, key), summary.expires_ms)
         self._summarised.setdefault(summary.session_id, set()).update(summary.turn_ids)
-
-
-def _place(turn: Turn, key: str) -> tuple[tuple[datetime, int], str]:
-    """The turn's entry in its session's order: by time, then arrival, then key."""
-    return (turn.timestamp, turn.seq), key

@@ -85,7 +85,8 @@ class NeighbourRows:
         if row is None:
             return
         w = self.window
-        near = [index.position(order[j][1]) for j in range(max(place - w, 0), min(place + w + 1, len(order))) if j != place]
+        around = range(max(place - w, 0), min(place + w + 1, len(order)))
+        near = [index.position(order[j][1]) for j in around if j != place]
         filled = [r for r in near if r is not None]
         self._rows[:, row] = -1
         self._rows[: len(filled), row] = filled

@@ -3,8 +3,9 @@
 :func:`ranked` fuses the dense ranking (cosine), the lexical one (BM25) and,
 when weighted, the graph one (turns that mention the entities a query names) by
 a weighted sum of their scores normalised per query (or by weighted RRF), then
-applies a per-item factor such as the speaker and time boosts. The speaker helpers find which of a tenant's speakers a query names, so
-the search can boost their turns and the embedding can leave their names out.
+applies a per-item factor such as the speaker and time boosts. The speaker helpers
+find which of a tenant's speakers a query names, so the search can boost their
+turns and the embedding can leave their names out.
 """
 
 from __future__ import annotations
@@ -148,7 +149,8 @@ def without_speakers(text: str, speakers: Iterable[str]) -> str:
         if cjk_share(speaker) > 0.5:
             stripped = stripped.replace(speaker, " ")
         else:
-            stripped = re.sub(r"(?<![\w])" + re.escape(speaker) + r"(?:'s|’s)?(?![\w])", " ", stripped, flags=re.IGNORECASE)
+            pattern = r"(?<![\w])" + re.escape(speaker) + r"(?:'s|’s)?(?![\w])"
+            stripped = re.sub(pattern, " ", stripped, flags=re.IGNORECASE)
     stripped = " ".join(stripped.split())
     return stripped if stripped.strip(" ?!.,") else text
 

@@ -25,6 +25,7 @@ __all__ = [
     "SummaryRecord",
     "Turn",
     "TurnInput",
+    "session_place",
     "summary_from_record",
     "summary_inputs",
     "summary_payload",
@@ -218,3 +219,8 @@ def summary_inputs(turns: Sequence[Turn]) -> list[SummaryInput]:
         if t.agent:
             out.append(SummaryInput("assistant", t.agent))
     return out
+
+
+def session_place(turn: Turn, key: str) -> tuple[tuple[datetime, int], str]:
+    """The turn's entry in its session's order: by time, then arrival, then key."""
+    return (turn.timestamp, turn.seq), key

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from strata.config import EpisodicSettings
-from strata.episodic.memory import NAMES_KEPT_FROM, EpisodicMemory
-from strata.episodic.ranking import speakers_token, without_speakers
+from strata.episodic.memory import EpisodicMemory
+from strata.episodic.ranking import NAMES_KEPT_FROM, speakers_token, without_speakers
 from strata.episodic.summarize import ExtractiveSummarizer
 from strata.episodic.turns import TurnInput, summary_inputs
 from strata.retrieval import lexical

@@ -1,0 +1,250 @@
+"""The search half of :class:`~strata.episodic.memory.EpisodicMemory`: how a query finds
+turns and summaries (dense, lexical and graph paths fused by :mod:`strata.episodic.ranking`,
+with the speaker, time and neighbour signals), and the query text the dense path embeds.
+
+It reads the in-memory state that :class:`~strata.episodic.memory.EpisodicMemory`, its only
+subclass and the single writer of that state, keeps; the attributes it reads are declared here.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+from collections import Counter
+from collections.abc import Callable, Mapping
+from datetime import datetime
+
+import numpy as np
+
+from strata.clock import to_ms
+from strata.config import EpisodicSettings
+from strata.episodic.neighbours import NeighbourRows
+from strata.episodic.ranking import dense_text, ranked, speakers_named, speakers_token
+from strata.episodic.turns import SUMMARY, TURN, EpisodicHit, SummaryRecord, Turn, session_place
+from strata.retrieval.graph import KnowledgeGraph
+from strata.retrieval.lexical import LexicalIndex, language_weights, query_terms
+from strata.retrieval.vectors import VectorIndex
+
+__all__ = ["EpisodicSearch"]
+
+
+class EpisodicSearch:
+    """Search over one tenant's turns and summaries (see the module docstring)."""
+
+    _settings: EpisodicSettings
+    _graph: KnowledgeGraph
+    _turns: dict[str, Turn]
+    _summaries: dict[str, SummaryRecord]
+    _turn_index: VectorIndex
+    _summary_index: VectorIndex
+    _turn_lexical: LexicalIndex
+    _summary_lexical: LexicalIndex
+    _raw: dict[str, np.ndarray]
+    _order: dict[str, list[tuple[tuple[datetime, int], str]]]
+    _near: NeighbourRows | None
+    _speakers: Counter[str]
+    _speakers_token: int | None
+
+    def search(
+        self,
+        query: np.ndarray,
+        *,
+        query_text: str | None = None,
+        top_k: int = 8,
+        session_id: str | None = None,
+        start: datetime | None = None,
+        end: datetime | None = None,
+        include_summaries: bool = True,
+        exclude_turn_ids: frozenset[str] = frozenset(),
+        prefer: tuple[datetime, datetime] | None = None,
+    ) -> list[EpisodicHit]:
+        """Turns and summaries most relevant to the query, optionally within a session
+        and a time range ``[start, end)``; a summary matches the range if it overlaps it.
+
+        ``prefer`` is a softer range, for one read off the query's own words ("last
+        week"): turns inside it score ``1 + time_boost`` times higher, those outside
+        still compete. A date in a question is as often content ("whose birthday is
+        on June 8") as a limit on when something was said.
+
+        With ``query_text``, the dense ranking (cosine to ``query``) and the lexical
+        one (BM25 over ``query_text``) are fused as ``fusion_mode`` says (by default a
+        weighted sum of their scores, each normalised per query), and ``score`` is the
+        fused score in [0, 1]; without it, ``score`` is the cosine similarity.
+        ``exclude_turn_ids`` leaves out turns the caller already has (e.g. in working memory).
+        """
+        lo = to_ms(start) if start else None
+        hi = to_ms(end) if end else None
+
+        def in_range(first_ms: int, last_ms: int) -> bool:
+            return (lo is None or last_ms >= lo) and (hi is None or first_ms < hi)
+
+        def turn_matches(key: str) -> bool:
+            t = self._turns[key]
+            ts = to_ms(t.timestamp)
+            in_session = not session_id or t.session_id == session_id
+            return in_session and in_range(ts, ts) and t.turn_id not in exclude_turn_ids
+
+        weights = self._fusion_weights(query_text)
+        named = self._speakers_named(query_text or "")
+        speaker_boost, time_boost = self._settings.speaker_boost, self._settings.time_boost
+        soft = (to_ms(prefer[0]), to_ms(prefer[1])) if prefer else None
+
+        def factor(key: str) -> float:
+            turn = self._turns[key]
+            value = 1.0
+            # A person named in the query: their own turns are the likelier evidence.
+            if named and turn.speaker in named:
+                value *= 1 + speaker_boost
+            if soft is not None and soft[0] <= to_ms(turn.timestamp) < soft[1]:
+                value *= 1 + time_boost
+            return value
+
+        use_factor = bool(named and speaker_boost) or bool(soft and time_boost)
+        hits = []
+        found = ranked(
+            self._turn_index, self._turn_lexical, query, query_text, top_k, turn_matches, weights,
+            factor=factor if use_factor else None, graph=self._graph, lexical_top=self._lexical_top,
+            span=self._settings.cosine_span, fusion=self._settings.fusion_mode,
+            feedback=(self._settings.dense_feedback_docs, self._settings.dense_feedback_weight),
+            neighbours=(self._near_scores, self._settings.dense_context_weight) if self._near is not None else None,
+        )
+        best_turn = found[0][0] if found else None
+        for key, score, ranks, relevance in found:
+            t = self._turns[key]
+            hits.append(EpisodicHit(
+                TURN, t.turn_id, t.session_id, t.text, t.timestamp, score, (t.turn_id,),
+                ranks=ranks, relevance=relevance,
+            ))
+        if include_summaries:
+            def summary_matches(key: str) -> bool:
+                s = self._summaries[key]
+                return (not session_id or s.session_id == session_id) and in_range(to_ms(s.start), to_ms(s.end))
+
+            index, lexical = self._summary_index, self._summary_lexical
+            found = ranked(index, lexical, query, query_text, top_k, summary_matches, weights,
+                           span=self._settings.cosine_span, fusion=self._settings.fusion_mode)
+            scale = 1.0
+            if query_text and best_turn is not None and found:
+                scale = self._summary_scale(query, query_text, weights, best_turn, found[0][0])
+            for key, score, ranks, relevance in found:
+                s = self._summaries[key]
+                hits.append(EpisodicHit(
+                    SUMMARY, s.summary_id, s.session_id, s.text, s.start, score * scale, s.turn_ids, s.end, ranks,
+                    relevance,
+                ))
+        hits.sort(key=lambda h: -h.score)
+        return hits[:top_k]
+
+    def _summary_scale(
+        self, query: np.ndarray, text: str, weights: Mapping[str, float], best_turn: str, best_summary: str
+    ) -> float:
+        """What the summaries' fused scores are multiplied by before they are merged with the turns'.
+
+        Each list's fused scores are normalised to its own best hit, so the best summary of any
+        search scores near 1, as the best turn does, however much better the turn matches: a
+        just-written turn searched by its own words, a term no other text has among them, came
+        within 0.011 of a summary of earlier copies of its sentence. Both bests are measured on
+        one scale (the fusion weights over the cosine placed on the embedder's span, unclipped,
+        and the share of the query's BM25 maximum the hit scores), and the summaries are moved
+        down by the ratio when their best matches less well; never up. The order within each
+        list does not change, so neither do the turns a search returns, only where summaries
+        fall among them.
+        """
+        def match(vector: np.ndarray, lexical: LexicalIndex, key: str) -> float:
+            lo, hi = self._settings.cosine_span
+            cosine = float(vector @ query)
+            value = weights.get("dense", 0.0) * (cosine - lo) / (hi - lo)
+            if weights.get("lexical"):
+                value += weights["lexical"] * lexical.relevance(text, [key])[key]
+            return value
+
+        if self._summary_index.position(best_summary) is None:  # a summary stored without a vector
+            return 1.0
+        turn = match(self._raw[best_turn], self._turn_lexical, best_turn)  # its own vector, not its neighbours'
+        summary = match(self._summary_index.vectors([best_summary])[0], self._summary_lexical, best_summary)
+        return 1.0 if turn <= 0 or summary >= turn else max(summary, 0.0) / turn
+
+    def dense_query(self, text: str) -> str:
+        """The query to embed: ``text`` without the speaker names it mentions.
+
+        Speakers are matched by the speaker-aware factor in :meth:`search`; left
+        in a short question, a name dominates its embedding and pulls in every
+        turn near that name instead of the ones about the question's content.
+        A text of :data:`NAMES_KEPT_FROM` characters or more keeps its names: in
+        it they are a small share, and the changed text would be embedded a second
+        time (~80 ms of model for a message of the maximum length).
+        """
+        return dense_text(text, self._speakers)
+
+    @property
+    def speakers_token(self) -> int:
+        """A number that changes when the tenant's speaker labels do (:func:`speakers_token`):
+        a caller that keeps the labels, to make :meth:`dense_query`'s text itself, knows by it
+        when to read them again (:meth:`speakers`)."""
+        if self._speakers_token is None:
+            self._speakers_token = speakers_token(self._speakers)
+        return self._speakers_token
+
+    def speakers(self) -> list[str]:
+        """The tenant's speaker labels, sorted."""
+        return sorted(self._speakers)
+
+    def _speakers_named(self, text: str) -> set[str]:
+        """Speaker labels of this tenant that ``text`` mentions (whole words; CJK names as substrings)."""
+        return speakers_named(self._speakers, text)
+
+    def _lexical_top(self, text: str, k: int, keep: Callable[[str], bool]) -> list[tuple[str, float]]:
+        """Turns by BM25, each with a share of the best score among its session
+        neighbours (``lexical_context_window`` turns either side, in time order).
+
+        A question often names one fact and asks for another ("the one who only
+        finished high school: where do they work?"); the turn holding the answer
+        shares few words with it, its neighbour the rest. Neighbour scores come
+        from the best ``4 k`` matches (at least 200), bisected into their session's
+        time order, so a long session costs no more than a short one; a turn
+        outside those matches counts only its neighbour's share (its own score is
+        below the 200th, so the top ``k`` hardly moves).
+
+        With ``lexical_feedback_docs``, the query also holds the feedback terms of
+        its best matches (:meth:`LexicalIndex.feedback_terms`).
+        """
+        s = self._settings
+        extra: dict[str, float] | None = None
+        if s.lexical_feedback_docs and s.lexical_feedback_weight:
+            found = self._turn_lexical.feedback_terms(text, s.lexical_feedback_docs, s.lexical_feedback_terms)
+            mass = s.lexical_feedback_weight * len(query_terms(text))
+            extra = {term: mass * weight for term, weight in found.items()}
+        weight, window = s.lexical_context_weight, s.lexical_context_window
+        if not (weight and window):
+            return self._turn_lexical.top_scored(text, k, keep, extra=extra)
+        own = dict(self._turn_lexical.top_scored(text, max(4 * k, 200), extra=extra))
+        near: dict[str, float] = {}
+        for key, score in own.items():
+            turn = self._turns[key]
+            order = self._order.get(turn.session_id)
+            if not order:
+                continue
+            i = bisect.bisect_left(order, session_place(turn, key))
+            for j in range(max(i - window, 0), min(i + window + 1, len(order))):
+                other = order[j][1]
+                if j != i and score > near.get(other, 0.0):
+                    near[other] = score
+        combined = {key: own.get(key, 0.0) + weight * near.get(key, 0.0) for key in own.keys() | near.keys()}
+        ranked = sorted(combined.items(), key=lambda item: (-item[1], item[0]))
+        found_keys = (item for item in ranked if keep(item[0]))  # keep() only until k are found
+        return list(itertools.islice(found_keys, k))
+
+    def _near_scores(self, scores: np.ndarray) -> np.ndarray:
+        """For each turn of the index, the best of ``scores`` among its session neighbours."""
+        if self._near is None:
+            raise RuntimeError("no neighbour rows: dense_context_weight or dense_context_window is 0")
+        return self._near.best(scores)
+
+    def _fusion_weights(self, query_text: str | None) -> dict[str, float]:
+        s = self._settings
+        if not query_text:
+            return {"dense": 1.0}
+        configured = {
+            "dense": s.fusion_dense_weight, "lexical": s.fusion_lexical_weight, "graph": s.fusion_graph_weight,
+        }
+        return language_weights(configured, query_text, dense_cjk=s.dense_weight_cjk)
