@@ -34,7 +34,7 @@ from strata.access.ratelimit import RateLimiter
 from strata.config import StrataSettings
 from strata.errors import StoreUnavailable
 from strata_actors.errors import unwrap
-from strata_actors.shard import owner_shard
+from strata_actors.placement import owner_shard
 
 __all__ = ["LimitsShard", "SharedLimits", "limits_actor_name"]
 

@@ -47,7 +47,9 @@ from strata.procedural.memory import SKILL, ProceduralMemory, Skill, new_skill_i
 from strata.providers.llm import make_llm
 from strata.store.layout import Collections
 from strata.store.records import Record, RecordStore
-from strata_actors.shard import KeyedLocks, LayerShard, WholeRecordExpiry
+from strata_actors.expiry import WholeRecordExpiry
+from strata_actors.residency import KeyedLocks
+from strata_actors.shard import LayerShard
 
 __all__ = ["ProceduralShard"]
 

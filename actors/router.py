@@ -2,11 +2,11 @@
 
 Tenants are sharded: layer ``L`` has ``actors.<L>_shards`` named, detached
 actors ``strata-L-0 … strata-L-(n-1)``, and tenant ``t`` lives on shard
-``crc32(t) % n``. A fixed, small set of actors hosts any number of tenants
-(DESIGN.md measured ~0.8 s and ~50–90 MiB per actor process, so one actor
+``crc32(t) % n`` (:mod:`strata_actors.placement`). A fixed, small set of actors
+hosts any number of tenants (DESIGN.md measured ~0.8 s and ~50–90 MiB per actor process, so one actor
 per tenant does not reach 1,000 tenants on a node); inside a shard, a
 tenant's state is loaded on first use and evicted when idle (see
-:mod:`strata_actors.shard`). Any process that knows the settings finds the same
+:mod:`strata_actors.residency`). Any process that knows the settings finds the same
 actor for a tenant, and creates it if it does not exist yet.
 
 Callers get typed handles (``router.episodic(tenant)``, see :mod:`strata_actors.handles`);
@@ -34,9 +34,9 @@ from strata_actors.handles import (
     SessionLayerHandle,
     WorkingHandle,
 )
+from strata_actors.placement import owner_shard
 from strata_actors.procedural import ProceduralShard
 from strata_actors.semantic import SemanticShard
-from strata_actors.shard import owner_shard
 from strata_actors.working import WorkingShard
 
 __all__ = ["LAYER_CLASSES", "LayerRouter", "actor_name", "shutdown_ray"]

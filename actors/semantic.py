@@ -38,7 +38,8 @@ from strata.semantic.documents import DOC, DocumentInput, SemanticHit
 from strata.semantic.memory import SemanticMemory
 from strata.store.layout import Collections
 from strata.store.records import RecordStore
-from strata_actors.shard import LayerShard, WholeRecordExpiry
+from strata_actors.expiry import WholeRecordExpiry
+from strata_actors.shard import LayerShard
 
 __all__ = ["SemanticShard", "hit_out"]
 

@@ -158,7 +158,7 @@ async def test_work_begun_before_a_forget_is_refused_after_it() -> None:
 
 
 def test_keyed_locks_exclude_per_key_and_keep_nothing_once_released() -> None:
-    from strata_actors.shard import KeyedLocks
+    from strata_actors.residency import KeyedLocks
 
     locks = KeyedLocks()
     inside: dict[str, int] = {}
