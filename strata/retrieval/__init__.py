@@ -1,7 +1,8 @@
 """What several layers use to find things: exact vector search
 (:mod:`~strata.retrieval.vectors`), BM25 and rank fusion (:mod:`~strata.retrieval.lexical`,
 over the terms of :mod:`~strata.retrieval.terms`), the knowledge graph
-(:mod:`~strata.retrieval.graph`) and the entity extractors that feed it
+(:mod:`~strata.retrieval.graph`, reading queries through :mod:`~strata.retrieval.entity_match`)
+and the entity extractors that feed it
 (:mod:`~strata.retrieval.entities`), and time ranges read off a query
 (:mod:`~strata.retrieval.timeparse`).
 """

@@ -19,52 +19,25 @@ Extraction is pluggable (:class:`~strata.retrieval.entities.EntityExtractor`);
 the values, :func:`~strata.retrieval.entities.entity_key` and the extractors, by
 rules and by an LLM, are in :mod:`strata.retrieval.entities`.
 
-One module, though over 500 lines: :class:`KnowledgeGraph` is one index whose
-read-side memos are dropped by its writes (:meth:`KnowledgeGraph._changed`), so
-its writes, resolution and ranking are kept where one reader can check them
-together.
+How a query's text is read for known names is in :mod:`strata.retrieval.entity_match`.
+:class:`KnowledgeGraph`'s writes, resolution and ranking stay in this one module: its
+read-side memos are dropped by its writes (:meth:`KnowledgeGraph._changed`), so one
+reader can check them together.
 """
 
 from __future__ import annotations
 
 import heapq
 import math
-import re
 from collections import Counter
 from collections.abc import Iterable
 from itertools import combinations
 from typing import Any
 
-from strata.retrieval.entities.extraction import CJK_CHAR, Extraction, entity_key, fold_text
-from strata.retrieval.terms import ENGLISH_STOP_WORDS
+from strata.retrieval.entities.extraction import Extraction, entity_key
+from strata.retrieval.entity_match import EntityMatcher, singulars
 
 __all__ = ["KnowledgeGraph"]
-
-# --- lookup forms -----------------------------------------------------------------
-
-_LATIN_TOKEN = re.compile(
-    r"[0-9a-z_\u00c0-\u024f\u0370-\u03ff\u0400-\u04ff]+"
-    r"(?:[.'\-/][0-9a-z_\u00c0-\u024f\u0370-\u03ff\u0400-\u04ff]+)*[+#]*"
-)
-
-
-def _latin_form(key: str) -> str:
-    """The word tokens of a key joined by spaces: what query n-grams are compared with."""
-    return " ".join(_LATIN_TOKEN.findall(key))
-
-
-def _singulars(word: str) -> list[str]:
-    out = []
-    if word.endswith("'"):
-        out.append(word[:-1])
-    if len(word) > 3 and word.endswith("s") and not word.endswith("ss"):
-        out.append(word[:-1])
-        if word.endswith("ies"):
-            out.append(word[:-3] + "y")
-        elif word.endswith("es"):
-            out.append(word[:-2])
-    return out
-
 
 # --- the graph ------------------------------------------------------------------
 
@@ -114,7 +87,6 @@ _RANK_REACH = 256
 _HOP_SOURCE_BUDGET = 5000
 _HOP_DECAY = 0.5
 _RELATION_BONUS = 0.5
-_MAX_NGRAM = 6
 _ENTITY_SCAN_SOURCES = 2000
 
 
@@ -137,14 +109,7 @@ class KnowledgeGraph:
         self._aliases_of: dict[str, dict[str, int]] = {}  # name key -> {alias key: sources}
         # key -> {neighbour key: slots of the sources relating them}; one set shared by both directions
         self._adj: dict[str, dict[str, set[int]]] = {}
-        self._forms: dict[str, set[str]] = {}  # Latin token form -> live keys
-        # The first words of the forms of two words or more, and how many forms have each word
-        # count: a query's n-grams longer than one word are tried only where a form starts,
-        # and no longer than the longest form (a 16,000-character query tried six per word).
-        self._form_starts: Counter[str] = Counter()
-        self._form_lengths: Counter[int] = Counter()
-        self._cjk: dict[str, set[str]] = {}  # key with CJK -> live keys (itself)
-        self._cjk_lengths: Counter[int] = Counter()
+        self._names = EntityMatcher()  # the live keys' lookup forms, for match()
         self._size: int | None = None
         # Read-side memos; _changed drops what a write may have made stale.
         self._canon_memo: dict[str, str] = {}
@@ -174,12 +139,12 @@ class KnowledgeGraph:
             sources = self._mentions.get(k)
             if sources is None:
                 if k not in self._alias:
-                    self._index(k)
+                    self._names.add(k)
                 sources = self._mentions[k] = set()
             sources.add(slot)
         for a, n in record.aliases:
             if a not in self._mentions and a not in self._alias:
-                self._index(a)
+                self._names.add(a)
             _bump(self._alias, a, n, 1)
             _bump(self._aliases_of, n, a, 1)
         pairs = {(s, t) if s < t else (t, s) for s, _, t in record.relations}
@@ -245,43 +210,9 @@ class KnowledgeGraph:
                 for other in [o for o in fanout if any(m in adj for m in self._members(o))]:
                     del fanout[other]
 
-    def _index(self, key: str) -> None:
-        if CJK_CHAR.search(key):
-            self._cjk.setdefault(key, set()).add(key)
-            self._cjk_lengths[len(key)] += 1
-        form = _latin_form(key)
-        if form:
-            if form not in self._forms:
-                self._count_form(form, 1)
-            self._forms.setdefault(form, set()).add(key)
-
     def _maybe_unindex(self, key: str) -> None:
-        if key in self._mentions or key in self._alias:
-            return
-        if key in self._cjk:
-            del self._cjk[key]
-            self._cjk_lengths[len(key)] -= 1
-            if not self._cjk_lengths[len(key)]:
-                del self._cjk_lengths[len(key)]
-        form = _latin_form(key)
-        keys = self._forms.get(form)
-        if keys is not None:
-            keys.discard(key)
-            if not keys:
-                del self._forms[form]
-                self._count_form(form, -1)
-
-    def _count_form(self, form: str, step: int) -> None:
-        """Count a Latin form in (``step`` 1) or out (-1) of the lengths and first words that
-        bound :meth:`match`'s n-grams; a count that reaches 0 leaves no entry."""
-        words = form.split(" ")
-        counted: list[tuple[Counter[Any], Any]] = [(self._form_lengths, len(words))]
-        if len(words) > 1:
-            counted.append((self._form_starts, words[0]))
-        for counts, item in counted:
-            counts[item] += step
-            if counts[item] <= 0:
-                del counts[item]
+        if key not in self._mentions and key not in self._alias:
+            self._names.discard(key)
 
     # -- resolution
 
@@ -345,7 +276,7 @@ class KnowledgeGraph:
             return None
         candidates = [key]
         words = key.rsplit(" ", 1)
-        candidates += [" ".join(words[:-1] + [w]) for w in _singulars(words[-1])]
+        candidates += [" ".join([*words[:-1], w]) for w in singulars(words[-1])]
         for k in candidates:
             if k in self._mentions or k in self._alias:
                 return self._canon(k)
@@ -423,64 +354,7 @@ class KnowledgeGraph:
         alias, case-insensitively, with plural and possessive folding. CJK
         text: substring search over known names, longest first.
         """
-        text = " ".join(fold_text(query).split())
-        found: dict[str, None] = {}
-        tokens = _LATIN_TOKEN.findall(text)
-        longest = min(_MAX_NGRAM, max(self._form_lengths, default=1))
-        words: dict[str, str | None] = {}  # a word's lookup, once per query however often it recurs
-        i = 0
-        while i < len(tokens):
-            most = min(longest, len(tokens) - i) if tokens[i] in self._form_starts else 1
-            for n in range(most, 0, -1):
-                if n == 1:
-                    if tokens[i] not in words:
-                        words[tokens[i]] = self._lookup_form(tokens[i : i + 1])
-                    node = words[tokens[i]]
-                else:
-                    node = self._lookup_form(tokens[i : i + n])
-                if node is not None:
-                    found.setdefault(node)
-                    i += n
-                    break
-            else:
-                i += 1
-        if self._cjk:
-            for node in self._match_cjk(text):
-                found.setdefault(node)
-        return list(found)
-
-    def _lookup_form(self, words: list[str]) -> str | None:
-        if len(words) == 1 and (words[0] in ENGLISH_STOP_WORDS or (len(words[0]) < 2 and not words[0].isdigit())):
-            return None
-        last = words[-1]
-        variants = [last]
-        if last.endswith("'s"):
-            variants.append(last[:-2])
-        variants += _singulars(last)
-        for v in variants:
-            keys = self._forms.get(" ".join(words[:-1] + [v]))
-            if keys:
-                return min(self._canon(k) for k in keys)
-        return None
-
-    def _match_cjk(self, text: str) -> list[str]:
-        lengths = sorted(self._cjk_lengths, reverse=True)
-        out: list[str] = []
-        i = 0
-        while i < len(text):
-            ch = text[i]
-            if not (CJK_CHAR.match(ch) or (ch.isalnum() and (i == 0 or not text[i - 1].isalnum()))):
-                i += 1
-                continue
-            for length in lengths:
-                keys = self._cjk.get(text[i : i + length])
-                if keys:
-                    out.append(min(self._canon(k) for k in keys))
-                    i += length
-                    break
-            else:
-                i += 1
-        return out
+        return self._names.match(query, self._canon)
 
     def expand(self, keys: Iterable[str], *, hops: int = 1) -> dict[str, int]:
         """Entities within ``hops`` relation steps: key -> distance (0 for the given ones).

@@ -26,6 +26,8 @@ from strata.retrieval.entities import (
     entity_key,
     make_extractor,
 )
+from strata.retrieval.entities.extraction import fold_text
+from strata.retrieval.entity_match import LATIN_TOKEN
 from strata.retrieval.graph import KnowledgeGraph
 from tests.llm_server import chat_body, llm_server
 
@@ -210,8 +212,9 @@ def test_extraction_from_dict_is_tolerant() -> None:
 
 
 def _empty(graph: KnowledgeGraph) -> bool:
-    tables = (graph._records, graph._mentions, graph._alias, graph._aliases_of, graph._adj, graph._forms, graph._cjk)
-    return not any(tables) and not graph._cjk_lengths
+    tables = (graph._records, graph._mentions, graph._alias, graph._aliases_of, graph._adj, graph._names._forms,
+              graph._names._cjk)
+    return not any(tables) and not graph._names._cjk_lengths
 
 
 def test_remove_leaves_nothing_from_removed_sources() -> None:
@@ -315,12 +318,12 @@ def test_match_tries_long_n_grams_only_where_a_known_form_starts_and_finds_what_
     sources come and go, it finds exactly what trying every n-gram up to six words finds."""
 
     def every_n_gram(graph: KnowledgeGraph, query: str) -> list[str]:
-        tokens = graph_module._LATIN_TOKEN.findall(" ".join(graph_module.fold_text(query).split()))
+        tokens = LATIN_TOKEN.findall(" ".join(fold_text(query).split()))
         found: dict[str, None] = {}
         i = 0
         while i < len(tokens):
             for n in range(min(6, len(tokens) - i), 0, -1):
-                node = graph._lookup_form(tokens[i : i + n])
+                node = graph._names.lookup_form(tokens[i : i + n], graph._canon)
                 if node is not None:
                     found.setdefault(node)
                     i += n
