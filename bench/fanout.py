@@ -26,7 +26,7 @@ from typing import Any
 
 from strata.errors import VersionConflict
 from strata_bench.stats import latency_ms
-from strata_bench.target import add_arguments, target
+from strata_bench.target import FindTarget, add_arguments
 from strata_serve.client import AsyncStrataClient, StrataClient
 
 __all__ = ["LAYER_SETS", "add_arguments", "contention", "fanout", "run"]
@@ -233,9 +233,10 @@ def _print_fanout(r: dict[str, Any]) -> None:
 # -- CLI ----------------------------------------------------------------------------
 
 
-def run(args: argparse.Namespace, which: str) -> int:
-    """``strata bench contention`` or ``fanout`` (``which``); 1 when an update was lost."""
-    with target(args) as (url, key, _, _):
+def run(args: argparse.Namespace, which: str, find_target: FindTarget) -> int:
+    """``strata bench contention`` or ``fanout`` (``which``) against the stack ``find_target`` finds
+    from ``args``; 1 when an update was lost."""
+    with find_target(args) as (url, key, _, _):
         if which == "contention":
             result = asyncio.run(contention(url, key, clients=args.clients, updates=args.updates))
             _print_contention(result)

@@ -2,119 +2,61 @@
 
 ``--url`` / ``--api-key`` name a running Strata; else ``--data-dir`` names the stack
 ``strata up`` runs there; else a scratch stack is started on free ports in a temporary
-directory and stopped afterwards. ``strata bench`` and its ``contention`` and
-``fanout`` sub-benchmarks all find their stack here.
+directory and stopped afterwards. The ``strata`` command finds that stack and hands the
+finder to ``strata bench`` and its ``contention`` and ``fanout`` sub-benchmarks as a
+:data:`FindTarget`: starting and stopping a stack is the command's job, so this package
+never imports it.
 """
 
 from __future__ import annotations
 
 import argparse
-import tempfile
-import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 if TYPE_CHECKING:
     from strata.config import StrataSettings
-    from strata_cli.stack import Stack
 
-__all__ = ["Target", "add_arguments", "scratch_stack", "target"]
+__all__ = ["FindTarget", "MeasuredStack", "Target", "add_arguments"]
 
 
+class MeasuredStack(Protocol):
+    """What a benchmark uses of a stack it can see into (the ``strata`` command's ``Stack``)."""
+
+    @property
+    def settings(self) -> StrataSettings: ...
+
+    @property
+    def url(self) -> str: ...
+
+    def processes(self) -> list[int]:
+        """The pids of the stack's processes (Ray's and milvus-lite's), to measure their memory and CPU."""
+        ...
+
+    def ensure_ray_client(self) -> None:
+        """Connect this process to the stack's Ray."""
+        ...
 
 
 class Target(NamedTuple):
     """The stack a benchmark measures: its URL, a key for tenant ``demo`` (or the one given),
-    and the :class:`~strata_cli.stack.Stack` when its settings are known (None for ``--url``)."""
+    and the stack when its settings are known (None for ``--url``)."""
 
     url: str
     key: str
-    stack: Stack | None
+    stack: MeasuredStack | None
     #: True when the benchmark started it on free ports and stops it afterwards.
     scratch: bool
 
 
-@contextmanager
-def scratch_stack(config: str | None, milvus: dict[str, Any] | None = None) -> Iterator[Target]:
-    """A stack on free ports in a temporary directory, stopped (``down``) on exit.
-
-    ``milvus``: settings of a Milvus server to store in (``--milvus-uri``), where the run's
-    rows go to collections of their own (``bench_<random>``), dropped afterwards: a server
-    may hold a deployment's collections under the default prefix."""
-    from strata.config import load_settings
-    from strata_cli.stack import Stack, free_ports
-
-    server = dict(milvus or {})
-    if server:
-        server["collection_prefix"] = "bench_" + uuid.uuid4().hex[:8]
-    serve_port, milvus_port, gcs_port = free_ports(3)
-    with tempfile.TemporaryDirectory(prefix="strata-bench-") as tmp:
-        settings = load_settings(
-            config,
-            data_dir=Path(tmp) / "data",
-            serve={"port": serve_port},
-            milvus={"port": milvus_port, **server},
-            ray={"gcs_port": gcs_port},
-        )
-        stack = Stack(settings, say=lambda m: print(f"  {m}", flush=True))
-        print(f"starting a scratch stack in {tmp} (about a minute)", flush=True)
-        key = stack.up()
-        try:
-            yield Target(stack.url, key, stack, True)
-        finally:
-            stack.down()
-            if server:
-                _drop_collections(settings)
-
-
-def _drop_collections(settings: StrataSettings) -> None:
-    """The scratch run's collections on the server, dropped."""
-    from pymilvus import MilvusClient
-
-    m = settings.milvus
-    client = MilvusClient(uri=m.address, token=m.token, db_name=m.db_name, timeout=m.timeout_s)
-    try:
-        for name in client.list_collections():
-            if name.startswith(m.collection_prefix + "_"):
-                client.drop_collection(name)
-    finally:
-        client.close()
-
-
-@contextmanager
-def target(args: argparse.Namespace) -> Iterator[Target]:
-    """``--url``/``--api-key``, else the stack ``strata up`` runs in ``--data-dir``, else a scratch stack."""
-    if args.url:
-        if not args.api_key:
-            raise SystemExit("strata bench: --url needs --api-key")
-        yield Target(args.url, args.api_key, None, False)
-        return
-    from strata.config import load_settings
-    from strata_cli.stack import Stack
-
-    if args.data_dir:
-        settings = load_settings(args.config, data_dir=Path(args.data_dir))
-        recorded = Stack.recorded(settings.data_dir, say=lambda m: None)
-        if recorded is not None and recorded.healthy():
-            print(f"measuring the stack at {recorded.url}", flush=True)
-            yield Target(recorded.url, recorded.up(), recorded, False)
-            return
-    from strata_cli.options import store_overrides
-
-    with scratch_stack(args.config, store_overrides(args).get("milvus")) as found:
-        yield found
-
-
+#: What finds a benchmark's stack from its options (:func:`add_arguments`), and stops it afterwards if it started it.
+FindTarget = Callable[[argparse.Namespace], AbstractContextManager[Target]]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--url``, ``--api-key``, ``--data-dir`` (what :func:`target` reads) and ``--json``."""
+    """``--url``, ``--api-key``, ``--data-dir`` (what a :data:`FindTarget` reads) and ``--json``."""
     parser.add_argument("--url", help="a running Strata (default: the stack in --data-dir, else a scratch one)")
     parser.add_argument("--api-key", help="its API key")
     parser.add_argument("--data-dir", help="the data dir of a stack `strata up` started")
     parser.add_argument("--json", help="write the results here")
-    from strata_cli.options import add_store_arguments
-
-    add_store_arguments(parser)

@@ -66,7 +66,9 @@ def _cmd_down(args: argparse.Namespace) -> int:
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
-    report = _stack(args, running=True).status()
+    from strata_cli.status import stack_status
+
+    report = stack_status(_stack(args, running=True))
     for name, state in report.items():
         print(f"{name:9} {state}")
     return 0 if report["serve"].startswith("healthy") else 1
@@ -322,6 +324,7 @@ def main(argv: list[str] | None = None) -> int:
     chunking.set_defaults(fn=_cmd_eval_chunking)
     from strata_bench import fanout as bench_fanout
     from strata_bench import service as bench_service
+    from strata_cli.bench_stack import target as bench_target
 
     bench = sub.add_parser(
         "bench", help="benchmarks that print figures measured in one run; without a name, the service benchmark",
@@ -329,19 +332,22 @@ def main(argv: list[str] | None = None) -> int:
         "each against a floor measured in the same run).",
     )
     bench_service.add_arguments(bench)
-    bench.set_defaults(fn=bench_service.run)
+    add_store_arguments(bench)
+    bench.set_defaults(fn=lambda a: bench_service.run(a, bench_target))
     benches = bench.add_subparsers(dest="bench", required=False, metavar="{contention,fanout,pii}")
     contention = benches.add_parser(
         "contention", help="concurrent outcome updates of one skill, atomic and with If-Match: no update lost"
     )
     bench_fanout.add_arguments(contention)
+    add_store_arguments(contention)
     contention.add_argument("--clients", type=int, default=16)
     contention.add_argument("--updates", type=int, default=50, help="updates per client")
-    contention.set_defaults(fn=lambda a: bench_fanout.run(a, "contention"))
+    contention.set_defaults(fn=lambda a: bench_fanout.run(a, "contention", bench_target))
     fanout = benches.add_parser("fanout", help="/v1/context over four layers against each single layer")
     bench_fanout.add_arguments(fanout)
+    add_store_arguments(fanout)
     fanout.add_argument("--calls", type=int, default=60, help="measured calls per layer set")
-    fanout.set_defaults(fn=lambda a: bench_fanout.run(a, "fanout"))
+    fanout.set_defaults(fn=lambda a: bench_fanout.run(a, "fanout", bench_target))
     from strata_bench import pii as bench_pii
 
     pii = benches.add_parser("pii", help="precision and recall of PII redaction per type, on the labelled corpus")
@@ -362,7 +368,7 @@ def main(argv: list[str] | None = None) -> int:
     from pydantic import ValidationError
 
     from strata.errors import StrataError
-    from strata_cli.stack import StackError
+    from strata_cli.errors import StackError
 
     try:
         return int(args.fn(args))

@@ -29,7 +29,8 @@ def _cmd_reindex(args: argparse.Namespace) -> int:
 
     from strata.config import load_settings
     from strata.reindex import reindex
-    from strata_cli.stack import Stack, StackError
+    from strata_cli.errors import StackError
+    from strata_cli.stack import Stack
 
     settings = load_settings(args.config, data_dir=Path(args.data_dir))
     stack = Stack(settings, say=lambda m: print(m, flush=True))

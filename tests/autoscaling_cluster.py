@@ -29,7 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from strata_cli.stack import free_ports, processes_naming
+from strata_cli.ports import free_ports
+from strata_cli.processes import processes_naming
 
 __all__ = ["LocalAutoscalingCluster", "WorkerType"]
 

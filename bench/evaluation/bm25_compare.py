@@ -213,7 +213,7 @@ def compare(
         if "milvus" in candidates:
             from pymilvus import MilvusClient
 
-            from strata_cli.stack import scratch_milvus
+            from strata_bench.scratch_milvus import scratch_milvus
 
             started = time.perf_counter()
             uri, _ = server.enter_context(scratch_milvus())

@@ -42,7 +42,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from strata.providers.embedder import OnnxMiniLMEmbedder
     from strata.store.milvus import MilvusRecordStore
-    from strata_cli.stack import scratch_milvus
+    from strata_bench.scratch_milvus import scratch_milvus
 
     # Thread-count variables change the numpy (dense) and onnxruntime figures: part of the command.
     env = "".join(f"{v}={shlex.quote(os.environ[v])} " for v in _THREAD_VARS if v in os.environ)

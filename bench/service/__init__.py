@@ -51,7 +51,6 @@ only when a correctness check fails (read-your-writes, a tenant not answering).
 from strata_bench.service.command import add_arguments, measure, run
 from strata_bench.service.floor import embed_floor, floor_from_store, floor_in_memory, measure_floor
 from strata_bench.service.report import format_report, plot, summarize
-from strata_bench.service.scale import pids_naming
 from strata_bench.service.sizes import FULL, QUICK, Sizes
 from strata_bench.service.text import TextSource, make_sessions
 
@@ -68,7 +67,6 @@ __all__ = [
     "make_sessions",
     "measure",
     "measure_floor",
-    "pids_naming",
     "plot",
     "run",
     "summarize",

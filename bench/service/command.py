@@ -36,7 +36,7 @@ from strata_bench.service.sizes import FULL, QUICK, SESSION_TURNS, Sizes
 from strata_bench.service.text import TextSource, make_sessions
 from strata_bench.service.timing import Phases
 from strata_bench.stats import median
-from strata_bench.target import Target, target
+from strata_bench.target import FindTarget, Target
 from strata_serve.client import AsyncStrataClient
 
 __all__ = ["DEFAULT_SENTENCES", "add_arguments", "measure", "run"]
@@ -204,15 +204,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="LoCoMo JSON to draw sentences from, if it exists (else templates only)")
 
 
-def run(args: argparse.Namespace) -> int:
-    """``strata bench``: 1 when a correctness check fails (read-your-writes, a tenant not answering)."""
+def run(args: argparse.Namespace, find_target: FindTarget) -> int:
+    """``strata bench`` against the stack ``find_target`` finds from ``args``: 1 when a correctness
+    check fails (read-your-writes, a tenant not answering)."""
     sizes = QUICK if args.quick else FULL
     sizes = Sizes(**{**asdict(sizes), "clients": args.clients, "tenants": args.tenants or sizes.tenants})
     source = TextSource(args.sentences)
     machine = _machine()
     print(f"service benchmark ({'quick' if args.quick else 'full'}): text from {source.origin}", flush=True)
     started = time.perf_counter()
-    with target(args) as found:
+    with find_target(args) as found:
         stack_s = time.perf_counter() - started
         measured = time.perf_counter()
         raw = measure(found, sizes, source, admin_key=args.admin_key, config=args.config, hostile=not args.no_hostile,

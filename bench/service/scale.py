@@ -22,33 +22,21 @@ from strata_bench.service.sizes import Sizes
 from strata_bench.service.text import TextSource, make_sessions
 from strata_bench.service.timing import Phases, Ticker, pool, summary
 from strata_bench.stats import processes_memory
-from strata_bench.target import Target
+from strata_bench.target import MeasuredStack, Target
 from strata_serve.client import AsyncStrataClient
 
-__all__ = ["SCALE_WRITE_ATTEMPTS", "measure_scale", "pids_naming", "stack_memory", "stack_pids", "wait_for_summaries"]
+__all__ = ["SCALE_WRITE_ATTEMPTS", "measure_scale", "stack_memory", "stack_pids", "wait_for_summaries"]
 
 
-def pids_naming(marker: str, *, also: Sequence[int] = ()) -> list[int]:
-    """The stack's processes, found as ``strata down`` finds them (:func:`processes_naming`)."""
-    from strata_cli.stack import processes_naming
-
-    return sorted(processes_naming(marker, also=also))
-
-
-def stack_pids(stack: Any) -> Callable[[], list[int]] | None:
-    """What lists the stack's processes (the Ray head's, found by its temp dir in their command
-    lines, their children, and milvus-lite), or None for a stack that is not ours to count."""
+def stack_pids(stack: MeasuredStack | None) -> Callable[[], list[int]] | None:
+    """What lists the stack's processes (:meth:`~strata_bench.target.MeasuredStack.processes`),
+    or None for a stack that is not ours to count (a cluster's, or one known by its URL only)."""
     if stack is None or stack.settings.ray.address:
         return None
-
-    def pids() -> list[int]:
-        milvus = stack.milvus_pid()
-        return pids_naming(str(stack.ray_temp_dir), also=[milvus] if milvus else [])
-
-    return pids
+    return stack.processes
 
 
-def stack_memory(stack: Any) -> dict[str, Any] | None:
+def stack_memory(stack: MeasuredStack | None) -> dict[str, Any] | None:
     """RSS and PSS over the stack's processes (:func:`~strata_bench.stats.processes_memory`): the Ray
     head's, found by its temp dir in their command lines, their children, and milvus-lite."""
     pids = stack_pids(stack)

@@ -13,7 +13,8 @@ import textwrap
 from pathlib import Path
 
 from strata.config import load_settings
-from strata_cli.stack import Stack, ray_client_servers
+from strata_cli.processes import ray_client_servers
+from strata_cli.stack import Stack
 from tests.conftest import free_port, port_open
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,7 +37,8 @@ def test_up_that_fails_after_starting_ray_and_milvus_stops_them(tmp_path: Path) 
     script = textwrap.dedent(f"""
         from pathlib import Path
         from strata.config import load_settings
-        from strata_cli.stack import Stack, StackError
+        from strata_cli.errors import StackError
+        from strata_cli.stack import Stack
 
         def deploy(self):
             raise StackError("the deploy failed (on purpose, in a test)")

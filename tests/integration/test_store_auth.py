@@ -28,6 +28,7 @@ from strata.store.layout import open_store
 from strata.store.milvus import MilvusRecordStore
 from strata.store.milvus_lite import TOKEN_FILE
 from strata.store.records import Record
+from strata_cli.processes import stop_process_group
 from strata_cli.stack import Stack
 from tests.conftest import free_port
 
@@ -82,7 +83,7 @@ def stack() -> Iterator[Stack]:
     try:
         yield running
     finally:
-        running._stop_pid(pid)
+        stop_process_group(pid)
         shutil.rmtree(parent, ignore_errors=True)
 
 

@@ -33,12 +33,12 @@ from strata_bench.service import (
     format_report,
     make_sessions,
     measure_floor,
-    pids_naming,
     summarize,
 )
 from strata_bench.service.hostile import BODY_MARGIN_BYTES, _Neighbour, hostile_queries, maximal_body
 from strata_bench.stats import processes_memory
 from strata_cli import main as cli
+from strata_cli.processes import processes_naming
 
 REQUIRED = {
     "context_p50_ms": float, "context_p95_ms": float, "context_p99_ms": float, "search_p50_ms": float,
@@ -110,8 +110,8 @@ def test_arguments() -> None:
 
 def test_strata_bench_without_a_name_runs_the_service_bench(monkeypatch: pytest.MonkeyPatch) -> None:
     seen: list[tuple[str, argparse.Namespace]] = []
-    monkeypatch.setattr(bench_service, "run", lambda a: seen.append(("service", a)) or 0)
-    monkeypatch.setattr(bench_fanout, "run", lambda a, which: seen.append((which, a)) or 0)
+    monkeypatch.setattr(bench_service, "run", lambda a, find_target: seen.append(("service", a)) or 0)
+    monkeypatch.setattr(bench_fanout, "run", lambda a, which, find_target: seen.append((which, a)) or 0)
     assert cli.main(["bench", "--quick", "--json", "out.json"]) == 0
     assert cli.main(["bench", "contention", "--json", "c.json"]) == 0
     assert cli.main(["bench", "fanout", "--calls", "3"]) == 0
@@ -332,16 +332,16 @@ def test_memory_of_processes_named_by_a_marker(tmp_path: Path) -> None:
     parent = subprocess.Popen([sys.executable, "-c", code, f"--temp-dir={marker}"])
     try:
         for _ in range(100):  # until the child exists
-            found = pids_naming(str(marker))
+            found = sorted(processes_naming(str(marker)))
             if len(found) >= 2:
                 break
             __import__("time").sleep(0.05)
         assert parent.pid in found and len(found) == 2  # the named process and its child
-        assert pids_naming(str(marker) + "-other") == []  # a longer path is another marker
+        assert processes_naming(str(marker) + "-other") == set()  # a longer path is another marker
         memory = processes_memory(found)
         assert memory["processes"] == 2 and memory["rss_mib"] > 1 and memory["pss_mib"] > 0
         assert processes_memory([os.getpid()])["rss_mib"] > 10
     finally:
-        for pid in pids_naming(str(marker)):
+        for pid in processes_naming(str(marker)):
             os.kill(pid, 9)
         parent.wait()

@@ -13,9 +13,13 @@ from pathlib import Path
 
 import pytest
 
-import strata_cli.stack as stack_module
 from strata.config import StrataSettings, load_settings
-from strata_cli.stack import Stack, StackError, make_owner_only, owner_only_dir
+import strata_cli.ports as ports_module
+from strata_cli import processes
+from strata_cli.errors import StackError
+from strata_cli.private_files import make_owner_only, owner_only_dir
+from strata_cli.stack import Stack
+from strata_cli.status import stack_status
 from tests.conftest import free_port
 
 
@@ -34,7 +38,7 @@ def test_a_stale_pidfile_is_not_taken_for_a_running_server(tmp_path: Path) -> No
     (tmp_path / "milvus.pid").write_text("999999999")
     stack = Stack(load_settings(None, data_dir=tmp_path), say=lambda _: None)
     assert stack.milvus_pid() is None
-    assert stack.status()["milvus"] == "not running"
+    assert stack_status(stack)["milvus"] == "not running"
 
 
 def _settings(data_dir: Path, **overrides: object) -> StrataSettings:
@@ -231,7 +235,7 @@ def test_demo_says_last_that_the_stack_is_still_up_and_how_to_stop_it(
 
 
 def test_ports_chosen_together_are_distinct_and_avoid_the_taken_ones() -> None:
-    from strata_cli.stack import QUIET_PORTS, free_ports
+    from strata_cli.ports import QUIET_PORTS, free_ports
 
     for _ in range(50):
         first = free_ports(3)
@@ -246,25 +250,23 @@ def test_free_ports_come_from_outside_the_kernels_ephemeral_range_and_skip_bound
 ) -> None:
     """The kernel gives its ephemeral ports to every bind to port 0 and every outgoing
     connection: a port chosen there can be gone by the time a late server binds it."""
-    import strata_cli.stack as stack_module
-
     low, high = map(int, Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
-    quiet = stack_module.QUIET_PORTS
+    quiet = ports_module.QUIET_PORTS
     assert quiet.stop <= low or quiet.start > high
     window = next(  # ten neighbouring ports free here, to squat on seven of them
         range(start, start + 10) for start in range(quiet.start, quiet.stop - 10, 10)
         if all(_bindable(p) for p in range(start, start + 10))
     )
-    monkeypatch.setattr(stack_module, "QUIET_PORTS", window)
+    monkeypatch.setattr(ports_module, "QUIET_PORTS", window)
     squatters = []
     try:
         for port in window[:7]:
             sock = socket.socket()
             squatters.append(sock)
             sock.bind(("127.0.0.1", port))  # bound on loopback only: still not free on every interface
-        assert sorted(stack_module.free_ports(3)) == list(window[7:])
+        assert sorted(ports_module.free_ports(3)) == list(window[7:])
         with pytest.raises(StackError, match="fewer than 4 free ports"):
-            stack_module.free_ports(4)
+            ports_module.free_ports(4)
     finally:
         for sock in squatters:
             sock.close()
@@ -327,7 +329,7 @@ def test_ray_processes_are_stopped_before_the_gcs_server(tmp_path: Path) -> None
         while not Path(str(seen) + ".ready").exists():
             assert raylet.poll() is None
             time.sleep(0.01)
-        assert stack_module._stop_processes_naming(str(marker), timeout_s=10) == 2
+        assert processes.stop_processes_naming(str(marker), timeout_s=10) == 2
         assert seen.read_text() not in ("gone", "Z")  # the GCS still ran when the raylet was told to stop
         assert raylet.wait(timeout=5) == 0 and gcs.wait(timeout=5) == -15  # both by SIGTERM, none killed
     finally:
