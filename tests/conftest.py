@@ -27,9 +27,9 @@ from strata.store.milvus_lite import COMMAND as MILVUS_LITE
 
 
 def free_port() -> int:
-    """A free port outside the kernel's ephemeral range (``strata_cli.stack.QUIET_PORTS``):
+    """A free port outside the kernel's ephemeral range (``strata_cli.ports.QUIET_PORTS``):
     not taken by another process between this choice and the test server's bind."""
-    from strata_cli.stack import free_ports
+    from strata_cli.ports import free_ports
 
     return free_ports(1)[0]
 

@@ -25,7 +25,7 @@ import pytest
 
 from strata.config import load_settings
 from strata.store.layout import open_store
-from strata_cli.stack import processes_naming
+from strata_cli.processes import processes_naming
 from tests.e2e.running import Running, started
 
 pytestmark = pytest.mark.e2e
