@@ -40,7 +40,8 @@ from typing import Any
 
 from strata.config import PII_TYPES, PIISettings
 from strata.limits import MESSAGE_CHARS_MAX
-from strata.privacy.pii import Detector, MergedDetector, Redactor, RuleDetector, make_detector
+from strata.privacy.pii import Detector, MergedDetector, RuleDetector, make_detector
+from strata.privacy.redaction import Redactor
 from strata_bench.stats import median
 
 __all__ = ["ADVERSARIAL", "ADVERSARIAL_TARGET_MS", "DEFAULT_CORPUS", "EVASION_CORPUS", "RULE_TYPES", "Scores", "Sentence", "Tally", "add_arguments", "adversarial_ms", "evaluate", "format_report", "load_corpus", "repeat", "run", "throughput"]

@@ -224,7 +224,8 @@ def measure_floor(floor: Floor, embedder: Any, queries: Sequence[str], *, top_k:
     when the floor has no working memory), its tokens counted in ``encoding`` (the stack's
     ``working.encoding``; tiktoken's default when None)."""
     from strata.context.assemble import assemble_context
-    from strata.privacy.pii import Redactor, RuleDetector
+    from strata.privacy.pii import RuleDetector
+    from strata.privacy.redaction import Redactor
     from strata.providers.tokens import TiktokenCounter
     from strata.retrieval.timeparse import resolve_time_range
     from strata.schema import ContextItem

@@ -248,7 +248,8 @@ def text_write_cpu_ms(embedder: Any, settings: Any, *, chars: int = MESSAGE_CHAR
     """
     from strata.config import PII_TYPES
     from strata.episodic.turns import TurnInput
-    from strata.privacy.pii import Redactor, RuleDetector
+    from strata.privacy.pii import RuleDetector
+    from strata.privacy.redaction import Redactor
     from strata.providers.tokens import TiktokenCounter
     from strata.semantic.documents import DocumentInput
     from strata.store.layout import Collections

@@ -1,5 +1,5 @@
 """PII: detecting it in text (:mod:`~strata.privacy.pii`: rules, and Presidio when it
-is installed) and redacting every request body by the tenant's policy before any
+is installed) and redacting it by the tenant's policy, in every request body before any
 layer writes it (:mod:`~strata.privacy.redaction`).
 """
 
@@ -10,11 +10,10 @@ from strata.privacy.pii import (
     Finding,
     MergedDetector,
     PresidioDetector,
-    Redactor,
     RuleDetector,
     make_detector,
 )
-from strata.privacy.redaction import Redaction, TenantRedaction
+from strata.privacy.redaction import Redaction, Redactor, TenantRedaction
 
 __all__ = [
     "Detector",

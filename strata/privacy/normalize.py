@@ -9,7 +9,7 @@ The redaction is applied to the original text: :meth:`NormalView.span` maps a sp
 
 The view costs one pass: ASCII and CJK ideographs (which no step changes) are skipped by one regex, and
 each other character is folded once per process (a cache).
-"""
+"""  # noqa: RUF002  the full-width examples are what is folded
 
 from __future__ import annotations
 

@@ -1,8 +1,7 @@
-"""PII detection and redaction, applied to text before any layer writes it.
+"""PII detection, run on text before any layer writes it.
 
-A :class:`Detector` finds spans (:class:`Finding`); a :class:`Redactor` applies the tenant's policy to
-each: ``mask`` -> ``[EMAIL]``, ``hash`` -> ``[EMAIL:3f9a1c2e]`` (a keyed pseudonym, so the memory still
-links what was the same value), ``keep``. Placeholders are never detected again: redacting twice changes nothing.
+A :class:`Detector` finds spans (:class:`Finding`); :class:`~strata.privacy.redaction.Redactor` applies the
+tenant's policy to each. Placeholders are never detected again: redacting twice changes nothing.
 
 :class:`RuleDetector` (the default, no dependencies) pairs each shape with a check, because memory text is
 full of numbers: Luhn and an issuer prefix for cards, MOD 11-2 and a real birth date for Chinese ids, mod-97
@@ -11,8 +10,9 @@ and the country's length for IBANs, separators and the words just before (``Orde
 on a normalised view of the text (:mod:`~strata.privacy.normalize`: full-width, Arabic-Indic, zero-width and
 look-alike characters folded) and the finding is mapped back to the original. Not detected: names and addresses
 (only with Presidio), ``user@localhost`` (no dotted domain), phones without separators other than Chinese
-mobiles, 7-digit local numbers, 15-digit ids, passports not after the word, credentials inside URLs, and secrets not after a known key word (``password``,
-``api_key``, ``token``, ``密码``, ...) unless they have a known token shape (``sk-``, ``AKIA``, a JWT, ...).
+mobiles, 7-digit local numbers, 15-digit ids, passports not after the word, credentials inside URLs, and
+secrets not after a known key word (``password``, ``api_key``, ``token``, ``密码``, ...) unless they have a
+known token shape (``sk-``, ``AKIA``, a JWT, ...).
 
 Every pattern runs in time linear in the text (tests/unit/test_pii_linear.py times each adversarial family
 at n and 4n characters). One module, a little over 500 lines, on purpose: each rule's pattern sits beside
@@ -22,30 +22,26 @@ type of PII needs all three together.
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import importlib.util
 import ipaddress
 import logging
 import re
 from bisect import bisect_left
-from collections.abc import Collection, Iterable, Iterator, Mapping
+from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import date
-from typing import Any, Protocol, get_args
+from typing import Any, Protocol
 
-from strata.config import PII_TYPES, PIIAction, PIISettings
+from strata.config import PII_TYPES, PIISettings
 from strata.privacy.normalize import fold_char, normal_view
 
 __all__ = [
-    "ACTIONS", "IBAN_LENGTHS", "Detector", "Finding", "MergedDetector", "PresidioDetector", "Redacted", "Redactor", "RuleDetector",
-    "cn_id_check_char", "iban_valid", "luhn_valid", "make_detector", "normalize", "resolve",
+    "IBAN_LENGTHS", "Detector", "Finding", "MergedDetector", "PresidioDetector", "RuleDetector",
+    "cn_id_check_char", "iban_valid", "luhn_valid", "make_detector", "resolve", "spelled_email",
 ]  # fmt: skip
 
 log = logging.getLogger(__name__)
 
-#: What a detected value may become (the settings' ``PIIAction``).
-ACTIONS: tuple[str, ...] = get_args(PIIAction)
 #: Of two overlapping findings of the same length, the earlier type here wins.
 _SPECIFICITY = ("secret", "cn_id", "card", "iban", "ssn", "passport", "email", "ip", "phone", "person", "address")
 _PLACEHOLDER = re.compile(r"\[(?:" + "|".join(t.upper() for t in PII_TYPES) + r")(?::[0-9a-f]{8})?\]")
@@ -108,10 +104,14 @@ def iban_valid(iban: str) -> bool:
 
 # --- rules ----------------------------------------------------------------------
 
-#: Top-level domains of other scripts, as the normalised view spells them (``рф`` has a look-alike ``р``).
+#: Top-level domains of other scripts, as the normalised view spells them
+#: (``рф`` has a look-alike ``р``).  # noqa: RUF003  the Cyrillic letters are the point
 _IDN_TLDS = "|".join(
     "".join(map(fold_char, tld))
-    for tld in ("中国", "中國", "公司", "网络", "網絡", "香港", "台湾", "台灣", "新加坡", "рф", "рус", "укр", "бел", "срб", "қаз", "онлайн", "сайт")
+    for tld in (
+        "中国", "中國", "公司", "网络", "網絡", "香港", "台湾", "台灣", "新加坡",
+        "рф", "рус", "укр", "бел", "срб", "қаз", "онлайн", "сайт",  # noqa: RUF001  Cyrillic top-level domains
+    )
 )
 # Domain labels may be of any script (``例子.中国``), but Chinese ones are all Chinese: Chinese text runs on from an
 # address (``a@b.cn和c@d.cn``). An ASCII top-level domain ends at the first non-ASCII letter (``a@b.com请回复``),
@@ -127,7 +127,8 @@ _SPELLED_EMAIL = re.compile(
     r"(?<![A-Za-z0-9._%+-])(?P<local>[A-Za-z0-9](?:[A-Za-z0-9._%+-]{0,63}[A-Za-z0-9_%+-])?)"
     r"(?:\s{0,3}[\[({<]\s{0,3}at\s{0,3}[\])}>]\s{0,3}|(?P<bare> at ))"
     r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
-    r"(?:(?:\s{0,3}[\[({<]\s{0,3}dot\s{0,3}[\])}>]\s{0,3}| dot |\.)(?P<label>[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)){1,4}"
+    r"(?:(?:\s{0,3}[\[({<]\s{0,3}dot\s{0,3}[\])}>]\s{0,3}| dot |\.)"
+    r"(?P<label>[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)){1,4}"
     r"(?![A-Za-z0-9-])",
     re.IGNORECASE,
 )
@@ -238,7 +239,9 @@ _ID_CONTEXT = re.compile(
     r"|订单|单号|编号|运单|快递|工单|序号|流水|版本|批次|发票)\s*(?:号|no\.?|number|#|id)?\s*[.:：#=]?\s*$",
     re.IGNORECASE,
 )
-_VERSION_CONTEXT = re.compile(r"(?<![A-Za-z])(?:version|ver|release|build|版本)\s*(?:号)?\s*[.:：#=]?\s*$", re.IGNORECASE)
+_VERSION_CONTEXT = re.compile(
+    r"(?<![A-Za-z])(?:version|ver|release|build|版本)\s*(?:号)?\s*[.:：#=]?\s*$", re.IGNORECASE
+)
 _CN_PROVINCES = frozenset(str(n) for a, b in ((11, 15), (21, 23), (31, 37), (41, 46), (50, 54), (61, 65), (71, 71),
                                                 (81, 83)) for n in range(a, b + 1))
 #: IBAN length per country (SWIFT registry); other countries: 15-34.
@@ -496,8 +499,12 @@ class MergedDetector:
 
     def find(self, text: str) -> list[Finding]:
         first = self.primary.find(text)
-        starts = [f.start for f in first]  # sorted and non-overlapping: only the last one starting before s.end can overlap s
-        extra = [s for s in self.secondary.find(text) if (i := bisect_left(starts, s.end)) == 0 or first[i - 1].end <= s.start]
+        # Sorted and non-overlapping: only the last one starting before s.end can overlap s.
+        starts = [f.start for f in first]
+        extra = [
+            s for s in self.secondary.find(text)
+            if (i := bisect_left(starts, s.end)) == 0 or first[i - 1].end <= s.start
+        ]
         return sorted(first + extra, key=lambda f: f.start)
 
 
@@ -519,96 +526,6 @@ def make_detector(settings: PIISettings) -> Detector:
         return rules
 
 
-# --- redaction --------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Redacted:
-    """A redacted text and how many findings per type were masked or hashed (kept ones are not counted)."""
-
-    text: str
-    counts: dict[str, int]
-
-
-def normalize(type_: str, value: str) -> str:
-    """The form of a value that the ``hash`` pseudonym is computed from: equal values, equal forms."""
-    value = normal_view(value).text
-    if type_ == "email" and "@" not in value:  # spelled out: the same pseudonym as the address
-        value = _SPELLED_DOT.sub(".", _SPELLED_AT.sub("@", value, count=1))
-    if type_ in ("phone", "card", "cn_id", "iban", "ssn", "passport"):
-        return re.sub(r"[^0-9A-Za-z]", "", value).upper()
-    if type_ == "ip":
-        try:
-            return ipaddress.ip_address(value).compressed
-        except ValueError:
-            return value.lower()
-    if type_ == "secret":
-        return value
-    return " ".join(value.split()).casefold()
-
-
-class Redactor:
-    """Applies a policy (type -> ``mask`` | ``hash`` | ``keep``) to what a detector finds.
-
-    Args:
-        detector: finds the values.
-        policy: action per type; a type missing from it is masked.
-        hash_key: the HMAC key of the ``hash`` pseudonyms; the same key gives the same pseudonym
-            in every process.
-
-    Raises:
-        ValueError: an action is not ``mask``, ``hash`` or ``keep``, or ``hash`` is used with an empty key.
-    """
-
-    def __init__(self, detector: Detector, policy: Mapping[str, str], *, hash_key: bytes) -> None:
-        bad = {t: a for t, a in policy.items() if a not in ACTIONS}
-        if bad:
-            raise ValueError(f"unknown PII action(s) {bad}; known: {', '.join(ACTIONS)}")
-        if "hash" in policy.values() and not hash_key:
-            raise ValueError("the PII 'hash' action needs a non-empty hash_key")
-        self.detector = detector
-        self.policy = dict(policy)
-        self._key = hash_key
-
-    def pseudonym(self, type_: str, value: str) -> str:
-        """``[TYPE:8 hex]`` for a value: HMAC-SHA256 of ``type:normalized value``."""
-        digest = hmac.new(self._key, f"{type_}:{normalize(type_, value)}".encode(), hashlib.sha256).hexdigest()
-        return f"[{type_.upper()}:{digest[:8]}]"
-
-    def redact(self, text: str) -> Redacted:
-        """``text`` with each finding masked, hashed or kept, and the counts of the first two.
-
-        Args:
-            text: the text to redact; placeholders of an earlier redaction stay as they are.
-        """
-        pieces: list[str] = []
-        counts: dict[str, int] = {}
-        last = 0
-        for f in self.detector.find(text):
-            action = self.policy.get(f.type, "mask")
-            if action == "keep":
-                continue
-            pieces.append(text[last : f.start])
-            value = text[f.start : f.end]
-            pieces.append(f"[{f.type.upper()}]" if action == "mask" else self.pseudonym(f.type, value))
-            counts[f.type] = counts.get(f.type, 0) + 1
-            last = f.end
-        pieces.append(text[last:])
-        return Redacted("".join(pieces), counts)
-
-    def redact_value(self, value: Any) -> Any:
-        """Redacts every string inside dicts, lists and tuples (dict keys stay as they are).
-
-        Args:
-            value: JSON-like data; values of other types come back unchanged.
-        """
-        if isinstance(value, str):
-            return self.redact(value).text
-        if isinstance(value, dict):
-            return {k: self.redact_value(v) for k, v in value.items()}
-        if isinstance(value, list):
-            return [self.redact_value(v) for v in value]
-        if isinstance(value, tuple):
-            items = [self.redact_value(v) for v in value]
-            return type(value)(*items) if hasattr(value, "_fields") else tuple(items)
-        return value
+def spelled_email(value: str) -> str:
+    """An email address spelled out (``ann at example dot com``) as the address it spells."""
+    return _SPELLED_DOT.sub(".", _SPELLED_AT.sub("@", value, count=1))

@@ -1,4 +1,9 @@
-"""PII redaction of every request body before it reaches a store.
+"""PII redaction: a text by a policy (:class:`Redactor`), and every request body before it reaches
+a store (:class:`Redaction`).
+
+A :class:`Redactor` applies a policy to what a detector (:mod:`strata.privacy.pii`) finds:
+``mask`` -> ``[EMAIL]``, ``hash`` -> ``[EMAIL:3f9a1c2e]`` (a keyed pseudonym, so the memory still
+links what was the same value), ``keep``.
 
 The orchestrator passes each write (turns, working items, documents, skill
 traces, edits, outcome notes, interactions) through :class:`Redaction` first,
@@ -15,17 +20,27 @@ ids, session ids and dict keys are not: they are the caller's labels.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import ipaddress
+import re
 from collections import Counter
-from typing import Any, TypeVar
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar, get_args
 
 from pydantic import BaseModel
 
-from strata.config import PIISettings
-from strata.privacy.pii import Detector, Redactor, make_detector
+from strata.config import PIIAction, PIISettings
+from strata.privacy.normalize import normal_view
+from strata.privacy.pii import Detector, make_detector, spelled_email
 
-__all__ = ["Redaction", "TenantRedaction"]
+__all__ = ["ACTIONS", "Redacted", "Redaction", "Redactor", "TenantRedaction", "normalize"]
 
 M = TypeVar("M", bound=BaseModel)
+
+#: What a detected value may become (the settings' ``PIIAction``).
+ACTIONS: tuple[str, ...] = get_args(PIIAction)
 
 #: The content fields of each request model; everything else is an id, a label or a number.
 _FIELDS: dict[str, tuple[str, ...]] = {
@@ -39,6 +54,98 @@ _FIELDS: dict[str, tuple[str, ...]] = {
     "OutcomeIn": ("notes",),
     "InteractionIn": ("user", "agent", "speaker", "task", "trace", "outcome", "metadata"),
 }
+
+
+@dataclass(frozen=True)
+class Redacted:
+    """A redacted text and how many findings per type were masked or hashed (kept ones are not counted)."""
+
+    text: str
+    counts: dict[str, int]
+
+
+def normalize(type_: str, value: str) -> str:
+    """The form of a value that the ``hash`` pseudonym is computed from: equal values, equal forms."""
+    value = normal_view(value).text
+    if type_ == "email" and "@" not in value:  # spelled out: the same pseudonym as the address
+        value = spelled_email(value)
+    if type_ in ("phone", "card", "cn_id", "iban", "ssn", "passport"):
+        return re.sub(r"[^0-9A-Za-z]", "", value).upper()
+    if type_ == "ip":
+        try:
+            return ipaddress.ip_address(value).compressed
+        except ValueError:
+            return value.lower()
+    if type_ == "secret":
+        return value
+    return " ".join(value.split()).casefold()
+
+
+class Redactor:
+    """Applies a policy (type -> ``mask`` | ``hash`` | ``keep``) to what a detector finds.
+
+    Args:
+        detector: finds the values.
+        policy: action per type; a type missing from it is masked.
+        hash_key: the HMAC key of the ``hash`` pseudonyms; the same key gives the same pseudonym
+            in every process.
+
+    Raises:
+        ValueError: an action is not ``mask``, ``hash`` or ``keep``, or ``hash`` is used with an empty key.
+    """
+
+    def __init__(self, detector: Detector, policy: Mapping[str, str], *, hash_key: bytes) -> None:
+        bad = {t: a for t, a in policy.items() if a not in ACTIONS}
+        if bad:
+            raise ValueError(f"unknown PII action(s) {bad}; known: {', '.join(ACTIONS)}")
+        if "hash" in policy.values() and not hash_key:
+            raise ValueError("the PII 'hash' action needs a non-empty hash_key")
+        self.detector = detector
+        self.policy = dict(policy)
+        self._key = hash_key
+
+    def pseudonym(self, type_: str, value: str) -> str:
+        """``[TYPE:8 hex]`` for a value: HMAC-SHA256 of ``type:normalized value``."""
+        digest = hmac.new(self._key, f"{type_}:{normalize(type_, value)}".encode(), hashlib.sha256).hexdigest()
+        return f"[{type_.upper()}:{digest[:8]}]"
+
+    def redact(self, text: str) -> Redacted:
+        """``text`` with each finding masked, hashed or kept, and the counts of the first two.
+
+        Args:
+            text: the text to redact; placeholders of an earlier redaction stay as they are.
+        """
+        pieces: list[str] = []
+        counts: dict[str, int] = {}
+        last = 0
+        for f in self.detector.find(text):
+            action = self.policy.get(f.type, "mask")
+            if action == "keep":
+                continue
+            pieces.append(text[last : f.start])
+            value = text[f.start : f.end]
+            pieces.append(f"[{f.type.upper()}]" if action == "mask" else self.pseudonym(f.type, value))
+            counts[f.type] = counts.get(f.type, 0) + 1
+            last = f.end
+        pieces.append(text[last:])
+        return Redacted("".join(pieces), counts)
+
+    def redact_value(self, value: Any) -> Any:
+        """Redacts every string inside dicts, lists and tuples (dict keys stay as they are).
+
+        Args:
+            value: JSON-like data; values of other types come back unchanged.
+        """
+        if isinstance(value, str):
+            return self.redact(value).text
+        if isinstance(value, dict):
+            return {k: self.redact_value(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [self.redact_value(v) for v in value]
+        if isinstance(value, tuple):
+            items = [self.redact_value(v) for v in value]
+            return type(value)(*items) if hasattr(value, "_fields") else tuple(items)
+        return value
 
 
 class TenantRedaction:

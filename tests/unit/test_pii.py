@@ -20,8 +20,6 @@ from strata.privacy.pii import (
     Finding,
     MergedDetector,
     PresidioDetector,
-    Redacted,
-    Redactor,
     RuleDetector,
     cn_id_check_char,
     iban_valid,
@@ -29,6 +27,7 @@ from strata.privacy.pii import (
     make_detector,
     resolve,
 )
+from strata.privacy.redaction import Redacted, Redactor
 from strata_bench import pii as bench_pii
 from strata_bench.pii import DEFAULT_CORPUS, MIN_PRECISION, MIN_RECALL, RULE_TYPES, evaluate, load_corpus
 

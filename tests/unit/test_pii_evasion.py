@@ -8,8 +8,8 @@ import pytest
 
 from strata.config import PII_TYPES, PIISettings
 from strata.privacy.normalize import normal_view
-from strata.privacy.pii import Redactor, RuleDetector
-from strata.privacy.redaction import Redaction
+from strata.privacy.pii import RuleDetector
+from strata.privacy.redaction import Redaction, Redactor
 from strata.schema import InteractionIn, TurnIn
 from strata_bench.pii import EVASION_CORPUS, evaluate, load_corpus
 

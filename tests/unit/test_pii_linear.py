@@ -19,7 +19,8 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from strata.config import PII_TYPES
-from strata.privacy.pii import Redactor, RuleDetector
+from strata.privacy.pii import RuleDetector
+from strata.privacy.redaction import Redactor
 from strata.procedural import rules as skill_rules
 from strata.providers import llm
 from strata.retrieval import timeparse
