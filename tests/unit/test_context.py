@@ -28,8 +28,8 @@ def counter() -> TiktokenCounter:
 
 
 def _marker(n: int, zh: bool) -> str:
-    # Unique, never a substring of another marker.
-    return f"〔{n:03d}〕" if zh else f"<{n:03d}>"
+    # Unique, never a substring of another marker; in Chinese, within CJK tortoise-shell brackets.
+    return f"\u3014{n:03d}\u3015" if zh else f"<{n:03d}>"
 
 
 def _text(rng: random.Random, n: int, zh: bool) -> str:
@@ -159,7 +159,7 @@ def test_keeps_higher_scored_items(counter: TiktokenCounter) -> None:
     base = _equal_cost_items(counter, 20)
     for budget in range(10, 200, 7):
         scores = rng.sample(range(1000), len(base))
-        items = [i.model_copy(update={"score": s / 1000}) for i, s in zip(base, scores)]
+        items = [i.model_copy(update={"score": s / 1000}) for i, s in zip(base, scores, strict=True)]
         result = assemble_context(
             working_messages=[], layer_items={"episodic": items}, max_tokens=budget, counter=counter
         )
@@ -194,15 +194,18 @@ def test_layer_items_rendered_chronologically(counter: TiktokenCounter) -> None:
     items = []
     for n in range(12):
         ts = None if n in (3, 8) else T0 + timedelta(hours=rng.randint(0, 500))
-        items.append(ContextItem(layer="episodic", kind="turn", id=f"i{n}", text=f"<{n:03d}> event", score=rng.random(), timestamp=ts))
+        text = f"<{n:03d}> event"
+        items.append(
+            ContextItem(layer="episodic", kind="turn", id=f"i{n}", text=text, score=rng.random(), timestamp=ts)
+        )
     result = assemble_context(working_messages=[], layer_items={"episodic": items}, max_tokens=5000, counter=counter)
     positions = {i.id: result.text.index(f"<{int(i.id[1:]):03d}>") for i in items}
     in_text = sorted(items, key=lambda i: positions[i.id])
-    dated = [i for i in in_text if i.timestamp is not None]
-    assert [i.timestamp for i in dated] == sorted(i.timestamp for i in dated)
+    dated = [i.timestamp for i in in_text if i.timestamp is not None]
+    assert dated == sorted(dated)
     assert all(i.timestamp is None for i in in_text[len(dated) :])  # undated last
     # The date is shown, and summaries are marked.
-    assert f"[{dated[0].timestamp:%Y-%m-%d %H:%M}] <" in result.text
+    assert f"[{dated[0]:%Y-%m-%d %H:%M}] <" in result.text
 
 
 def test_summary_items_are_marked(counter: TiktokenCounter) -> None:
@@ -212,12 +215,16 @@ def test_summary_items_are_marked(counter: TiktokenCounter) -> None:
 
 
 def test_working_memory_is_last_and_newest_messages_kept(counter: TiktokenCounter) -> None:
-    messages = [{"role": "user" if n % 2 == 0 else "assistant", "content": f"<{n:03d}> " + "word " * 20} for n in range(10)]
+    messages = [
+        {"role": "user" if n % 2 == 0 else "assistant", "content": f"<{n:03d}> " + "word " * 20} for n in range(10)
+    ]
     full = assemble_context(working_messages=messages, layer_items={}, max_tokens=100_000, counter=counter)
     assert full.messages == messages
     item = ContextItem(layer="episodic", kind="turn", id="x", text="old fact", score=1.0, timestamp=T0)
     for budget in range(0, full.tokens + 1, 13):
-        result = assemble_context(working_messages=messages, layer_items={"episodic": [item]}, max_tokens=budget, counter=counter)
+        result = assemble_context(
+            working_messages=messages, layer_items={"episodic": [item]}, max_tokens=budget, counter=counter
+        )
         assert result.tokens <= budget
         assert result.messages == messages[len(messages) - len(result.messages) :]
         if result.messages and result.sections[0].items:
@@ -228,8 +235,13 @@ def test_working_memory_is_last_and_newest_messages_kept(counter: TiktokenCounte
 
 
 def test_layer_item_goes_before_any_working_message(counter: TiktokenCounter) -> None:
-    messages = [{"role": "user", "content": "<001> " + "alpha " * 30}, {"role": "assistant", "content": "<002> " + "beta " * 30}]
-    only_messages = assemble_context(working_messages=messages, layer_items={}, max_tokens=100_000, counter=counter).tokens
+    messages = [
+        {"role": "user", "content": "<001> " + "alpha " * 30},
+        {"role": "assistant", "content": "<002> " + "beta " * 30},
+    ]
+    only_messages = assemble_context(
+        working_messages=messages, layer_items={}, max_tokens=100_000, counter=counter
+    ).tokens
     item = ContextItem(layer="semantic", kind="fact", id="f", text="a fact " * 10, score=1.0, timestamp=T0)
     result = assemble_context(
         working_messages=messages, layer_items={"semantic": [item]}, max_tokens=only_messages + 3, counter=counter
@@ -247,7 +259,9 @@ def test_items_far_below_the_best_score_stay_out(counter: TiktokenCounter) -> No
         working_messages=[], layer_items={"episodic": items}, max_tokens=1000, counter=counter, min_relative_score=0.4
     )
     assert [i.id for i in result.sections[0].items] == ["0", "1"]
-    everything = assemble_context(working_messages=[], layer_items={"episodic": items}, max_tokens=1000, counter=counter)
+    everything = assemble_context(
+        working_messages=[], layer_items={"episodic": items}, max_tokens=1000, counter=counter
+    )
     assert len(everything.sections[0].items) == 4
 
 
@@ -276,7 +290,11 @@ def test_a_passage_too_big_for_the_budget_gives_way_to_its_matched_child(
     # A passage that fits goes in whole, and no stand-in is made for it.
     made: list[str] = []
     original = assemble._narrower
-    monkeypatch.setattr(assemble, "_narrower", lambda whole: made.append(whole.id) or original(whole))
+    def narrower(whole: ContextItem) -> list[ContextItem]:  # records each passage narrowed
+        made.append(whole.id)
+        return original(whole)
+
+    monkeypatch.setattr(assemble, "_narrower", narrower)
     whole = assemble_context(working_messages=[], layer_items={"semantic": [passage]}, max_tokens=2000, counter=counter)
     assert whole.sections[0].items == [passage] and made == []
     assemble_context(working_messages=[], layer_items={"semantic": [passage]}, max_tokens=100, counter=counter)
@@ -507,7 +525,9 @@ def test_random_inputs_never_exceed_the_budget(counter: TiktokenCounter) -> None
 def test_render_refined_fits_or_returns_none(counter: TiktokenCounter) -> None:
     from strata.context.assemble import refined_budget, render_refined
 
-    messages = [{"role": "user" if n % 2 == 0 else "assistant", "content": f"<{n:03d}> " + "word " * 15} for n in range(6)]
+    messages = [
+        {"role": "user" if n % 2 == 0 else "assistant", "content": f"<{n:03d}> " + "word " * 15} for n in range(6)
+    ]
     refined = "Caroline moved the budget meeting to Thursday 14:00; ticket OPS-1234; run `make restart`."
     full = render_refined(working_messages=messages, refined_text=refined, max_tokens=10_000, counter=counter)
     assert full is not None
@@ -567,6 +587,9 @@ def test_each_text_is_counted_once_per_assembly(counter: TiktokenCounter) -> Non
             counted.append(text)
             return counter.count(text)
 
+        def truncate(self, text: str, max_tokens: int) -> str:
+            return counter.truncate(text, max_tokens)
+
     def item(layer: str, n: int, text: str, score: float) -> ContextItem:
         return ContextItem(layer=layer, kind="turn", id=f"{layer}{n}", text=text, score=score,
                            timestamp=T0 + timedelta(hours=n))
@@ -588,7 +611,8 @@ def test_long_texts_made_one_line_are_remembered_within_their_bound(monkeypatch:
 
     lines = BoundedMemo[str, str](max_weight=4500, weight=lambda text, line: len(text) + len(line))
     monkeypatch.setattr(assemble, "_one_lines", lines)
-    texts = [f"Passage {n}.\n\n" + "The gate opens at  seven.\t" * 40 for n in range(3)]  # ~2,050 characters with its line
+    # ~2,050 characters with its line
+    texts = [f"Passage {n}.\n\n" + "The gate opens at  seven.\t" * 40 for n in range(3)]
     made = [assemble._one_line(text) for text in texts]
     assert made == [" ".join(text.split()) for text in texts] and "\n" not in made[0] and "  " not in made[0]
     assert lines.keys() == texts[1:] and lines.weight <= 4500  # the oldest went first

@@ -198,7 +198,9 @@ def test_string_only_trace_error_reports_on_previous_step() -> None:
 
 def test_chinese_string_trace() -> None:
     task = "部署支付服务到测试环境"
-    trace = ["构建镜像", "错误：权限不足", "使用 sudo 构建镜像", "推送镜像到仓库 https://hub.example.cn/pay", "检查服务状态"]
+    trace = [
+        "构建镜像", "错误：权限不足", "使用 sudo 构建镜像", "推送镜像到仓库 https://hub.example.cn/pay", "检查服务状态",
+    ]
     d = rules.extract(task, trace, outcome="服务运行正常")
     assert d.skill_name == "部署支付服务到测试环境"
     assert d.description == "部署支付服务到测试环境。"
@@ -293,9 +295,9 @@ def test_invalid_input_raises_value_error() -> None:
     with pytest.raises(ValueError):
         rules.extract("  ", ["x"])
     with pytest.raises(ValueError):
-        rules.extract("task", "not a list")  # type: ignore[arg-type]
+        rules.extract("task", "not a list")  # a str is a Sequence to the type checker, not to extract
     with pytest.raises(ValueError, match="step 1"):
-        rules.extract("task", ["ok", 42])  # type: ignore[list-item]
+        rules.extract("task", ["ok", 42])  # type: ignore[list-item]  # a step of the wrong type, on purpose
 
 
 # --- normalize_step, variables, SkillDraft ----------------------------------------

@@ -109,7 +109,7 @@ def test_a_long_observation_is_cut_not_refused() -> None:
 
 
 def test_unknown_fields_are_metadata_within_their_bounds() -> None:
-    hostile = {f"field{i}": i for i in range(10_000)}
+    hostile: dict[str, object] = {f"field{i}": i for i in range(10_000)}
     hostile.update({"blob": "y" * 20_000, "huge": 2**80, "nan": float("nan"), "k" * 500: 1})
     deep: Any = "bottom"
     for _ in range(200):
@@ -131,15 +131,19 @@ def test_the_callers_own_metadata_wins_over_a_field_of_the_same_name() -> None:
 
 def test_what_is_still_refused_says_what_to_fix() -> None:
     with pytest.raises(ValidationError, match="60000 bytes"):
-        SkillExtractIn(task="t", trace=[{"tool": "t", "output": "o" * 3900, "x": "y" * 3000}] * 20)
+        SkillExtractIn.model_validate(
+            {"task": "t", "trace": [{"tool": "t", "output": "o" * 3900, "x": "y" * 3000}] * 20}
+        )
     with pytest.raises(ValidationError, match="trace"):
-        SkillExtractIn(task="t", trace=[42])  # type: ignore[list-item]
+        SkillExtractIn.model_validate({"task": "t", "trace": [42]})
     with pytest.raises(ValidationError, match="lone surrogate"):
-        SkillExtractIn(task="t", trace=[{"tool": "t", "note": "\ud800"}])
+        SkillExtractIn.model_validate({"task": "t", "trace": [{"tool": "t", "note": "\ud800"}]})
 
 
 def test_interactions_take_the_same_shapes() -> None:
-    body = InteractionIn(session_id="s1", user="weather?", trace=[{"name": "get_weather", "result": "sunny"}])
+    body = InteractionIn.model_validate(
+        {"session_id": "s1", "user": "weather?", "trace": [{"name": "get_weather", "result": "sunny"}]}
+    )
     assert body.trace is not None and isinstance(body.trace[0], TraceStepIn)
     assert (body.trace[0].tool, body.trace[0].output) == ("get_weather", "sunny")
 
