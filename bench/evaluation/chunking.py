@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
@@ -38,6 +37,7 @@ from strata.store.records import InMemoryRecordStore
 from strata_bench.evaluation.baselines import MemoEmbedder
 from strata_bench.evaluation.datasets import Benchmark
 from strata_bench.evaluation.documents import DocumentCorpus, DocumentSet, PassageBoard, document_set
+from strata_bench.evaluation.ingest import progress as progress_bar
 from strata_bench.stats import latency_ms
 
 __all__ = [
@@ -68,12 +68,6 @@ def ablation_paths(settings: SemanticSettings) -> dict[str, dict[str, float] | N
     }
 
 
-def _progress(total: int, desc: str, enabled: bool) -> Any:
-    from tqdm import tqdm
-
-    return tqdm(total=total, desc=desc, unit="", file=sys.stderr, leave=False, dynamic_ncols=True, disable=not enabled)
-
-
 def _with_strategy(settings: SemanticSettings, strategy: str) -> SemanticSettings:
     chunking = ChunkingSettings(**{**settings.chunking.model_dump(), "strategy": strategy})
     return settings.model_copy(update={"chunking": chunking})
@@ -100,7 +94,7 @@ def _ingest(
         chunker=make_chunker(settings.chunking, counter, embed=embedder.embed),
         extractor=RuleExtractor(),
     )
-    bar = _progress(len(corpus.documents), f"ingest {label} {corpus.id}", progress)
+    bar = progress_bar(len(corpus.documents), f"ingest {label} {corpus.id}", enabled=progress)
     started = time.perf_counter()
     for doc in corpus.documents:
         prepared = memory.prepare(
@@ -139,7 +133,7 @@ def _ask(
     questions = [q.question for q in corpus.queries]
     # One batch: each question is embedded once per corpus, as a query.
     vectors = embedder.embed_query(questions) if questions else []
-    bar = _progress(len(corpus.queries), f"ask {label} {corpus.id}", progress)
+    bar = progress_bar(len(corpus.queries), f"ask {label} {corpus.id}", enabled=progress)
     for query, vector in zip(corpus.queries, vectors):
         started = time.perf_counter()
         hits = memory.search(vector, query.question, top_k=depth, weights=weights)

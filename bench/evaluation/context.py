@@ -22,15 +22,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import re
 import statistics
-import sys
 import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import timedelta
 from typing import Any, Protocol
 
 from strata.providers.tokens import TokenCounter
@@ -44,6 +41,7 @@ from strata_bench.evaluation.baselines import (
     turn_document,
 )
 from strata_bench.evaluation.datasets import Benchmark, EvalConversation, EvalTurn, reference_time
+from strata_bench.evaluation.ingest import ingest_conversation, progress
 from strata_bench.evaluation.metrics import Scoreboard
 
 __all__ = [
@@ -56,7 +54,6 @@ __all__ = [
     "evidence_recall",
     "format_context_table",
     "history_text",
-    "ingest_conversation",
     "limit_benchmark",
     "pack_turns",
     "run_packed_baseline",
@@ -69,7 +66,6 @@ BUDGETS = (256, 512, 1024, 2048)
 NO_ANSWER_CATEGORIES = frozenset({"adversarial"})
 #: The session the questions are asked in: never written to, so working memory adds nothing.
 ASK_SESSION = "eval-ask"
-_ID_UNSAFE = re.compile(r"[^A-Za-z0-9_.:\-]")
 #: How deep a baseline ranks: enough turns to fill the largest budget several times over.
 _BASELINE_DEPTH = 200
 
@@ -203,39 +199,8 @@ def limit_benchmark(benchmark: Benchmark, *, conversations: int | None = None,
 # ----------------------------------------------------------------- runs
 
 
-def _progress(total: int, desc: str) -> Any:
-    from tqdm import tqdm
-
-    return tqdm(total=total, desc=desc, unit="", file=sys.stderr, leave=False, dynamic_ncols=True)
-
-
 def _evidence(question: Any, no_answer: Collection[str]) -> tuple[str, ...] | None:
     return None if question.category in no_answer else question.evidence
-
-
-async def ingest_conversation(client: ContextClient, conversation: EvalConversation) -> tuple[list[str], dict[str, str]]:
-    """Record every session of ``conversation`` through the write path, as ``strata eval retrieval``
-    does; returns the session ids written and a map from stored turn id to benchmark turn id."""
-    sessions: list[str] = []
-    bar = _progress(len(conversation.turns), f"ingest {conversation.id}")
-    for session in conversation.sessions:
-        session_id = _ID_UNSAFE.sub("_", session.id)[:128]
-        sessions.append(session_id)
-        turns = [
-            {
-                "user": t.text + (f" [shared an image: {t.image_caption}]" if t.image_caption else ""),
-                "speaker": t.speaker[:64],
-                "turn_id": _ID_UNSAFE.sub("_", t.id)[:128],
-                # Turns of a session share its date; seconds keep their order.
-                "timestamp": session.date + timedelta(seconds=n) if session.date else None,
-            }
-            for n, t in enumerate(session.turns)
-        ]
-        for start in range(0, len(turns), 500):
-            await client.record_turns(session_id, turns[start : start + 500])
-            bar.update(len(turns[start : start + 500]))
-    bar.close()
-    return sessions, {_ID_UNSAFE.sub("_", t.id)[:128]: t.id for t in conversation.turns}
 
 
 async def run_strata_context(
@@ -256,7 +221,7 @@ async def run_strata_context(
         sessions, original = await ingest_conversation(client, conversation)
         ingest_s += time.perf_counter() - started
         turns += len(conversation.turns)
-        bar = _progress(len(conversation.questions), f"context {conversation.id}")
+        bar = progress(len(conversation.questions), f"context {conversation.id}")
         for q in conversation.questions:
             started = time.perf_counter()
             # The budgets of one question concurrently, as an agent's calls would overlap.
@@ -306,7 +271,7 @@ def run_packed_baseline(
         lines = {t.id: turn_line(t) for t in turns}
         retriever = make()
         retriever.index([t.id for t in turns], [turn_document(t) for t in turns])
-        bar = _progress(len(conversation.questions), f"{name} {conversation.id}")
+        bar = progress(len(conversation.questions), f"{name} {conversation.id}")
         for q in conversation.questions:
             ranked = retriever.search(q.question, min(len(turns), _BASELINE_DEPTH))
             evidence = _evidence(q, no_answer)

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from strata_bench.evaluation.datasets import Benchmark, EvalConversation, EvalSession, EvalTurn
+from strata_bench.evaluation.ingest import safe_id
 
 __all__ = [
     "DocumentCorpus",
@@ -53,7 +54,6 @@ Span = tuple[str, int, int]
 #: LoCoMo's adversarial questions have no answer in the conversation to find.
 DEFAULT_EXCLUDED = frozenset({"adversarial"})
 
-_ID_UNSAFE = re.compile(r"[^A-Za-z0-9_.:\-]")
 _ID_START = re.compile(r"[A-Za-z0-9]")
 _LINE_BREAKS = re.compile(r"\s*\n\s*")
 
@@ -123,7 +123,7 @@ def _turn_line(turn: EvalTurn) -> str:
 
 
 def _doc_id(session: EvalSession, number: int, taken: Collection[str]) -> str:
-    safe = _ID_UNSAFE.sub("_", session.id)[:128]
+    safe = safe_id(session.id)
     if not safe or not _ID_START.match(safe) or safe in taken:
         safe = f"session-{number}"
     return safe

@@ -13,13 +13,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import re
-import sys
 import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import timedelta
 from typing import Any
 
 from strata.providers.llm import LLMUsage
@@ -32,13 +29,13 @@ from strata_bench.evaluation.baselines import (
     turn_document,
 )
 from strata_bench.evaluation.datasets import Benchmark, EvalConversation, reference_time
+from strata_bench.evaluation.ingest import ingest_conversation, progress
 from strata_bench.evaluation.metrics import Scoreboard
 from strata_bench.stats import latency_ms
 
 __all__ = ["BASELINES", "RetrieverRun", "evaluate", "format_table", "run_baseline", "run_strata"]
 
 BASELINES = ("bm25", "dense", "rrf")
-_ID_UNSAFE = re.compile(r"[^A-Za-z0-9_.:\-]")
 
 
 @dataclass
@@ -67,12 +64,6 @@ class RetrieverRun:
         return out
 
 
-def _progress(total: int, desc: str) -> Any:
-    from tqdm import tqdm
-
-    return tqdm(total=total, desc=desc, unit="", file=sys.stderr, leave=False, dynamic_ncols=True)
-
-
 def _wanted(conversation: EvalConversation, categories: set[str] | None) -> list[Any]:
     return [q for q in conversation.questions if categories is None or q.category in categories]
 
@@ -90,7 +81,7 @@ def run_baseline(
         run.ingest_s += time.perf_counter() - started
         run.turns += len(turns)
         questions = _wanted(conversation, categories)
-        bar = _progress(len(questions), f"{name} {conversation.id}")
+        bar = progress(len(questions), f"{name} {conversation.id}")
         for q in questions:
             started = time.perf_counter()
             found = retriever.search(q.question, depth)
@@ -121,33 +112,14 @@ async def run_strata(
         client = make_client(f"eval-{uuid.uuid4().hex[:10]}")
         if count_llm and before is None:
             before = await client.llm_usage()
-        sessions: list[str] = []
-        bar = _progress(sum(len(s.turns) for s in conversation.sessions), f"ingest {conversation.id}")
         started = time.perf_counter()
-        for session in conversation.sessions:
-            session_id = _ID_UNSAFE.sub("_", session.id)[:128]
-            sessions.append(session_id)
-            turns = [
-                {
-                    "user": t.text + (f" [shared an image: {t.image_caption}]" if t.image_caption else ""),
-                    "speaker": t.speaker[:64],
-                    "turn_id": _ID_UNSAFE.sub("_", t.id)[:128],
-                    # Turns of a session share its date; seconds keep their order.
-                    "timestamp": session.date + timedelta(seconds=n) if session.date else None,
-                }
-                for n, t in enumerate(session.turns)
-            ]
-            for start in range(0, len(turns), 500):
-                await client.record_turns(session_id, turns[start : start + 500])
-                bar.update(len(turns[start : start + 500]))
-            run.turns += len(turns)
+        sessions, unsafe = await ingest_conversation(client, conversation)
         run.ingest_s += time.perf_counter() - started
-        bar.close()
+        run.turns += len(conversation.turns)
         if count_llm:
             await client.wait_for_summaries()
-        unsafe = {_ID_UNSAFE.sub("_", t.id)[:128]: t.id for s in conversation.sessions for t in s.turns}
         questions = _wanted(conversation, categories)
-        bar = _progress(len(questions), f"ask {conversation.id}")
+        bar = progress(len(questions), f"ask {conversation.id}")
         for q in questions:
             started = time.perf_counter()
             result = await client.search(
