@@ -227,7 +227,8 @@ def test_in_list() -> None:
 
 
 def _all_subclasses(cls: type) -> list[type]:
-    out = []
+    out: list[type] = []
+    sub: type
     for sub in cls.__subclasses__():
         out.append(sub)
         out.extend(_all_subclasses(sub))
@@ -289,7 +290,10 @@ def test_created_key_maps_to_its_tenant(store: InMemoryRecordStore) -> None:
 
 @pytest.mark.parametrize(
     "garbage",
-    ["", "sk-strata-", "sk-strata-nope", "Bearer sk-strata-x", "sk-STRATA-abc", "x" * 10000, "sk-strata-" + "a" * 300, "密钥"],
+    [
+        "", "sk-strata-", "sk-strata-nope", "Bearer sk-strata-x", "sk-STRATA-abc",
+        "x" * 10000, "sk-strata-" + "a" * 300, "密钥",
+    ],
 )
 def test_unknown_or_garbage_key_maps_to_none(store: InMemoryRecordStore, garbage: str) -> None:
     keys = KeyStore(store, STATE)

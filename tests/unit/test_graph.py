@@ -59,7 +59,7 @@ def ext(*entities: str | Entity, relations: tuple[tuple[str, str, str], ...] = (
         ("  “Caroline’s” ", "caroline"),
         ("'New York City'.", "new york city"),
         ("「记忆」", "记忆"),
-        ("ＡＰＩ", "api"),
+        ("\uff21\uff30\uff29", "api"),  # "API" in fullwidth letters
         ("ray.get", "ray.get"),
         ("James'", "james"),
     ],
@@ -406,7 +406,7 @@ def test_interleaved_writes_and_reads_match_a_fresh_rebuild(fanout: int, monkeyp
         entities = [Entity(w, aliases=(rng.choice(words),) if rng.random() < 0.03 else ()) for w in picked]
         return ext(*entities, relations=((picked[0], "uses", picked[1]), (picked[1], "is", picked[2])))
 
-    graph, current = KnowledgeGraph(), {}
+    graph, current = KnowledgeGraph(), dict[str, Extraction]()
     queries = [" ".join(rng.sample(words, 2)) for _ in range(6)]
     for step in range(300):
         sid = f"s{rng.randrange(30)}"

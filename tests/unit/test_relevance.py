@@ -114,7 +114,9 @@ def test_the_cjk_dense_weight_and_the_span_follow_the_embedder() -> None:
     assert e5.episodic.fusion_dense_weight_cjk == e5.episodic.fusion_dense_weight
     assert e5.semantic.fusion_dense_weight_cjk == e5.semantic.fusion_weights["dense"]
     assert e5.procedural.cosine_span == e5.embedding.relevance_span != minilm.embedding.relevance_span
-    explicit = StrataSettings(embedding=EmbeddingSettings(provider="e5"), episodic={"fusion_dense_weight_cjk": 0.2})
+    explicit = StrataSettings.model_validate(
+        {"embedding": EmbeddingSettings(provider="e5"), "episodic": {"fusion_dense_weight_cjk": 0.2}}
+    )
     assert explicit.episodic.fusion_dense_weight_cjk == 0.2
     told = StrataSettings(embedding=EmbeddingSettings(multilingual=True, cosine_span=(0.2, 0.7)))
     assert told.episodic.fusion_dense_weight_cjk == told.episodic.fusion_dense_weight

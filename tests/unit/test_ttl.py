@@ -10,7 +10,7 @@ import pytest
 from pydantic import ValidationError
 
 from strata.clock import to_ms
-from strata.config import EpisodicSettings, TTLSettings, load_settings
+from strata.config import EpisodicSettings, TTLLayers, TTLSettings, load_settings
 from strata.episodic.memory import EpisodicMemory
 from strata.episodic.summarize import EpisodeSummary
 from strata.episodic.turns import TurnInput
@@ -36,7 +36,7 @@ def test_expiries_track_the_earliest_deadline() -> None:
 
 
 def test_configured_ttl_is_a_ceiling_an_item_may_only_shorten() -> None:
-    ttl = TTLSettings(episodic=3600, tenants={"short": {"episodic": 60}, "forever": {"episodic": 0}})
+    ttl = TTLSettings(episodic=3600, tenants={"short": TTLLayers(episodic=60), "forever": TTLLayers(episodic=0)})
     assert ttl.seconds("anyone", "episodic") == 3600
     assert ttl.seconds("anyone", "episodic", 10) == 10
     assert ttl.seconds("anyone", "episodic", 10**6) == 3600  # cannot lengthen
@@ -79,7 +79,8 @@ def _unit(k: int) -> np.ndarray:
 def test_an_expired_turn_takes_its_summary_and_the_rest_is_summarised_again() -> None:
     store = InMemoryRecordStore()
     store.ensure_collection("e", dim=384)
-    memory = EpisodicMemory("t1", store=store, collection="e", settings=EpisodicSettings(raw_window=2, summary_threshold=2))
+    settings = EpisodicSettings(raw_window=2, summary_threshold=2)
+    memory = EpisodicMemory("t1", store=store, collection="e", settings=settings)
     inputs = [TurnInput(user=f"turn {n}", timestamp=NOW + timedelta(minutes=n), ttl_s=60 if n == 1 else None)
               for n in range(6)]
     turns = memory.prepare("s1", inputs, now=NOW)
@@ -105,6 +106,6 @@ def test_an_expired_turn_takes_its_summary_and_the_rest_is_summarised_again() ->
     memory.record(later, np.stack([_unit(6)]))
     assert [[t.turn_id for t in c] for c in memory.pending_summaries()] == [[turns[0].turn_id, turns[4].turn_id]]
     assert memory.expiries.due() is None
-    reloaded = EpisodicMemory("t1", store=store, collection="e", settings=EpisodicSettings(raw_window=2, summary_threshold=2))
+    reloaded = EpisodicMemory("t1", store=store, collection="e", settings=settings)
     reloaded.load()
     assert reloaded.turn_count == 6 and len(reloaded.summaries()) == 1

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
@@ -10,8 +11,9 @@ from strata.access.keys import KEY_TENANT, KeyStore
 from strata.config import WorkingSettings
 from strata.errors import InvalidInput, NotFound
 from strata.providers.tokens import TiktokenCounter
-from strata.store.records import InMemoryRecordStore
+from strata.store.records import InMemoryRecordStore, Record
 from strata.store.versions import VersionStore
+from strata.working.memory import WorkingMemory
 from strata.working.sessions import KIND, WorkingSessions
 
 STATE = "state"
@@ -39,17 +41,19 @@ def store() -> InMemoryRecordStore:
     return s
 
 
-def make(store: InMemoryRecordStore, counter: TiktokenCounter, tenant: str = "t1", **settings: object) -> WorkingSessions:
+def make(
+    store: InMemoryRecordStore, counter: TiktokenCounter, tenant: str = "t1", **settings: object
+) -> WorkingSessions:
     return WorkingSessions(
-        tenant, store=store, collection=STATE, settings=WorkingSettings(**settings), counter=counter  # type: ignore[arg-type]
+        tenant, store=store, collection=STATE, settings=WorkingSettings.model_validate(settings), counter=counter
     )
 
 
-def rows(store: InMemoryRecordStore, tenant: str = "t1", session: str | None = None) -> list:
+def rows(store: InMemoryRecordStore, tenant: str = "t1", session: str | None = None) -> list[Record]:
     return store.scan(STATE, tenant=tenant, session=session, kinds=[KIND])
 
 
-def snapshot(memory) -> list[tuple]:  # type: ignore[no-untyped-def]
+def snapshot(memory: WorkingMemory) -> list[tuple[object, ...]]:
     return [(i.id, i.role, i.content, i.importance, i.tokens, i.summarized, i.created_at) for i in memory.items]
 
 
@@ -163,7 +167,9 @@ def test_reload_order_after_drop_with_equal_timestamps(store: InMemoryRecordStor
     ],
     ids=["role", "empty", "nan", "naive", "metadata"],
 )
-def test_invalid_item_changes_nothing(store: InMemoryRecordStore, counter: TiktokenCounter, bad: dict) -> None:
+def test_invalid_item_changes_nothing(
+    store: InMemoryRecordStore, counter: TiktokenCounter, bad: dict[str, Any]
+) -> None:
     ws = make(store, counter)
     ws.add("s1", [{"role": "user", "content": TEXTS[0]}], now=T0)
     before_memory = snapshot(ws.session("s1"))
@@ -238,7 +244,9 @@ def test_tenants_are_isolated(store: InMemoryRecordStore, counter: TiktokenCount
     assert [i.content for i in make(store, counter, tenant="b").session("s1").items] == [TEXTS[1]]
 
 
-def test_unrecorded_leaves_out_the_items_a_turn_already_added(store: InMemoryRecordStore, counter: TiktokenCounter) -> None:
+def test_unrecorded_leaves_out_the_items_a_turn_already_added(
+    store: InMemoryRecordStore, counter: TiktokenCounter
+) -> None:
     ws = make(store, counter)
     turn = [{"role": "user", "content": TEXTS[0], "metadata": {"turn_id": "t1"}},
             {"role": "assistant", "content": TEXTS[1], "metadata": {"turn_id": "t1"}}]
