@@ -34,8 +34,8 @@ from starlette.datastructures import Headers
 from starlette.requests import Request
 from starlette.types import Receive, Scope, Send
 
-from strata.access.keys import Forbidden
 from strata.access.origins import OriginCheck
+from strata.access.scopes import Forbidden
 from strata_mcp.tools import Connect, build_server
 from strata_serve.auth import INNER_HEADER, bearer_key, inner_token
 from strata_serve.client import AsyncStrataClient

@@ -34,7 +34,8 @@ from starlette.routing import Route
 from starlette.staticfiles import StaticFiles
 
 from strata.access.idempotency import ClaimBook, Claims, IdempotencyStore
-from strata.access.keys import KEY_ID_PATTERN, KeyCreated, KeyCreateIn, KeyInfo, KeyList, Need, may
+from strata.access.keys import KEY_ID_PATTERN, KeyCreated, KeyCreateIn, KeyInfo, KeyList
+from strata.access.scopes import Need, may
 from strata.config import StrataSettings
 from strata.errors import InvalidInput, StrataError
 from strata.ids import ID_PATTERN, SYSTEM_TENANT

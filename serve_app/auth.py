@@ -36,21 +36,9 @@ from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from strata.access.keycache import KeyCache
-from strata.access.keys import (
-    SESSION_LAYERS,
-    SHARED_LAYERS,
-    Forbidden,
-    KeyCreated,
-    KeyInfo,
-    KeyStore,
-    Need,
-    authorize,
-    hash_key,
-    open_keys,
-    visible_layers,
-    well_formed,
-)
+from strata.access.keys import KeyCreated, KeyInfo, KeyStore, hash_key, open_keys, well_formed
 from strata.access.ratelimit import Grant, RateLimiter, SharedRateLimiter
+from strata.access.scopes import SESSION_LAYERS, SHARED_LAYERS, Forbidden, Need, authorize, visible_layers
 from strata.config import StrataSettings
 from strata.errors import RateLimited, StrataError, Unauthorized
 from strata.ids import SYSTEM_TENANT
@@ -321,14 +309,6 @@ class KeyGate:
         """The request's key: as :class:`Authenticate` resolved it, else checked now."""
         info = _CURRENT.get()
         return info if info is not None else await self.check(authorization, address=None)
-
-    async def tenant_of_key(self, key: str | None) -> str | None:
-        """The tenant of an active tenant key; None for none, a wrong or an admin key (no rate limit taken)."""
-        info = _CURRENT.get()
-        if info is None and key:
-            with suppress(RateLimited):
-                info = await self.resolve(key, address=None)
-        return info.tenant if info is not None and not info.admin else None
 
     async def caller(
         self, authorization: str | None, route: str, *, session: str | None = None, need: Need | None = None

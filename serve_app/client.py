@@ -27,7 +27,7 @@ import aiohttp
 import httpx
 from pydantic import BaseModel
 
-from strata.access.keys import Forbidden
+from strata.access.scopes import Forbidden
 from strata.errors import (
     EmbedderError,
     InvalidInput,

@@ -53,7 +53,8 @@ from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from strata.access.idempotency import Answer, Claim, ClaimBook, IdempotencyStore, fingerprint
-from strata.access.keys import Forbidden, KeyInfo, Need, authorize
+from strata.access.keys import KeyInfo
+from strata.access.scopes import Forbidden, Need, authorize
 from strata.errors import StrataError
 from strata_serve.auth import ROUTES, current_key
 from strata_serve.errors import WRITE_METHODS, error_response, route_of

@@ -8,8 +8,9 @@ from __future__ import annotations
 from strata.access.audit import AuditEntry, AuditLog, AuditWriter
 from strata.access.idempotency import IdempotencyStore
 from strata.access.keycache import KeyCache
-from strata.access.keys import Forbidden, KeyStore, authorize, hash_key, open_keys
+from strata.access.keys import KeyStore, hash_key, open_keys
 from strata.access.ratelimit import RateLimiter
+from strata.access.scopes import Forbidden, authorize
 
 __all__ = [
     "AuditEntry",

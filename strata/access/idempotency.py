@@ -66,12 +66,14 @@ class IdempotencyStore:
 
     def get(self, tenant: str, key: str) -> Answer | None:
         """The answer kept for ``key``, or None (never sent, expired, or kept in part)."""
-        head = self._store.get(self._collection, tenant=validate_id(tenant, field="tenant"), pks=[self._pk(tenant, key, 0)])
+        tenant = validate_id(tenant, field="tenant")
+        head = self._store.get(self._collection, tenant=tenant, pks=[self._pk(tenant, key, 0)])
         if not head or int(head[0].payload.get(EXPIRES, 0)) <= now_ms():
             return None
         p = head[0].payload
         chunks = int(p["chunks"])
-        rest = self._store.get(self._collection, tenant=tenant, pks=[self._pk(tenant, key, n) for n in range(1, chunks)])
+        pks = [self._pk(tenant, key, n) for n in range(1, chunks)]
+        rest = self._store.get(self._collection, tenant=tenant, pks=pks)
         if len(rest) != chunks - 1:
             return None  # a crash between the rows: treat as never answered
         texts = [head[0].text, *(r.text for r in sorted(rest, key=lambda r: r.pk))]

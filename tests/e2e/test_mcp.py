@@ -21,7 +21,7 @@ from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp_types import CallToolResult
 
-from strata.access.keys import Forbidden
+from strata.access.scopes import Forbidden
 from strata.errors import InvalidInput, NotFound
 from strata_serve.client import StrataClient
 from tests.e2e.running import STRATA, Running

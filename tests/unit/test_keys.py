@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from strata.access.keys import Forbidden, KeyInfo, KeyStore, Need, authorize, hash_key
+from strata.access.keys import KeyInfo, KeyStore, hash_key
+from strata.access.scopes import Forbidden, Need, authorize
 from strata.errors import InvalidInput, NotFound
 from strata.ids import SYSTEM_TENANT
 from strata.store.records import InMemoryRecordStore, Record

@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 from fastapi.routing import APIRoute
 
-from strata.access.keys import Forbidden, KeyInfo, KeyStore, Need, authorize, visible_layers
+from strata.access.keys import KeyInfo, KeyStore
+from strata.access.scopes import Forbidden, Need, authorize, visible_layers
 from strata.ids import SYSTEM_TENANT
 from strata.layers import LAYERS
 from strata.store.records import InMemoryRecordStore, Record
