@@ -8,7 +8,7 @@ place (``serve_app/errors.py``)::
     StrataError
     ├── InvalidInput          422  a field or id the caller must fix
     ├── Unauthorized          401  missing, unknown or revoked API key
-    ├── Forbidden             403  the key's scope does not allow the call (strata.access.keys)
+    ├── Forbidden             403  the key's scope does not allow the call (strata.access.scopes)
     ├── NotFound              404  no such session, item or record
     ├── VersionConflict       409  expected version is stale; carries the current one
     ├── PreconditionRequired  428  the change needs If-Match (the version it was made against)
