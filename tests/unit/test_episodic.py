@@ -101,7 +101,9 @@ def hit_keys(hits) -> list[tuple[str, str, str]]:  # type: ignore[no-untyped-def
 
 def test_prepare_assigns_ids_and_seq(store: InMemoryRecordStore) -> None:
     memory = make(store)
-    first = memory.prepare("s1", [TurnInput(user="hi"), TurnInput(agent="hello"), TurnInput(user="a", agent="b")], now=NOW)
+    first = memory.prepare(
+        "s1", [TurnInput(user="hi"), TurnInput(agent="hello"), TurnInput(user="a", agent="b")], now=NOW
+    )
     assert [t.seq for t in first] == [0, 1, 2]
     assert len({t.turn_id for t in first}) == 3
     for t in first:
@@ -117,7 +119,9 @@ def test_prepare_assigns_ids_and_seq(store: InMemoryRecordStore) -> None:
 def test_prepare_timestamps_and_speaker(store: InMemoryRecordStore) -> None:
     memory = make(store)
     naive = datetime(2023, 1, 2, 3, 4, 5)
-    (t,) = memory.prepare("s1", [TurnInput(user="hey", speaker="Caroline", timestamp=naive, metadata={"k": 1})], now=NOW)
+    (t,) = memory.prepare(
+        "s1", [TurnInput(user="hey", speaker="Caroline", timestamp=naive, metadata={"k": 1})], now=NOW
+    )
     assert t.timestamp == naive.replace(tzinfo=UTC)
     assert t.text == "Caroline: hey"
     assert t.metadata == {"k": 1}
@@ -347,9 +351,11 @@ def test_a_write_looks_for_pending_summaries_in_the_sessions_it_changed_not_in_e
     summarise(memory, turns[0:3])
     assert memory.pending_summaries() == []
     read: list[str] = []
-    with mock.patch.object(EpisodicMemory, "session_turns", autospec=True,
-                           side_effect=lambda self, session: read.append(session) or [
-                               self._turns[key] for _, key in self._order.get(session, ())]):
+    def session_turns(self: EpisodicMemory, session: str) -> list[Turn]:  # as the real one reads them, recorded
+        read.append(session)
+        return [self._turns[key] for _, key in self._order.get(session, ())]
+
+    with mock.patch.object(EpisodicMemory, "session_turns", autospec=True, side_effect=session_turns):
         assert memory.pending_summaries() == []
         assert read == []
         more = plain(memory, "long", 3, start=NOW + DAY)
@@ -523,7 +529,10 @@ def test_tenants_never_see_each_other(store: InMemoryRecordStore, embedder: Onnx
     assert [h.text for h in a.search(q, top_k=10)] == ["user: Tenant A's secret project is called Bluebird."]
     assert [h.text for h in b.search(q, top_k=10)] == ["user: Tenant B is planning a garden party."]
     assert {r.tenant for r in store.scan(COLL, tenant="a")} == {"a"}
-    texts = {"a": "user: Tenant A's secret project is called Bluebird.", "b": "user: Tenant B is planning a garden party."}
+    texts = {
+        "a": "user: Tenant A's secret project is called Bluebird.",
+        "b": "user: Tenant B is planning a garden party.",
+    }
     for tenant, text in texts.items():
         fresh = make(store, tenant)
         fresh.load()
@@ -673,7 +682,7 @@ def test_score_fusion_lets_a_hit_far_ahead_on_one_path_win(store: InMemoryRecord
     """Two turns each first on one path: "barely" leads the dense path by a hair,
     "far" leads BM25 by three query terms to one. Ranks (RRF) call it for the
     heavier dense path; scores see that "far" is nearly as close in meaning too."""
-    memory = make(store, settings=EpisodicSettings(fusion_mode=mode))
+    memory = make(store, settings=EpisodicSettings.model_validate({"fusion_mode": mode}))
     assert EpisodicSettings().fusion_mode == "theoretical"
     barely = add(memory, "s1", [TurnInput(user="Notes on the cluster.")], vectors=np.stack([unit(0)]))
     far = add(memory, "s2", [TurnInput(user="We deploy the staging cluster on Fridays.")],
@@ -705,7 +714,9 @@ def test_a_summary_is_merged_on_the_turns_scale_and_never_outranks_the_turn_that
     summary = next(h for h in hits if h.kind == "summary")
     assert 0 < summary.score < hits[0].score
     turns = [h.id for h in hits if h.kind == "turn"]
-    alone = [h.id for h in memory.search(unit(0), query_text="alpha beta gamma zzqx", top_k=10, include_summaries=False)]
+    alone = [
+        h.id for h in memory.search(unit(0), query_text="alpha beta gamma zzqx", top_k=10, include_summaries=False)
+    ]
     assert turns == alone[: len(turns)] and decoy[0].turn_id in turns
 
 
@@ -754,9 +765,10 @@ def test_forgetting_turns_leaves_the_index_a_fresh_load_of_what_remains_would_bu
         assert sorted(fresh._turn_index.ids) == sorted(memory._turn_index.ids)
         ids = fresh._turn_index.ids
         assert np.allclose(memory._turn_index.vectors(ids), fresh._turn_index.vectors(ids), atol=1e-6)
-        by_key = dict(zip(ids, rng.standard_normal(len(ids)).astype(np.float32)))
-        near = dict(zip(memory._turn_index.ids, memory._near_scores(np.array([by_key[k] for k in memory._turn_index.ids]))))
-        near_fresh = dict(zip(ids, fresh._near_scores(np.array([by_key[k] for k in ids]))))
+        by_key = dict(zip(ids, rng.standard_normal(len(ids)).astype(np.float32), strict=True))
+        mine = memory._turn_index.ids
+        near = dict(zip(mine, memory._near_scores(np.array([by_key[k] for k in mine])), strict=True))
+        near_fresh = dict(zip(ids, fresh._near_scores(np.array([by_key[k] for k in ids])), strict=True))
         assert near == near_fresh
         query = rng.standard_normal(DIM).astype(np.float32)
         assert hit_keys(memory.search(query, query_text="m3 w2", top_k=12)) == hit_keys(

@@ -26,7 +26,7 @@ def test_bm25_finds_exact_terms_and_ranks_rarer_terms_higher() -> None:
     index.add("b", "The deploy went fine on staging")
     index.add("c", "Lunch was great")
     scores = index.scores("why ERR_CONN_RESET?")
-    assert max(scores, key=scores.get) == "a" and "c" not in scores
+    assert max(scores, key=scores.__getitem__) == "a" and "c" not in scores
     both = index.scores("deploy reset")
     assert both["a"] > both["b"]  # "reset" is rarer than "deploy"
 
@@ -96,14 +96,19 @@ def test_a_search_reads_its_query_s_terms_once(monkeypatch: pytest.MonkeyPatch) 
     store = InMemoryRecordStore()
     store.ensure_collection("c", dim=8)
     memory = EpisodicMemory("t", store=store, collection="c", settings=EpisodicSettings())
-    turns = memory.prepare("s", [TurnInput(user=f"deploy note {n}", timestamp=NOW + timedelta(minutes=n)) for n in range(12)],
-                           now=NOW)
+    turns = memory.prepare(
+        "s", [TurnInput(user=f"deploy note {n}", timestamp=NOW + timedelta(minutes=n)) for n in range(12)], now=NOW
+    )
     memory.record(turns, np.stack([unit(n) for n in range(12)]))
     summary = ExtractiveSummarizer().summarize(summary_inputs(turns[:6]))
     memory.add_summary(turns[:6], summary, unit(3))
     read: list[str] = []
     real = lexical.lexical_terms
-    monkeypatch.setattr(lexical, "lexical_terms", lambda text: read.append(text) or real(text))
+    def lexical_terms(text: str) -> frozenset[str]:  # each text read, recorded
+        read.append(text)
+        return real(text)
+
+    monkeypatch.setattr(lexical, "lexical_terms", lexical_terms)
     query = "which deploy note mentions the staging bucket? " * 40
     lexical.query_terms.cache_clear()
     assert memory.search(unit(0), query_text=query, top_k=5)
@@ -206,7 +211,7 @@ def test_chinese_words_join_the_bigrams() -> None:
     index.add("a", "我的上司生日是6月8号")
     index.add("b", "我的上司喜欢听音乐会")
     scores = index.scores("那个6月8日过生日的人是做什么的")
-    assert max(scores, key=scores.get) == "a"
+    assert max(scores, key=scores.__getitem__) == "a"
 
 
 def test_numpy_scoring_matches_plain_bm25_through_removals_and_compaction() -> None:
@@ -219,7 +224,7 @@ def test_numpy_scoring_matches_plain_bm25_through_removals_and_compaction() -> N
     words = [f"word{i}" for i in range(60)] + ["ERR_CONN_RESET", "部署", "数据库"]
     index = LexicalIndex(per_line=True)
     docs: dict[str, str] = {}
-    for step in range(4000):
+    for _ in range(4000):
         if docs and rng.random() < 0.45:
             gone = rng.choice(sorted(docs))
             index.remove([gone])
@@ -256,7 +261,8 @@ def test_numpy_scoring_matches_plain_bm25_through_removals_and_compaction() -> N
     assert all(abs(got[d] - expected[d]) < 1e-3 * max(1.0, expected[d]) for d in got)
     best = sorted(expected, key=lambda d: (-round(expected[d], 4), d))[:10]
     assert index.top(query, 10)[:5] == best[:5]
-    assert index.top(query, 5, keep=lambda d: d.endswith("7")) == [d for d in sorted(got, key=lambda d: (-got[d], d)) if d.endswith("7")][:5]
+    sevens = [d for d in sorted(got, key=lambda d: (-got[d], d)) if d.endswith("7")]
+    assert index.top(query, 5, keep=lambda d: d.endswith("7")) == sevens[:5]
 
 
 def test_a_query_scored_again_after_a_change_sees_the_change() -> None:

@@ -3,7 +3,9 @@ the rule-based entity extractor and the packaged MiniLM embedder."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
+from typing import TypedDict, Unpack
 
 import numpy as np
 import pytest
@@ -14,7 +16,7 @@ from strata.providers.embedder import OnnxMiniLMEmbedder
 from strata.providers.tokens import TiktokenCounter
 from strata.retrieval.entities import RuleExtractor
 from strata.semantic.chunking import make_chunker
-from strata.semantic.documents import CHILD, DOC, PARENT, DocumentInput
+from strata.semantic.documents import CHILD, DOC, PARENT, DocumentInput, SemanticHit
 from strata.semantic.memory import SemanticMemory
 from strata.store.records import InMemoryRecordStore
 
@@ -67,7 +69,7 @@ def counter() -> TiktokenCounter:
 
 
 def make_memory(store: InMemoryRecordStore, counter: TiktokenCounter, **chunking: object) -> SemanticMemory:
-    settings = SemanticSettings(chunking=ChunkingSettings(**chunking)) if chunking else SemanticSettings()
+    settings = SemanticSettings(chunking=ChunkingSettings.model_validate(chunking)) if chunking else SemanticSettings()
     return SemanticMemory(
         "acme",
         store=store,
@@ -85,8 +87,19 @@ def add(memory: SemanticMemory, embedder: OnnxMiniLMEmbedder, text: str, doc_id:
     memory.index(prepared, vectors)
 
 
-def ask(memory: SemanticMemory, embedder: OnnxMiniLMEmbedder, query: str, **kw: object) -> list:
-    return memory.search(embedder.embed([query])[0], query, **kw)  # type: ignore[arg-type]
+class _SearchOptions(TypedDict, total=False):
+    """``SemanticMemory.search``'s keyword options."""
+
+    top_k: int
+    weights: Mapping[str, float] | None
+    min_cosine: float | None
+    doc_ids: Sequence[str] | None
+
+
+def ask(
+    memory: SemanticMemory, embedder: OnnxMiniLMEmbedder, query: str, **kw: Unpack[_SearchOptions]
+) -> list[SemanticHit]:
+    return memory.search(embedder.embed([query])[0], query, **kw)
 
 
 @pytest.fixture()
@@ -118,7 +131,12 @@ def test_search_returns_parents_with_their_source_span(memory: SemanticMemory, e
 
 @pytest.mark.parametrize(
     ("query", "doc_id", "needle"),
-    [("ERR_CONN_RESET", "runbook", "ERR_CONN_RESET"), ("useEffect", "frontend", "useEffect"), ("HTTP 429", "runbook", "429"), ("防火墙", "deploy-zh", "防火墙")],
+    [
+        ("ERR_CONN_RESET", "runbook", "ERR_CONN_RESET"),
+        ("useEffect", "frontend", "useEffect"),
+        ("HTTP 429", "runbook", "429"),
+        ("防火墙", "deploy-zh", "防火墙"),
+    ],
 )
 def test_exact_terms_are_found_by_the_keyword_path(
     memory: SemanticMemory, embedder: OnnxMiniLMEmbedder, query: str, doc_id: str, needle: str
@@ -159,7 +177,10 @@ def test_reindex_replaces_the_document_and_leaves_no_old_chunk(
     memory: SemanticMemory, store: InMemoryRecordStore, embedder: OnnxMiniLMEmbedder
 ) -> None:
     before = {r.pk for r in store.scan(COLLECTION, tenant="acme", session="frontend")}
-    add(memory, embedder, "# Frontend notes\n\nThe dashboard now uses Svelte; `useEffect` is gone.", "frontend", "Frontend notes")
+    add(
+        memory, embedder, "# Frontend notes\n\nThe dashboard now uses Svelte; `useEffect` is gone.", "frontend",
+        "Frontend notes",
+    )
     rows = store.scan(COLLECTION, tenant="acme", session="frontend")
     assert not before & {r.pk for r in rows if r.kind != DOC}
     assert len({r.payload["gen"] for r in rows if r.kind in (PARENT, CHILD)}) == 1
@@ -232,7 +253,9 @@ def test_bad_input_is_refused(memory: SemanticMemory) -> None:
         memory.prepare(DocumentInput(text="x", doc_id="../etc/passwd"), now=NOW)
 
 
-def test_tenants_do_not_see_each_other(store: InMemoryRecordStore, counter: TiktokenCounter, embedder: OnnxMiniLMEmbedder) -> None:
+def test_tenants_do_not_see_each_other(
+    store: InMemoryRecordStore, counter: TiktokenCounter, embedder: OnnxMiniLMEmbedder
+) -> None:
     a = make_memory(store, counter)
     add(a, embedder, RUNBOOK, "runbook")
     b = SemanticMemory(
@@ -245,9 +268,9 @@ def test_tenants_do_not_see_each_other(store: InMemoryRecordStore, counter: Tikt
 
 
 def test_tenant_overrides_chunking_and_weights() -> None:
-    settings = SemanticSettings(
-        tenants={"lab": {"chunking": {"strategy": "sentence", "child_tokens": 64, "child_overlap": 0},
-                         "fusion_weights": {"dense": 1.0}}}
+    settings = SemanticSettings.model_validate(
+        {"tenants": {"lab": {"chunking": {"strategy": "sentence", "child_tokens": 64, "child_overlap": 0},
+                             "fusion_weights": {"dense": 1.0}}}}
     )
     assert settings.chunking_for("lab").strategy == "sentence"
     assert settings.chunking_for("acme").strategy == "parent_child"
