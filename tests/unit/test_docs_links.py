@@ -59,3 +59,12 @@ def test_the_readme_is_a_front_door() -> None:
     assert lines <= 250, f"README.md has {lines} lines; move detail to docs/ (at most 250)"
     hashes = [h for h in re.findall(r"\b[0-9a-f]{7,40}\b", text) if re.search(r"[a-f]", h) and re.search(r"\d", h)]
     assert not hashes, f"README.md names commits {hashes}: their runs belong in docs/benchmarks.md"
+
+
+def test_the_readme_runs_the_tests_with_the_command_ci_runs() -> None:
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    comments = [line.lstrip("#").strip() for line in ci.splitlines() if line.startswith("#")]
+    commands = [c for c in comments if c.startswith("python3 -m venv")]
+    assert commands, ".ci/run no longer names the command it runs in its comment"
+    readme = README.read_text(encoding="utf-8").splitlines()
+    assert commands[0] in readme, f"README.md does not give .ci/run's command: {commands[0]}"
