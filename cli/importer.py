@@ -18,12 +18,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from strata.errors import NotFound, StrataError
+from strata.ids import ID_CHARS
 from strata_serve.client import StrataClient
 
 __all__ = ["TEXT_SUFFIXES", "ImportReport", "collect_files", "doc_id_for", "import_paths"]
 
 TEXT_SUFFIXES = frozenset({".md", ".markdown", ".txt", ".text", ".rst", ".adoc"})
-_UNSAFE = re.compile(r"[^A-Za-z0-9_.:\-]+")
+_UNSAFE = re.compile(rf"[^{ID_CHARS}]+")
 _HEADING = re.compile(r"^\s{0,3}#{1,6}\s+(.+?)\s*#*\s*$", re.MULTILINE)
 _POLL_S = 0.5
 _RESENDS = 2

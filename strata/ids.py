@@ -12,13 +12,18 @@ import re
 
 from strata.errors import InvalidInput
 
-__all__ = ["ID_PATTERN", "SYSTEM_TENANT", "in_list", "literal", "validate_id"]
+__all__ = ["ID_CHARS", "ID_FIELD_PATTERN", "ID_PATTERN", "SYSTEM_TENANT", "in_list", "literal", "validate_id"]
 
 #: The tenant of Strata's own rows (API keys, pending jobs); no key is ever bound to it.
 SYSTEM_TENANT = "system"
 
+#: The characters an id may hold, as the body of a regex character class: a slug of free text
+#: replaces what ``[^{ID_CHARS}]`` matches.
+ID_CHARS = r"A-Za-z0-9_.:\-"
 #: Letters, digits and ``_ . : -``, 1 to 128 characters, starting with a letter or digit.
-ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:\-]{0,127}")
+ID_PATTERN = re.compile(rf"[A-Za-z0-9][{ID_CHARS}]{{0,127}}")
+#: :data:`ID_PATTERN` anchored, for the ``pattern`` of a pydantic field that holds an id.
+ID_FIELD_PATTERN = f"^{ID_PATTERN.pattern}$"
 
 
 def validate_id(value: object, *, field: str) -> str:

@@ -32,6 +32,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from strata.ids import ID_PATTERN
 from strata_bench.evaluation.datasets import Benchmark, EvalConversation, EvalSession, EvalTurn
 from strata_bench.evaluation.ingest import safe_id
 
@@ -54,7 +55,6 @@ Span = tuple[str, int, int]
 #: LoCoMo's adversarial questions have no answer in the conversation to find.
 DEFAULT_EXCLUDED = frozenset({"adversarial"})
 
-_ID_START = re.compile(r"[A-Za-z0-9]")
 _LINE_BREAKS = re.compile(r"\s*\n\s*")
 
 
@@ -124,7 +124,7 @@ def _turn_line(turn: EvalTurn) -> str:
 
 def _doc_id(session: EvalSession, number: int, taken: Collection[str]) -> str:
     safe = safe_id(session.id)
-    if not safe or not _ID_START.match(safe) or safe in taken:
+    if not ID_PATTERN.fullmatch(safe) or safe in taken:  # safe_id left only id characters, 128 at most
         safe = f"session-{number}"
     return safe
 

@@ -13,11 +13,12 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any, Protocol
 
+from strata.ids import ID_CHARS
 from strata_bench.evaluation.datasets import EvalConversation
 
 __all__ = ["TurnWriter", "ingest_conversation", "progress", "safe_id"]
 
-_ID_UNSAFE = re.compile(r"[^A-Za-z0-9_.:\-]")
+_ID_UNSAFE = re.compile(rf"[^{ID_CHARS}]")
 #: Turns per ``record_turns`` call.
 _BATCH = 500
 

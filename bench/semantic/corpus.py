@@ -6,12 +6,13 @@ import os
 import re
 from pathlib import Path
 
+from strata.ids import ID_CHARS
 from strata.semantic.documents import DocumentInput
 
 __all__ = ["DEFAULT_DATASET", "locomo_corpus"]
 
 DEFAULT_DATASET = Path("../shared/bench/locomo10.json")
-_SLUG = re.compile(r"[^A-Za-z0-9_.:\-]+")
+_SLUG = re.compile(rf"[^{ID_CHARS}]+")
 
 
 def locomo_corpus(path: str | os.PathLike[str]) -> tuple[list[DocumentInput], list[str]]:

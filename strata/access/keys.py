@@ -30,7 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from strata.access.scopes import SESSION_LAYERS, SHARED_LAYERS
 from strata.errors import InvalidInput, NotFound
-from strata.ids import ID_PATTERN, SYSTEM_TENANT, validate_id
+from strata.ids import ID_FIELD_PATTERN, SYSTEM_TENANT, validate_id
 from strata.layers import Layer
 from strata.store.layout import Collections
 from strata.store.records import Record, RecordStore
@@ -56,7 +56,6 @@ KEY_ID_PATTERN = re.compile(r"[0-9a-f]{12}")
 _KIND = "apikey"
 _MAX_KEY_CHARS = 200
 _MAX_NAME_CHARS = 100
-_ID = ID_PATTERN.pattern.join("^$")
 
 def well_formed(key: str) -> bool:
     """Whether ``key`` could be a stored key at all (its prefix and length): others need no lookup."""
@@ -123,9 +122,9 @@ class KeyCreateIn(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    tenant: str = Field(pattern=_ID)
+    tenant: str = Field(pattern=ID_FIELD_PATTERN)
     read_only: bool = False
-    session_id: str | None = Field(default=None, pattern=_ID, description="Limit the key to this session")
+    session_id: str | None = Field(default=None, pattern=ID_FIELD_PATTERN, description="Limit the key to this session")
     shared: bool | None = Field(
         default=None,
         description="Let the key see documents and skills (read them; write them too if it is bound to no session "

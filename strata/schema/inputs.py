@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from strata.ids import ID_PATTERN
+from strata.ids import ID_FIELD_PATTERN
 from strata.layers import Layer, RetrievalPath, Role
 from strata.limits import DOCUMENT_CHARS_MAX, MESSAGE_CHARS_MAX, SKILL_ITEM_CHARS_MAX, TTL_MAX_S
 
@@ -33,7 +33,6 @@ __all__ = [
 ]
 
 # Pydantic matches ``pattern`` anywhere in the value: anchor it.
-_ID = ID_PATTERN.pattern.join("^$")
 _TASK_TYPE = r"^[a-z][a-z0-9_\-]{0,31}$"
 
 
@@ -125,7 +124,9 @@ class TurnIn(_In):
     user: str | None = Field(default=None, max_length=MESSAGE_CHARS_MAX)
     agent: str | None = Field(default=None, max_length=MESSAGE_CHARS_MAX)
     timestamp: datetime | None = Field(default=None, description="When it was said; default now. Naive = UTC.")
-    turn_id: str | None = Field(default=None, pattern=_ID, description="Caller-given id, unique in the session")
+    turn_id: str | None = Field(
+        default=None, pattern=ID_FIELD_PATTERN, description="Caller-given id, unique in the session"
+    )
     speaker: str | None = Field(default=None, max_length=64, description="Label of the user side, e.g. a name")
     metadata: dict[str, Any] = Field(default_factory=dict)
     ttl_s: float | None = _ttl()
@@ -159,7 +160,7 @@ class TimeRangeIn(_In):
 
 class ContextRequest(_In):
     message: str = Field(min_length=1, max_length=MESSAGE_CHARS_MAX)
-    session_id: str = Field(pattern=_ID)
+    session_id: str = Field(pattern=ID_FIELD_PATTERN)
     task_type: str = Field(default="general", pattern=_TASK_TYPE)
     max_tokens: int | None = Field(default=None, ge=64, le=200_000)
     reference_time: datetime | None = None
@@ -180,7 +181,7 @@ class SearchRequest(_In):
         "An empty list is refused: it would search nothing",
     )
     top_k: int = Field(default=10, ge=1, le=100)
-    session_id: str | None = Field(default=None, pattern=_ID)
+    session_id: str | None = Field(default=None, pattern=ID_FIELD_PATTERN)
     time_range: TimeRangeIn | None = None
     reference_time: datetime | None = None
     weights: dict[RetrievalPath, float] | None = Field(
@@ -213,7 +214,7 @@ class SearchRequest(_In):
         import re
 
         for doc_id in v or []:
-            if not re.fullmatch(_ID, doc_id):
+            if not re.fullmatch(ID_FIELD_PATTERN, doc_id):
                 raise ValueError(f"doc id {doc_id[:60]!r} is not a valid id")
         return v
 
@@ -241,7 +242,9 @@ class DocumentIn(_In):
     """A document to index: plain text or Markdown."""
 
     text: str = Field(min_length=1, max_length=DOCUMENT_CHARS_MAX)
-    doc_id: str | None = Field(default=None, pattern=_ID, description="Default: a new id; an existing id re-indexes it")
+    doc_id: str | None = Field(
+        default=None, pattern=ID_FIELD_PATTERN, description="Default: a new id; an existing id re-indexes it"
+    )
     title: str | None = Field(default=None, max_length=500)
     metadata: dict[str, Any] = Field(default_factory=dict)
     ttl_s: float | None = _ttl()
@@ -477,7 +480,7 @@ class SkillPatch(_In):
 class InteractionIn(_In):
     """One exchange of an agent with its user, and how the task went (the seed's post_interaction)."""
 
-    session_id: str = Field(pattern=_ID)
+    session_id: str = Field(pattern=ID_FIELD_PATTERN)
     user: str | None = Field(default=None, max_length=MESSAGE_CHARS_MAX)
     agent: str | None = Field(default=None, max_length=MESSAGE_CHARS_MAX)
     task_type: str = Field(default="general", pattern=_TASK_TYPE)
@@ -489,7 +492,7 @@ class InteractionIn(_In):
     outcome: str | None = Field(default=None, max_length=2000)
     timestamp: datetime | None = None
     speaker: str | None = Field(default=None, max_length=64)
-    turn_id: str | None = Field(default=None, pattern=_ID)
+    turn_id: str | None = Field(default=None, pattern=ID_FIELD_PATTERN)
     metadata: dict[str, Any] = Field(default_factory=dict)
     ttl_s: float | None = _ttl()
 

@@ -298,7 +298,9 @@ class SkillOut(_Out):
     merged: bool | None = Field(default=None, description="Extraction: it updated a near-duplicate skill")
     similarity: float | None = Field(default=None, description="Search: cosine to the task")
     score: float | None = Field(default=None, description="Search: similarity x confidence factor")
-    relevance: float | None = Field(default=None, description="Search: the similarity on the embedder's calibrated span, 0-1")
+    relevance: float | None = Field(
+        default=None, description="Search: the similarity on the embedder's calibrated span, 0-1"
+    )
     expires_at: datetime | None = _expires()
 
 
@@ -321,7 +323,9 @@ class SkillVersionOut(_Out):
     change: Literal["created", "merged", "edited", "outcome"]
     uses: int
     successes: int
-    snapshot: dict[str, Any] | None = Field(default=None, description="The content after a created/merged/edited change")
+    snapshot: dict[str, Any] | None = Field(
+        default=None, description="The content after a created/merged/edited change"
+    )
     outcome: dict[str, Any] | None = Field(default=None, description="An outcome change: success and notes")
 
 
