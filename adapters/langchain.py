@@ -32,6 +32,7 @@ by Strata's 8 KB of metadata per turn (a larger turn is refused, 422), a side's 
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Sequence
 from typing import Any
@@ -166,10 +167,8 @@ def _add(session_id: str, messages: Sequence[BaseMessage]) -> Flow[None]:
 
 
 def _clear(session_id: str) -> Flow[None]:
-    try:
+    with contextlib.suppress(NotFound):  # nothing recorded: nothing to forget
         yield call("forget_session", session_id)
-    except NotFound:
-        pass  # nothing recorded: nothing to forget
     return None
 
 

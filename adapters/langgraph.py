@@ -43,6 +43,7 @@ What cannot map:
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 from collections.abc import Iterable
@@ -103,7 +104,7 @@ def matches_filter(value: Any, condition: Any) -> bool:
         return (
             isinstance(value, (list, tuple))
             and len(value) == len(condition)
-            and all(matches_filter(v, c) for v, c in zip(value, condition))
+            and all(matches_filter(v, c) for v, c in zip(value, condition, strict=True))
         )
     return bool(value == condition)
 
@@ -126,7 +127,9 @@ def _namespace_matches(condition: MatchCondition, namespace: tuple[str, ...]) ->
     path = condition.path
     if len(namespace) < len(path):
         return False
-    pairs = zip(namespace, path) if condition.match_type == "prefix" else zip(reversed(namespace), reversed(path))
+    # The namespace may be longer than the path: only the path's length is compared.
+    pairs = (zip(namespace, path, strict=False) if condition.match_type == "prefix"
+             else zip(reversed(namespace), reversed(path), strict=False))
     return all(p == "*" or n == p for n, p in pairs)
 
 
@@ -222,10 +225,8 @@ def _put(op: PutOp) -> Flow[None]:
         raise InvalidNamespaceError("Namespace cannot be empty.")
     doc_id = item_doc_id(op.namespace, op.key)
     if op.value is None:
-        try:
+        with contextlib.suppress(NotFound):  # deleting what is not there leaves it not there
             yield call("delete_document", doc_id)
-        except NotFound:
-            pass  # deleting what is not there leaves it not there
         return None
     value = dict(op.value)
     text = json.dumps(value, ensure_ascii=False)

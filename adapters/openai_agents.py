@@ -30,6 +30,7 @@ e-mail address can come back with ``[EMAIL]`` in it.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -136,7 +137,8 @@ class StrataSession:
         size, held = _BATCH_MAX if latest is None else min(latest, _BATCH_MAX), 0
         while True:
             try:
-                page = await client.list_turns(self.session_id, after=after, limit=size, newest_first=latest is not None)
+                page = await client.list_turns(self.session_id, after=after, limit=size,
+                                               newest_first=latest is not None)
             except NotFound:
                 break  # no turns yet (or forgotten)
             turns += page.turns
@@ -206,10 +208,8 @@ def items_from_turn(turn: SessionTurn) -> list[dict[str, Any]]:
 
 
 async def _forget(connection: StrataConnection, session_id: str) -> None:
-    try:
+    with contextlib.suppress(NotFound):  # no memory of it: forgotten already
         await connection.async_client.forget_session(session_id)
-    except NotFound:
-        pass  # no memory of it: forgotten already
 
 
 def _again(turn: SessionTurn) -> TurnIn:

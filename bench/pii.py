@@ -44,7 +44,24 @@ from strata.privacy.pii import Detector, MergedDetector, RuleDetector, make_dete
 from strata.privacy.redaction import Redactor
 from strata_bench.stats import median
 
-__all__ = ["ADVERSARIAL", "ADVERSARIAL_TARGET_MS", "DEFAULT_CORPUS", "EVASION_CORPUS", "RULE_TYPES", "Scores", "Sentence", "Tally", "add_arguments", "adversarial_ms", "evaluate", "format_report", "load_corpus", "repeat", "run", "throughput"]
+__all__ = [
+    "ADVERSARIAL",
+    "ADVERSARIAL_TARGET_MS",
+    "DEFAULT_CORPUS",
+    "EVASION_CORPUS",
+    "RULE_TYPES",
+    "Scores",
+    "Sentence",
+    "Tally",
+    "add_arguments",
+    "adversarial_ms",
+    "evaluate",
+    "format_report",
+    "load_corpus",
+    "repeat",
+    "run",
+    "throughput",
+]
 
 DEFAULT_CORPUS = Path(__file__).resolve().parent.parent / "tests" / "data" / "pii_corpus.jsonl"
 EVASION_CORPUS = DEFAULT_CORPUS.with_name("pii_evasion.jsonl")
@@ -78,7 +95,7 @@ ADVERSARIAL: dict[str, Callable[[int], str]] = {
     "brackets and at-words (_SPELLED_EMAIL)": lambda n: repeat("a [at] b [dot] ", n),
     "passport words (_PASSPORT)": lambda n: repeat("passport no. ", n),
     "a space between digits (_CARD)": lambda n: repeat("1 ", n),
-    "full-width and zero-width (normal_view)": lambda n: repeat("１\u200b２－", n),
+    "full-width and zero-width (normal_view)": lambda n: repeat("１\u200b２－", n),  # noqa: RUF001  the evasion measured
     "Cyrillic letters (normal_view)": lambda n: repeat("пример ", n),
 }
 
@@ -180,7 +197,9 @@ def throughput(detector: Detector, corpus: Sequence[Sentence]) -> float:
     return done / elapsed
 
 
-def adversarial_ms(detector: Detector, *, chars: int = MESSAGE_CHARS_MAX, runs: int = _ADVERSARIAL_RUNS) -> dict[str, float]:
+def adversarial_ms(
+    detector: Detector, *, chars: int = MESSAGE_CHARS_MAX, runs: int = _ADVERSARIAL_RUNS
+) -> dict[str, float]:
     """Milliseconds (median of ``runs``, CPU time) that a mask-everything :class:`Redactor` takes per
     :data:`ADVERSARIAL` family at ``chars`` characters."""
     redactor = Redactor(detector, {t: "mask" for t in PII_TYPES}, hash_key=b"bench")

@@ -3,6 +3,7 @@ whose answers sit in the earlier sessions."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
@@ -44,17 +45,16 @@ _QUESTIONS: list[tuple[str, str]] = [
 def run_demo(url: str, api_key: str, *, say: Callable[[str], None] = print, max_tokens: int = 400) -> None:
     with StrataClient(url, api_key) as client:
         for session_id, start, turns in _SESSIONS:
-            try:
+            with contextlib.suppress(Exception):  # a first run has nothing to forget
                 client.forget_session(session_id)  # a re-run starts from a clean slate
-            except Exception:
-                pass
             client.record_turns(
                 session_id,
-                [{"user": u, "agent": a, "timestamp": start + timedelta(minutes=2 * n)} for n, (u, a) in enumerate(turns)],
+                [{"user": u, "agent": a, "timestamp": start + timedelta(minutes=2 * n)}
+                 for n, (u, a) in enumerate(turns)],
             )
             say(f"recorded session {session_id!r}: {len(turns)} turns on {start:%a %d %b}")
         now = _DAY2 + timedelta(hours=3)
-        for question, session_id in _QUESTIONS:
+        for question, _ in _QUESTIONS:
             result = client.build_context(question, "demo-questions", max_tokens=max_tokens, reference_time=now)
             say("")
             say(f"Q: {question}")
@@ -64,7 +64,8 @@ def run_demo(url: str, api_key: str, *, say: Callable[[str], None] = print, max_
             episodic = next((s for s in result.sections if s.layer == "episodic"), None)
             for item in (episodic.items if episodic else [])[:2]:
                 text = " ".join(item.text.split())
-                say(f"   relevance {item.relevance or 0:.2f}  [{item.session_id}, {item.timestamp:%a %H:%M}] {text[:100]}")
+                say(f"   relevance {item.relevance or 0:.2f}  [{item.session_id}, {item.timestamp:%a %H:%M}] "
+                    f"{text[:100]}")
             say(f"   --- context returned: {result.token_count} tokens (budget {result.max_tokens}) ---")
             for line in result.context.splitlines():
                 say(f"   | {line[:160]}")

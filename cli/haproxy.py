@@ -82,7 +82,8 @@ def door_rules(limit: int) -> list[str]:
         "    # strata: a flood of wrong keys is turned away here, before any Python (strata-haproxy)",
         "    stick-table type ipv6 size 100k expire 30s store gpc0,gpc0_rate(10s)",
         "    http-request track-sc0 src",
-        f"    http-request track-sc1 req.hdr(authorization),sha2(256) table {GOOD_KEYS} if {{ req.hdr(authorization) -m found }}",
+        f"    http-request track-sc1 req.hdr(authorization),sha2(256) table {GOOD_KEYS}"
+        " if { req.hdr(authorization) -m found }",
         f"    http-request sc-inc-gpc0(0) if {over}",
         f"    http-request {deny} if {over}",
         f"    http-response sc-inc-gpc0(0) if {{ res.hdr({FAILED_AUTH_HEADER}) -m found }}",
@@ -165,7 +166,7 @@ def main(argv: list[str] | None = None) -> None:
         args[at] = str(hardened)
     binary = real_haproxy()
     _die_with_parent()
-    os.execv(binary, [binary, *args])
+    os.execv(binary, [binary, *args])  # noqa: S606  becomes the real HAProxy, with the arguments Serve gave
 
 
 def _die_with_parent() -> None:

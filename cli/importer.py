@@ -61,7 +61,7 @@ def doc_id_for(file: Path, root: Path) -> str:
     relative = file.resolve().relative_to(root.resolve()).as_posix() if root else file.name
     slug = _UNSAFE.sub("-", relative).strip("-._:") or "document"
     if len(slug) > 128:
-        digest = hashlib.sha1(relative.encode()).hexdigest()[:10]
+        digest = hashlib.sha1(relative.encode(), usedforsecurity=False).hexdigest()[:10]
         slug = slug[: 128 - 11].rstrip("-._:") + "-" + digest
     return slug
 
@@ -108,7 +108,8 @@ def import_paths(
 
 
 def _index_one(
-    client: StrataClient, doc_id: str, text: str, title: str, metadata: dict[str, str], update: Callable[[int, int], None]
+    client: StrataClient, doc_id: str, text: str, title: str, metadata: dict[str, str],
+    update: Callable[[int, int], None],
 ) -> int:
     for _ in range(_RESENDS + 1):
         submitted = client.index_document(text, doc_id=doc_id, title=title, metadata=metadata, wait=False)

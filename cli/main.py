@@ -6,6 +6,7 @@ import argparse
 import os
 import shlex
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,17 +26,25 @@ def _settings(args: argparse.Namespace) -> Any:
     return settings
 
 
+def _say(message: str) -> None:
+    print(message, flush=True)
+
+
+def _say_on_stderr(message: str) -> None:
+    """For ``strata mcp``, whose stdout is the protocol's."""
+    print(message, file=sys.stderr, flush=True)
+
+
 def _stack(args: argparse.Namespace, *, running: bool = False) -> Any:
     """The stack for the command; ``running``: the one ``up`` started in the data dir, if any."""
     from strata_cli.stack import Stack
 
     settings = _settings(args)
-    say = lambda m: print(m, flush=True)
     if running:
-        recorded = Stack.recorded(settings.data_dir, say=say)
+        recorded = Stack.recorded(settings.data_dir, say=_say)
         if recorded is not None:
             return recorded
-    return Stack(settings, say=say)
+    return Stack(settings, say=_say)
 
 
 def _still_up(stack: Any) -> str:
@@ -134,8 +143,7 @@ def _cmd_mcp(args: argparse.Namespace) -> int:
     url, key = os.environ.get("STRATA_URL"), os.environ.get("STRATA_API_KEY")
     if not url or not key:
         settings = _settings(args)
-        say = lambda m: print(m, file=sys.stderr, flush=True)
-        stack = Stack.recorded(settings.data_dir, say=say) or Stack(settings, say=say)
+        stack = Stack.recorded(settings.data_dir, say=_say_on_stderr) or Stack(settings, say=_say_on_stderr)
         url = url or stack.url
         if not key:
             if not stack.key_file.exists():
@@ -145,6 +153,21 @@ def _cmd_mcp(args: argparse.Namespace) -> int:
             key = stack.key_file.read_text().strip()
     serve_stdio(url, key)
     return 0
+
+
+def _in_cluster(args: argparse.Namespace) -> tuple[Any, Callable[[str], Any]]:
+    """The stack (started unless it is up) and what makes an in-cluster client of a tenant on it."""
+    from strata_actors.client import InClusterClient
+
+    stack = _running_or_new(args)
+    if not stack.healthy() or not stack.key_file.exists():
+        stack.up()
+    InClusterClient.for_running_stack("demo", data_dir=str(stack.data_dir))
+
+    def make_client(tenant: str) -> InClusterClient:
+        return InClusterClient(tenant, stack.settings)
+
+    return stack, make_client
 
 
 def _cmd_eval_retrieval(args: argparse.Namespace) -> int:
@@ -167,13 +190,7 @@ def _cmd_eval_retrieval(args: argparse.Namespace) -> int:
     settings = _settings(args)
     make_client = None
     if "strata" in retrievers:
-        from strata_actors.client import InClusterClient
-
-        stack = _running_or_new(args)
-        if not stack.healthy() or not stack.key_file.exists():
-            stack.up()
-        InClusterClient.for_running_stack("demo", data_dir=str(stack.data_dir))
-        make_client = lambda tenant: InClusterClient(tenant, stack.settings)
+        stack, make_client = _in_cluster(args)
     document = evaluate(
         benchmark, retrievers=retrievers, ks=ks, categories=categories,
         embedder=make_embedder(settings.embedding), make_client=make_client,
@@ -211,13 +228,7 @@ def _cmd_eval_context(args: argparse.Namespace) -> int:
     settings = _settings(args)
     make_client = None
     if not args.baselines_only:
-        from strata_actors.client import InClusterClient
-
-        stack = _running_or_new(args)
-        if not stack.healthy() or not stack.key_file.exists():
-            stack.up()
-        InClusterClient.for_running_stack("demo", data_dir=str(stack.data_dir))
-        make_client = lambda tenant: InClusterClient(tenant, stack.settings)
+        stack, make_client = _in_cluster(args)
         settings = stack.settings
     document = evaluate_context(
         benchmark, budgets=budgets, baselines=baselines, no_answer=set(args.no_answer.split(",")) - {""},
@@ -317,7 +328,8 @@ def main(argv: list[str] | None = None) -> int:
     from strata_bench.evaluation.chunking import add_arguments
 
     chunking = kinds.add_parser(
-        "chunking", help="chunking strategies and retrieval paths of the semantic layer, on documents made from a benchmark"
+        "chunking",
+        help="chunking strategies and retrieval paths of the semantic layer, on documents made from a benchmark",
     )
     add_arguments(chunking)
     chunking.add_argument("--config", default=argparse.SUPPRESS, help="YAML settings (as `strata --config`)")

@@ -33,7 +33,8 @@ class Context:
 
 def remember(state: State, runtime: Runtime[Context]) -> State:
     """'remember <fact>': keep the fact under the user's namespace (the scripted LLM's tool call)."""
-    assert runtime.store is not None
+    if runtime.store is None:
+        raise RuntimeError("the graph runs without a store: compile it with store=StrataStore(...)")
     fact = state["message"].removeprefix("remember ").strip()
     key = re.sub(r"[^a-z0-9]+", "-", fact.lower()).strip("-")[:60]
     runtime.store.put(("memories", runtime.context.user_id), key, {"fact": fact})
@@ -42,7 +43,8 @@ def remember(state: State, runtime: Runtime[Context]) -> State:
 
 def recall(state: State, runtime: Runtime[Context]) -> State:
     """Any other message: answer with the memory that matches it best."""
-    assert runtime.store is not None
+    if runtime.store is None:
+        raise RuntimeError("the graph runs without a store: compile it with store=StrataStore(...)")
     hits = runtime.store.search(("memories", runtime.context.user_id), query=state["message"], limit=1)
     return {"reply": f"from memory: {hits[0].value['fact']}" if hits else "I don't know that yet"}
 

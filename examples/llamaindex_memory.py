@@ -12,6 +12,8 @@ the LLM would see.
 
 from __future__ import annotations
 
+import contextlib
+
 from llama_index.core.base.llms.types import ChatMessage
 from llama_index.core.memory import Memory
 
@@ -34,10 +36,8 @@ def main(session_id: str = "llamaindex-demo") -> None:
         token_flush_size=40,
         memory_blocks=[block],  # was: memory_blocks=[] (or FactExtractionMemoryBlock(...))
     )
-    try:
+    with contextlib.suppress(NotFound):  # nothing to forget on a first run
         block.connection.client.forget_session(session_id)  # start the demo afresh
-    except NotFound:
-        pass
     for question, answer in SCRIPT:
         memory.put(ChatMessage(role="user", content=question))
         seen = memory.get()

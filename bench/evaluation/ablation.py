@@ -88,13 +88,14 @@ class _Ablation:
     def _embed_queries(self, texts: list[str]) -> list[np.ndarray]:
         missing = [t for t in dict.fromkeys(texts) if t not in self.queries]
         if missing:
-            self.queries.update(zip(missing, self.embedder.embed_query(missing)))
+            self.queries.update(zip(missing, self.embedder.embed_query(missing), strict=True))
         return [self.queries[t] for t in texts]
 
     def run(self, settings: EpisodicSettings, *, strip_names: bool = True, time_mode: str = "soft",
             plural_folding: bool = False, digits_as_written: bool = False) -> dict[str, Any]:
         stems = mock.patch.object(strata.retrieval.terms, "_stem", _plural_folding) if plural_folding else nullcontext()
-        digits = mock.patch.object(strata.retrieval.terms, "_term", _digits_as_written) if digits_as_written else nullcontext()
+        digits = (mock.patch.object(strata.retrieval.terms, "_term", _digits_as_written) if digits_as_written
+                  else nullcontext())
         with stems, digits:
             return self._run(settings, strip_names=strip_names, time_mode=time_mode)
 
@@ -109,7 +110,7 @@ class _Ablation:
                 row += record_session(memory, s, self.vectors[row:])
             questions = [q for q in c.questions if q.category != "adversarial"]
             dense = [memory.dense_query(q.question) if strip_names else q.question for q in questions]
-            for q, vector in zip(questions, self._embed_queries(dense)):
+            for q, vector in zip(questions, self._embed_queries(dense), strict=True):
                 ref = reference_time(c, q)
                 found = resolve_time_range(q.question, ref) if ref and time_mode != "none" else None
                 options: dict[str, Any] = {}

@@ -219,7 +219,7 @@ class MemoEmbedder:
             return self._embedder.embed(texts)
         missing = [t for t in dict.fromkeys(texts) if t not in self._seen]
         if missing:
-            self._seen.update(zip(missing, self._embedder.embed(missing)))
+            self._seen.update(zip(missing, self._embedder.embed(missing), strict=True))
         return np.stack([self._seen[t] for t in texts]) if texts else self._embedder.embed([])
 
     def embed_query(self, texts: Sequence[str]) -> Any:
@@ -278,7 +278,7 @@ class RRFRetriever:
             return []
         depth = max(k, self.candidates)
         scores: dict[str, float] = {}
-        for retriever, weight in zip(self.retrievers, self.weights):
+        for retriever, weight in zip(self.retrievers, self.weights, strict=True):
             for rank, turn_id in enumerate(retriever.search(query, depth), start=1):
                 scores[turn_id] = scores.get(turn_id, 0.0) + weight / (self.k + rank)
         # sorted() is stable and dicts keep insertion order, so ties stay deterministic.

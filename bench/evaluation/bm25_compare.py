@@ -176,7 +176,8 @@ def _children(corpus: DocumentCorpus, *, titles: bool) -> list[_Child]:
     out = []
     for doc in corpus.documents:
         for n, c in enumerate(chunker.chunk(doc.text).children):
-            out.append(_Child(f"{doc.doc_id}/c{n}", (doc.doc_id, c.start, c.end), f"{doc.title}\n{c.text}" if titles else c.text))
+            text = f"{doc.title}\n{c.text}" if titles else c.text
+            out.append(_Child(f"{doc.doc_id}/c{n}", (doc.doc_id, c.start, c.end), text))
     return out
 
 
@@ -287,7 +288,8 @@ def format_table(result: dict[str, Any]) -> str:
         o = r["overall"]
         lines.append(
             f"{name:<14}" + "".join(f"{o[f'recall@{k}']:>8.3f}" for k in ks) + f"{o[f'any@{ks[-1]}']:>9.3f}"
-            f"{o['mrr']:>7.3f}{r['build_s']:>9.2f}{r['query_p50_ms']:>9.3f}{r['query_p95_ms']:>9.3f}  {r['incremental']}"
+            f"{o['mrr']:>7.3f}{r['build_s']:>9.2f}{r['query_p50_ms']:>9.3f}{r['query_p95_ms']:>9.3f}"
+            f"  {r['incremental']}"
         )
     categories = sorted({c for r in result["candidates"].values() for c in r["categories"]})
     lines.append(f"\nR@{ks[-1]} by category")
@@ -302,7 +304,8 @@ def format_table(result: dict[str, Any]) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     from strata_bench.evaluation.datasets import load_benchmark
 
-    parser = argparse.ArgumentParser(prog="python -m strata_bench.evaluation.bm25_compare", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m strata_bench.evaluation.bm25_compare",
+                                     description=__doc__.split("\n\n")[0])
     parser.add_argument("--dataset", required=True, action="append", help="repeat for several sets")
     parser.add_argument("--format", choices=["locomo", "strata"], help="default: detected")
     parser.add_argument("--candidates", default=",".join(CANDIDATES))

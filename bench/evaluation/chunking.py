@@ -134,7 +134,7 @@ def _ask(
     # One batch: each question is embedded once per corpus, as a query.
     vectors = embedder.embed_query(questions) if questions else []
     bar = progress_bar(len(corpus.queries), f"ask {label} {corpus.id}", enabled=progress)
-    for query, vector in zip(corpus.queries, vectors):
+    for query, vector in zip(corpus.queries, vectors, strict=True):
         started = time.perf_counter()
         hits = memory.search(vector, query.question, top_k=depth, weights=weights)
         latencies_ms.append((time.perf_counter() - started) * 1000)
@@ -274,7 +274,8 @@ def run_path_ablation(
         "strategy": strategy,
         "index": {k: int(size[k]) for k in ("children", "parents", "chars")},
         "rows": {
-            label: {"weights": rows[label] or dict(settings.fusion_weights), **boards[label].report(), **_latency(latencies[label])}
+            label: {"weights": rows[label] or dict(settings.fusion_weights), **boards[label].report(),
+                    **_latency(latencies[label])}
             for label in rows
         },
     }
@@ -349,7 +350,8 @@ def format_ablation_table(result: Mapping[str, Any]) -> str:
         f"{'path':<16}{'weights':<44}{'p50 ms':>9}{'p95 ms':>9}",
     ]
     for label, r in result["rows"].items():
-        lines.append(f"{label:<16}{json.dumps(r['weights']):<44}{r['query_p50_ms'] or 0:>9.2f}{r['query_p95_ms'] or 0:>9.2f}")
+        lines.append(f"{label:<16}{json.dumps(r['weights']):<44}"
+                     f"{r['query_p50_ms'] or 0:>9.2f}{r['query_p95_ms'] or 0:>9.2f}")
     lines += _by_category(result["rows"], result["ks"], "path")
     return "\n".join(lines)
 
@@ -388,10 +390,13 @@ def run(args: argparse.Namespace, base: SemanticSettings | None = None) -> int:
     strategies = _split(args.strategies)
     sizes = {"child_tokens": args.child_tokens, "parent_tokens": args.parent_tokens}
     overrides: dict[str, Any] = {
-        "chunking": ChunkingSettings(**{**base.chunking.model_dump(), **{k: v for k, v in sizes.items() if v is not None}})
+        "chunking": ChunkingSettings(
+            **{**base.chunking.model_dump(), **{k: v for k, v in sizes.items() if v is not None}}
+        )
     }
     if args.fusion_weights:
-        overrides["fusion_weights"] = {k.strip(): float(v) for k, v in (p.split("=") for p in _split(args.fusion_weights))}
+        pairs = (p.split("=") for p in _split(args.fusion_weights))
+        overrides["fusion_weights"] = {k.strip(): float(v) for k, v in pairs}
     if args.rrf_k:
         overrides["rrf_k"] = args.rrf_k
     settings = SemanticSettings(**{**base.model_dump(), **overrides})
@@ -415,7 +420,8 @@ def run(args: argparse.Namespace, base: SemanticSettings | None = None) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m strata_bench.evaluation.chunking", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m strata_bench.evaluation.chunking",
+                                     description=__doc__.split("\n\n")[0])
     add_arguments(parser)
     return run(parser.parse_args(argv))
 

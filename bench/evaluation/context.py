@@ -231,7 +231,7 @@ async def run_strata_context(
                 for b in budgets
             ))
             calls_ms.append((time.perf_counter() - started) * 1000)
-            for budget, result in zip(budgets, results):
+            for budget, result in zip(budgets, results, strict=True):
                 tallies[budget].add(q.category, _evidence(q, no_answer), context_turn_ids(result, original),
                                     result.token_count)
                 kinds[budget].update(f"{s.layer}/{i.kind}" for s in result.sections if s.layer != "working"
@@ -349,7 +349,8 @@ def format_context_table(document: dict[str, Any]) -> str:
         else:
             note = f"ingest {result['ingest_turns_per_s']} turns/s, {result['question_ms_mean']} ms per question"
         lines.append(f"\n{name}  ({note})")
-        lines.append(f"{'budget':>8}{'n':>6}{'recall':>8}{'tokens':>8}{'share':>7}{'n no-ans':>10}{'tokens':>8}{'share':>7}")
+        lines.append(f"{'budget':>8}{'n':>6}{'recall':>8}{'tokens':>8}{'share':>7}"
+                     f"{'n no-ans':>10}{'tokens':>8}{'share':>7}")
         for row in result["budgets"]:
             na_tokens, na_share = row["no_answer_tokens_mean"], row["no_answer_budget_share"]
             lines.append(

@@ -106,7 +106,7 @@ def plot_context(results: Mapping[str, Any], out_path: str | os.PathLike[str]) -
         rows = report["budgets"]
         xs, ys = [r["tokens_mean"] for r in rows], [r["recall"] for r in rows]
         axes.plot(xs, ys, marker="o", label=name)
-        for row, x, y in zip(rows, xs, ys):
+        for row, x, y in zip(rows, xs, ys, strict=True):
             axes.annotate(f"{row['budget_tokens']:,}", (x, y), fontsize=7, textcoords="offset points", xytext=(3, -9))
     history = results.get("history_tokens", {}).get("mean")
     axes.set_xscale("log", base=2)

@@ -184,7 +184,8 @@ def format_table(document: dict[str, Any], ks: Sequence[int]) -> str:
         if result.get("llm"):
             llm = result["llm"]
             lines.append(
-                f"LLM: {llm.get('calls', 0)} calls, {llm.get('prompt_tokens', 0) + llm.get('completion_tokens', 0)} tokens; "
+                f"LLM: {llm.get('calls', 0)} calls, "
+                f"{llm.get('prompt_tokens', 0) + llm.get('completion_tokens', 0)} tokens; "
                 f"{llm['calls_per_turn']} calls and {llm['tokens_per_turn']} tokens per turn"
             )
         lines.append(header)

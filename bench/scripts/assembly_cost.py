@@ -47,7 +47,7 @@ def _turns(dataset: Path) -> list[str]:
 
 
 def _context(turns: list[str], seed: int) -> dict[str, list[ContextItem]]:
-    draw = random.Random(seed)
+    draw = random.Random(seed)  # noqa: S311  a seeded workload, not a secret
     episodic = [
         ContextItem(layer="episodic", kind="turn", id=f"t{i}", text=turns[i], score=1 - rank * 0.03,
                     relevance=0.6 - rank * 0.01, timestamp=T0 + timedelta(hours=i))
@@ -61,7 +61,8 @@ def _context(turns: list[str], seed: int) -> dict[str, list[ContextItem]]:
         child = text.index(paragraphs[-1])
         semantic.append(ContextItem(
             layer="semantic", kind="passage", id=f"p{first}#{size}", text=text, score=1 - rank * 0.03,
-            relevance=0.6 - rank * 0.01, source=SourceRef(doc_id=f"d{first // 40}", title="Notes", start=0, end=len(text)),
+            relevance=0.6 - rank * 0.01,
+            source=SourceRef(doc_id=f"d{first // 40}", title="Notes", start=0, end=len(text)),
             matched=[MatchedSpan(id=f"p{first}/c", start=child, end=len(text), score=1.0)],
         ))
     return {"episodic": episodic, "semantic": semantic}

@@ -32,7 +32,8 @@ from strata.config import AuthSettings, StrataSettings
 from strata.store.records import InMemoryRecordStore, Record
 from strata_bench.stats import median, percentile
 from strata_serve.auth import Authenticate, KeyGate
-from strata_serve.errors import BodyLimit, Deadline, install_handlers
+from strata_serve.errors import install_handlers
+from strata_serve.guards import BodyLimit, Deadline
 from strata_serve.idempotent import Idempotent
 
 __all__ = ["main"]
@@ -98,7 +99,8 @@ async def _run(label: str, *, ttl_s: float, delay_s: float = 0.0, wrong: bool = 
             t0 = time.perf_counter()
             answer = await client.get("/v1/documents", headers=headers)
             times.append((time.perf_counter() - t0) * 1000)
-            assert answer.status_code == expected, answer.text
+            if answer.status_code != expected:  # a wrong answer would time another path
+                raise RuntimeError(f"{label}: {answer.status_code}, expected {expected}: {answer.text}")
         total_s = time.perf_counter() - started
     print(f"{label:<22} {median(times):7.3f} {percentile(times, 95):7.3f} {N / total_s:8.0f} {store.key_reads:7d}")
 

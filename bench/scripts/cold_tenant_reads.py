@@ -62,7 +62,8 @@ async def _run(settings: dict[str, Any], runs: int) -> None:
     tenant = "cold-probe"
     turns = [{"user": f"I hiked the ridge trail number {n} with my sister", "speaker": "Ann"} for n in range(20)]
     await EpisodicShard(settings, 0).record_turns(tenant, "s1", turns)
-    await WorkingShard(settings, 0).add_items(tenant, "s1", [{"role": "user", "content": f"note {n}"} for n in range(5)])
+    notes = [{"role": "user", "content": f"note {n}"} for n in range(5)]
+    await WorkingShard(settings, 0).add_items(tenant, "s1", notes)
     doc = {"text": "# Trails\n\nAnn hiked the ridge trail in May. " * 20, "doc_id": "trails", "title": "Trails"}
     await SemanticShard(settings, 0).index_document(tenant, doc)
     vector = make_embedder(load_settings(None, **settings).embedding).embed_query([query])[0]

@@ -35,7 +35,8 @@ def _tenant(turns: int, sessions: int, rng: np.random.Generator) -> EpisodicMemo
     per = turns // sessions
     for s in range(sessions):
         inputs = [
-            TurnInput(user=f"turn {i} about topic {i % 97} and word{i % 13}", timestamp=T0 + timedelta(seconds=s * per + i))
+            TurnInput(user=f"turn {i} about topic {i % 97} and word{i % 13}",
+                      timestamp=T0 + timedelta(seconds=s * per + i))
             for i in range(per)
         ]
         prepared = memory.prepare(f"s{s}", inputs, now=T0)

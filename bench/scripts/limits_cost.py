@@ -104,7 +104,8 @@ async def _main() -> None:
 
 
 def main() -> None:
-    """Print p50, mean and p95 per call, and the actor calls made, of each way a replica limits a key or claims an Idempotency-Key."""
+    """Print p50, mean and p95 per call, and the actor calls made, of each way a replica limits a key
+    or claims an Idempotency-Key."""
     ray.init(num_cpus=2, include_dashboard=False, object_store_memory=128 * 2**20, logging_level=logging.ERROR,
              log_to_driver=False)
     try:

@@ -57,7 +57,7 @@ def _run(tenants: int, watch: float, memtable_mib: float, servers: list[subproce
     port = free_port()
     data = Path(tempfile.mkdtemp()) / "data"
     env = {**os.environ, "MILVUS_LITE_MEMTABLE_MEMORY_LIMIT_BYTES": str(int(memtable_mib * 2**20))}
-    server = subprocess.Popen(
+    server = subprocess.Popen(  # noqa: S603  our own launcher, no shell
         [*COMMAND, "server", "--data-dir", str(data), "--host", "127.0.0.1", "--port", str(port)],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True, env=env,
     )
@@ -91,7 +91,8 @@ def _run(tenants: int, watch: float, memtable_mib: float, servers: list[subproce
             vector = rng.standard_normal(384).astype(np.float32)
             rows_per_writer[t % WRITERS].append(Record(
                 f"t{t}/turn/s/{i}", f"t{t}", "s", "turn", i, "x" * 300,
-                {"seq": i, "speaker": "user", "user": "y" * 300, "entities": {"e": ["z" * 40] * 4}}, vector / np.linalg.norm(vector),
+                {"seq": i, "speaker": "user", "user": "y" * 300, "entities": {"e": ["z" * 40] * 4}},
+                vector / np.linalg.norm(vector),
             ))
 
     def write(rows: list[Record]) -> None:
@@ -111,8 +112,10 @@ def _run(tenants: int, watch: float, memtable_mib: float, servers: list[subproce
     scans: list[float] = []
     dumps = 0
     profile = os.environ.get("PROFILE")  # a file for py-spy's collapsed stacks of the server over the watch
-    spy = subprocess.Popen(["py-spy", "record", "--format", "raw", "-r", "200", "-o", profile, "-d", str(int(watch)),
-                            "--pid", str(server.pid)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) if profile else None
+    spy = subprocess.Popen(  # noqa: S603  py-spy from PATH, a developer's own tool
+        ["py-spy", "record", "--format", "raw", "-r", "200", "-o", profile, "-d", str(int(watch)),  # noqa: S607  py-spy from PATH
+         "--pid", str(server.pid)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    ) if profile else None
     end = time.monotonic() + watch
     while time.monotonic() < end:
         t0 = time.perf_counter()
@@ -124,11 +127,13 @@ def _run(tenants: int, watch: float, memtable_mib: float, servers: list[subproce
         scan_ms = (time.perf_counter() - t0) * 1000
         gets.append(get_ms)
         scans.append(scan_ms)
-        print(f"  +{watch - (end - time.monotonic()):5.0f} s  key get {get_ms:7.1f} ms   scan of {len(found)} rows {scan_ms:7.1f} ms", flush=True)
+        print(f"  +{watch - (end - time.monotonic()):5.0f} s  key get {get_ms:7.1f} ms   "
+              f"scan of {len(found)} rows {scan_ms:7.1f} ms", flush=True)
         if max(get_ms, scan_ms) > 250 and dumps < 3 and shutil.which("py-spy") and not profile:
             dumps += 1
-            print(subprocess.run(["py-spy", "dump", "--pid", str(server.pid)], check=False, capture_output=True,
-                                 text=True).stdout, flush=True)
+            dump = subprocess.run(["py-spy", "dump", "--pid", str(server.pid)],  # noqa: S603, S607  py-spy from PATH
+                                  check=False, capture_output=True, text=True)
+            print(dump.stdout, flush=True)
         time.sleep(0 if profile else 2)
     sweeps = []
     reader._deadlines.add("episodic")  # walk as a collection with deadlines is walked (and as every one was)
@@ -152,4 +157,5 @@ def _server_use(pid: int) -> str:
 
 if __name__ == "__main__":
     args = sys.argv[1:]
-    main(int(args[0]) if args else 300, float(args[1]) if len(args) > 1 else 120, float(args[2]) if len(args) > 2 else 2)
+    main(int(args[0]) if args else 300, float(args[1]) if len(args) > 1 else 120,
+         float(args[2]) if len(args) > 2 else 2)

@@ -76,7 +76,8 @@ def run(rows: int) -> None:
         store.ensure_collection(COLLECTION, dim=DIM)
         started = time.perf_counter()
         for start in range(0, rows, 500):
-            store.upsert(COLLECTION, [_row(i, f"turn {i} " + "x" * 290, rng) for i in range(start, min(rows, start + 500))])
+            batch = range(start, min(rows, start + 500))
+            store.upsert(COLLECTION, [_row(i, f"turn {i} " + "x" * 290, rng) for i in batch])
         store.erase_deleted(COLLECTION)  # a flush: every row in a segment
         print(f"{rows:,} rows written and flushed in {time.perf_counter() - started:.1f} s", flush=True)
         time.sleep(10)  # milvus-lite's own compactions after the flushes

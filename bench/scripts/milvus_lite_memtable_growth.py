@@ -54,7 +54,8 @@ def run(limit_bytes: int) -> None:
         done = 0
         for total in (1_000, 10_000, 30_000):
             rows = [
-                Record(f"t{i % TENANTS}/w/{i}", f"t{i % TENANTS}", "s", "working", 0, "x" * 200, {"i": i}, np.ones(2, np.float32))
+                Record(f"t{i % TENANTS}/w/{i}", f"t{i % TENANTS}", "s", "working", 0, "x" * 200, {"i": i},
+                       np.ones(2, np.float32))
                 for i in range(done, total)
             ]
             started = time.perf_counter()
@@ -63,7 +64,8 @@ def run(limit_bytes: int) -> None:
             upsert = (time.perf_counter() - started) / (len(rows) / 20) * 1000
             done = total
             get = median_ms(lambda: store.get("state", tenant="t5", pks=["t5/w/5"]))
-            scoped = median_ms(lambda: client.query("state", filter='tenant == "t5" and pk in ["t5/w/5"]', output_fields=["pk", "payload"]))
+            scoped = median_ms(lambda: client.query("state", filter='tenant == "t5" and pk in ["t5/w/5"]',
+                                                    output_fields=["pk", "payload"]))
             scan = median_ms(lambda: store.scan("state", tenant="t7", with_vectors=False), n=5)
             print(
                 f"memtable {limit_bytes / 2**20:>5.0f} MiB, {total:>6,} rows: get {get:6.1f} ms   "

@@ -40,11 +40,11 @@ class _Server(MilvusServer):
 
     def start(self) -> None:
         command = [str(Path(sys.executable).parent / "milvus-lite")] if self.plain else list(COMMAND)
-        log = open(self.data_dir.parent / f"milvus-{self.port}.log", "ab")
-        self.process = subprocess.Popen(
-            [*command, "server", "--data-dir", str(self.data_dir), "--host", "127.0.0.1", "--port", str(self.port)],
-            stdout=log, stderr=log, start_new_session=True,
-        )
+        with open(self.data_dir.parent / f"milvus-{self.port}.log", "ab") as log:  # the server keeps its own copy
+            self.process = subprocess.Popen(  # noqa: S603  milvus-lite or our launcher, no shell
+                [*command, "server", "--data-dir", str(self.data_dir), "--host", "127.0.0.1", "--port", str(self.port)],
+                stdout=log, stderr=log, start_new_session=True,
+            )
         wait_for_milvus(self.port, self.process)
 
 

@@ -55,7 +55,8 @@ def relevance_range(provider: str) -> tuple[float, float, float, float]:
 def main(argv: list[str]) -> None:
     for provider in argv or ["onnx-minilm", "e5"]:
         lo, hi, lo95, hi5 = relevance_range(provider)
-        print(f"{provider}: unrelated median {lo:.3f} (95th pct {lo95:.3f}), answering median {hi:.3f} (5th pct {hi5:.3f})")
+        print(f"{provider}: unrelated median {lo:.3f} (95th pct {lo95:.3f}), "
+              f"answering median {hi:.3f} (5th pct {hi5:.3f})")
 
 
 if __name__ == "__main__":

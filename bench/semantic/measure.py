@@ -287,7 +287,7 @@ def _latency(memory: SemanticMemory, embedder: Embedder, queries: Sequence[str],
             "mean_hits": hits[key] / len(queries),
         }
         if weights is None or "dense" in weights:
-            row["including_embedding"] = _percentiles([a + b for a, b in zip(ms[key], embed_ms)])
+            row["including_embedding"] = _percentiles([a + b for a, b in zip(ms[key], embed_ms, strict=True)])
         out[key] = row
     return out
 
@@ -306,7 +306,8 @@ def run(
     milvus_pid: int | None = None,
     say: Callable[[str], None] = lambda _: None,
 ) -> dict[str, Any]:
-    """The whole benchmark over ``store``; returns the figures (see :func:`~strata_bench.semantic.report.format_report`).
+    """The whole benchmark over ``store``; returns the figures
+    (see :func:`~strata_bench.semantic.report.format_report`).
 
     Args:
         documents: the corpus, in order; the small tenant takes a prefix.

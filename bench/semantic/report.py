@@ -80,7 +80,8 @@ def format_report(result: dict[str, Any]) -> str:
             f"built from a pool of {pool['children']:,} real children ({pool['distinct_texts']:,} distinct texts, "
             f"{pool['documents']} documents) with their real vectors, each used ~{reuse:.1f}x under new document ids"
         ),
-        f"({pool['embedded_now']:,} pool children embedded after stage 1 in {pool['embed_s']:.1f} s, not counted below)",
+        f"({pool['embedded_now']:,} pool children embedded after stage 1 in {pool['embed_s']:.1f} s, "
+        "not counted below)",
         f"{'step':34}{'seconds':>9}{'children/s':>12}",
     ]
     w, ix, ld = big["write"], big["index"], big["load"]

@@ -193,7 +193,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of ``strata bench``: the stack's (:mod:`strata_bench.target`) and the run's."""
     bench_target.add_arguments(parser)
     parser.add_argument("--quick", action="store_true",
-                        help=f"{QUICK.turns} turns, {QUICK.documents} documents, {QUICK.tenants} tenants (about 3 minutes)")
+                        help=f"{QUICK.turns} turns, {QUICK.documents} documents, {QUICK.tenants} tenants "
+                        "(about 3 minutes)")
     parser.add_argument("--plot", metavar="OUT.png", help="draw latency and ingest against their floors")
     parser.add_argument("--admin-key", help="with --url: an admin key, to create the scale phase's tenants")
     parser.add_argument("--tenants", type=int, help="tenants of the scale phase (default 1000; --quick 100)")
@@ -226,7 +227,8 @@ def run(args: argparse.Namespace, find_target: FindTarget) -> int:
     print(format_report(doc))
     print(f"\nmeasured in {raw['seconds']['measuring']} s (stack start {raw['seconds']['stack_start']} s, "
           f"total with stop {raw['seconds']['total']} s) on {machine['cpu_count']} cores, "
-          f"load average {machine['load_average_start'][0]:.1f} at the start, {machine['load_average_end'][0]:.1f} at the end")
+          f"load average {machine['load_average_start'][0]:.1f} at the start, "
+          f"{machine['load_average_end'][0]:.1f} at the end")
     if args.json:
         Path(args.json).write_text(json.dumps(doc, indent=2, default=str))
         print(f"wrote {args.json}")

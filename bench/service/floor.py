@@ -200,7 +200,8 @@ def floor_in_memory(
     floor = _layers(tenant, settings, store, collections)
     now, done = datetime.now(UTC), 0
     for session_id, turns in sessions:
-        vecs = vectors[done : done + len(turns)] if vectors is not None else embedder.embed([turn_text(t) for t in turns])
+        vecs = (vectors[done : done + len(turns)] if vectors is not None
+                else embedder.embed([turn_text(t) for t in turns]))
         prepared = floor.episodic.prepare(session_id, [TurnInput(**t) for t in turns], now=now)
         floor.episodic.record(prepared, np.asarray(vecs, dtype=np.float32))
         done += len(turns)

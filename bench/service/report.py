@@ -68,7 +68,9 @@ def summarize(raw: dict[str, Any], *, machine: dict[str, Any] | None = None) -> 
         "floor_cpu_ms_per_call": floor["context"].get("cpu_ms_per_call"),
         "context_calls_per_s": lat["context"]["calls_per_s"],
         "ingest_turns_per_s": ingest_rate,
-        "ingest_with_summaries_turns_per_s": round(ingest["turns"] / (ingest["seconds"] + waited), 1) if waited is not None else None,
+        "ingest_with_summaries_turns_per_s": (
+            round(ingest["turns"] / (ingest["seconds"] + waited), 1) if waited is not None else None
+        ),
         "embed_floor_turns_per_s": floor_rate,
         "embed_one_thread_turns_per_s": raw["embed_floor"].get("one_thread_turns_per_s"),
         "embed_all_cores_turns_per_s": raw["embed_floor"].get("all_cores_turns_per_s"),
@@ -96,7 +98,8 @@ def summarize(raw: dict[str, Any], *, machine: dict[str, Any] | None = None) -> 
     doc["targets"] = {
         "context_p50_ms": _verdict("context_p50_ms", doc["context_p50_ms"]),
         "context_p95_ms": _verdict("context_p95_ms", doc["context_p95_ms"]),
-        "context_p50_over_floor": _verdict("context_p50_over_floor", _ratio(doc["context_p50_ms"], doc["floor_p50_ms"])),
+        "context_p50_over_floor": _verdict("context_p50_over_floor",
+                                           _ratio(doc["context_p50_ms"], doc["floor_p50_ms"])),
         "one_client_p50_over_floor": _verdict(
             "one_client_p50_over_floor", _ratio(doc["one_client_context_p50_ms"], doc["floor_p50_ms"])),
         "context_cpu_over_floor": _verdict("context_cpu_over_floor", _ratio(doc["context_cpu_ms_per_call"], floor_cpu)),
@@ -148,10 +151,9 @@ def _cpu_by_process_lines(lat: dict[str, Any]) -> list[str]:
     many = lat["context"].get("cpu_ms_per_call_by_process") or {}
     if not one and not many:
         return []
-    lines = [f"CPU ms per context call by process{'':22}{'one client':>11}{str(lat['clients']) + ' clients':>11}"]
-    for name in sorted({*one, *many}, key=lambda n: -(one.get(n) or many.get(n) or 0.0)):
-        lines.append(f"  {name:54}{_f(one.get(name)):>11}{_f(many.get(name)):>11}")
-    return lines
+    header = f"CPU ms per context call by process{'':22}{'one client':>11}{str(lat['clients']) + ' clients':>11}"
+    names = sorted({*one, *many}, key=lambda n: -(one.get(n) or many.get(n) or 0.0))
+    return [header, *(f"  {name:54}{_f(one.get(name)):>11}{_f(many.get(name)):>11}" for name in names)]
 
 
 def _ingest_cpu_lines(ingest: dict[str, Any]) -> list[str]:
@@ -206,7 +208,8 @@ def _floor_again_lines(doc: dict[str, Any]) -> list[str]:
         return []
     return [(f"the floor again after the clients: p50 {_f(again['p50_ms'])} ms, CPU {_f(again['cpu_ms_per_call'])} ms "
              f"a call ({_f(again['p50_over_first'])}x and {_f(again['cpu_over_first'])}x the first: how far the "
-             f"machine's speed moved between the two sides); against it one client {_f(again['one_client_p50_over_it'])}x, "
+             f"machine's speed moved between the two sides); "
+             f"against it one client {_f(again['one_client_p50_over_it'])}x, "
              f"throughput {_f(again['throughput_over_it'])}x")]
 
 
@@ -221,9 +224,12 @@ def format_report(doc: dict[str, Any]) -> str:
          f"{lat['clients']} concurrent HTTP clients =="),
         f"{'':26}{'p50 ms':>8}{'p95 ms':>8}{'p99 ms':>8}{'calls':>7}",
     ]
-    for label, row in ((f"/v1/context, {lat['clients']} clients", lat["context"]), ("/v1/context, one client", one["context"]),
-                       (f"/v1/search, {lat['clients']} clients", lat["search"]), ("/v1/search, one client", one["search"]),
-                       ("floor (context query)", floor["context"]["total"]), ("floor (search query)", floor["search"]["total"])):
+    rows = (
+        (f"/v1/context, {lat['clients']} clients", lat["context"]), ("/v1/context, one client", one["context"]),
+        (f"/v1/search, {lat['clients']} clients", lat["search"]), ("/v1/search, one client", one["search"]),
+        ("floor (context query)", floor["context"]["total"]), ("floor (search query)", floor["search"]["total"]),
+    )
+    for label, row in rows:
         lines.append(f"{label:26}{_f(row['p50_ms']):>8}{_f(row['p95_ms']):>8}{_f(row['p99_ms']):>8}{row['calls']:>7}")
     parts = floor["context"]
     lines += [
@@ -245,7 +251,8 @@ def format_report(doc: dict[str, Any]) -> str:
          f"{_mark(t['context_cpu_over_floor'])}"),
         (f"{lat['clients']}-client throughput {_f(doc['context_calls_per_s'])} contexts/s against the floor's "
          f"{_f(doc['floor_calls_per_s_on_cores'])} on {(doc.get('machine') or {}).get('cpu_count', '?')} cores "
-         f"(cores / floor CPU per call): {_f(t['throughput_over_floor']['value'])}x: {_mark(t['throughput_over_floor'])}"),
+         f"(cores / floor CPU per call): {_f(t['throughput_over_floor']['value'])}x: "
+         f"{_mark(t['throughput_over_floor'])}"),
         *_floor_again_lines(doc),
         *_cpu_by_process_lines(lat),
         *_hostile_lines(doc),
@@ -309,7 +316,8 @@ def format_report(doc: dict[str, Any]) -> str:
             lines.append(f"  cold tenants: {scale['cold']['skipped']}")
     lookups = raw.get("key_lookup_ms") or {}
     if any(v is not None for v in lookups.values()):
-        lines.append(f"API-key store read (a replica reads each key at most about once a second, refreshed ahead of use): "
+        lines.append("API-key store read (a replica reads each key at most about once a second, "
+                     "refreshed ahead of use): "
                      f"{_f(lookups.get('after_one_tenant'))} ms after the latency tenant, "
                      f"{_f(lookups.get('after_scale'))} ms after the scale tenants (median, from this process)")
     lines.append("phases (s): " + ", ".join(f"{k} {v:g}" for k, v in raw["phase_seconds"].items()))
@@ -339,7 +347,8 @@ def _hostile_lines(doc: dict[str, Any]) -> list[str]:
         by_process = hostile["context"].get("cpu_ms_per_call_by_process", {})
         top = ", ".join(f"{name} {ms}" for name, ms in list(by_process.items())[:4])
         extra = (with_cpu - without_cpu) * hostile["context"]["calls"]
-        lines.append(f"the stack's CPU per client call: {_f(with_cpu)} ms with the neighbour, {_f(without_cpu)} without "
+        lines.append(f"the stack's CPU per client call: {_f(with_cpu)} ms with the neighbour, "
+                     f"{_f(without_cpu)} without "
                      f"(the neighbour's share over the phase: {extra / 1000:.2f} s); by process: {top}")
     sent = hostile["neighbour"]
     what = {"search": f"/v1/search, {sent['query_chars']}-character queries, the bench's key",

@@ -83,7 +83,8 @@ async def _scale_ingest(url: str, admin_key: str, source: TextSource, sizes: Siz
     async with httpx.AsyncClient(base_url=url, timeout=120) as http:
         async def one(n: int, _: int) -> None:
             tenant = f"bench-{run_id}-t{n:04d}"
-            created = await _admin(http, "POST", "/v1/admin/keys", admin_key, {"tenant": tenant, "name": "strata bench"})
+            created = await _admin(http, "POST", "/v1/admin/keys", admin_key,
+                                   {"tenant": tenant, "name": "strata bench"})
             sessions = make_sessions(source, sizes.tenant_turns, "chat", now=now)
             title, text = source.document(n, paragraphs=2)
             async with AsyncStrataClient(url, created["key"], timeout_s=300) as client:
