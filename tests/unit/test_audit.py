@@ -178,7 +178,7 @@ def test_close_gives_up_on_a_store_that_stays_down_within_its_timeout() -> None:
 
 def test_settings_bound_the_batch_by_the_queue() -> None:
     with pytest.raises(ValueError, match="max_pending"):
-        StrataSettings(audit={"max_batch": 500, "max_pending": 100})
+        StrataSettings.model_validate({"audit": {"max_batch": 500, "max_pending": 100}})
     with pytest.raises(ValueError):
         AuditWriter(lambda: AuditLog(_Store(), STATE), max_batch=0)
 

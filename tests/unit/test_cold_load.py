@@ -25,11 +25,12 @@ from strata.store.versions import VersionStore
 from strata.working.sessions import WorkingSessions
 from strata_actors.episodic import EpisodicShard
 from strata_actors.semantic import SemanticShard
+from strata_actors.shard import LayerShard
 from strata_actors.working import WorkingShard
 
 T = "tenant-a"
 QUESTION = "where did Ann hike?"
-_S = TypeVar("_S")
+_S = TypeVar("_S", bound=LayerShard[Any])
 SETTINGS = StrataSettings.from_dict({})
 
 
@@ -107,7 +108,8 @@ async def test_a_cold_episodic_search_reads_model_mark_rows_and_version_at_once(
     cold = shard(EpisodicShard)
     store.arm(3)
     found = await cold.search(T, query=QUESTION, vector=vector, top_k=3)
-    assert sorted(store.reads[:3]) == ["get vector_model", "get version", f"scan {Collections.for_settings(SETTINGS).episodic}"]
+    episodic = Collections.for_settings(SETTINGS).episodic
+    assert sorted(store.reads[:3]) == ["get vector_model", "get version", f"scan {episodic}"]
     assert len(found["hits"]) == 3 and found["version"] == 1
 
 
@@ -144,7 +146,10 @@ async def test_a_cold_session_with_expired_items_is_read_without_waiting_on_its_
     """The purge of expired items takes the tenant's lock unless the task asking holds it:
     run from a task of its own beside the version read, it waited for the lock its own
     caller held (a hang seen in tests/integration/test_ttl.py)."""
-    items = [{"role": "user", "content": "gone soon", "ttl_s": 0.05}, {"role": "user", "content": "stays"}]
+    items: list[dict[str, Any]] = [
+        {"role": "user", "content": "gone soon", "ttl_s": 0.05},
+        {"role": "user", "content": "stays"},
+    ]
     await shard(WorkingShard).add_items(T, "s1", items)
     await asyncio.sleep(0.2)
 

@@ -61,7 +61,7 @@ async def test_results_keep_the_shape_the_shard_sends() -> None:
 
 
 @pytest.mark.parametrize(("raised", "expected"), [
-    (RayTaskError("forget_session", "traceback", NotFound("no such session")), NotFound),
+    (RayTaskError("forget_session", "traceback", NotFound("no such session")), NotFound),  # type: ignore[no-untyped-call]  # Ray leaves it unannotated
     (RayActorError(), StoreUnavailable),
     (TimeoutError(), StoreUnavailable),
 ])

@@ -17,8 +17,9 @@ from strata.access.audit import entry as audit_entry
 from strata.errors import InvalidInput, NotFound
 from strata.schema import ContextRequest, DocumentIn, InteractionIn, SearchRequest, SkillExtractIn, TurnIn
 from strata.store.records import InMemoryRecordStore
-from strata_serve.api import _if_match
-from strata_serve.errors import Internal, install_handlers, validation_response
+from strata_serve.errors import install_handlers, validation_response
+from strata_serve.guards import Internal
+from strata_serve.routes.common import expected_version
 
 SECRET = "Zebra-Cipher-90210"
 
@@ -27,11 +28,11 @@ SECRET = "Zebra-Cipher-90210"
 def test_if_match_takes_ascii_digits_only(value: str) -> None:
     """``"²".isdigit()`` is True and ``int("²")`` raises: the route answered 500."""
     with pytest.raises(InvalidInput, match="If-Match must be a version"):
-        _if_match(value)
+        expected_version(value)
 
 
 def test_if_match_reads_a_version() -> None:
-    assert [_if_match(v) for v in ("3", '"3"', 'W/"17"', None)] == [3, 3, 17, None]
+    assert [expected_version(v) for v in ("3", '"3"', 'W/"17"', None)] == [3, 3, 17, None]
 
 
 def test_audit_since_without_a_zone_is_utc() -> None:
@@ -93,7 +94,7 @@ def app_that_fails() -> FastAPI:
     async def missing() -> None:
         from ray.exceptions import RayTaskError
 
-        raise RayTaskError("fn", "traceback", NotFound("no such thing"))
+        raise RayTaskError("fn", "traceback", NotFound("no such thing"))  # type: ignore[no-untyped-call]  # Ray leaves it unannotated
 
     return app
 

@@ -22,8 +22,9 @@ from starlette.routing import Route
 from strata.access.keys import KeyStore
 from strata.config import StrataSettings
 from strata.store.records import InMemoryRecordStore
-from strata_mcp import McpHttp, stdio_server
+from strata_mcp import stdio_server
 from strata_serve.auth import INNER_HEADER, Authenticate, KeyGate
+from strata_serve.mcp_http import McpHttp
 from tests.conftest import free_port
 
 TOOLS = {
@@ -153,7 +154,12 @@ async def test_a_tool_call_takes_one_request_of_the_keys_rate_limit_not_two() ->
     key = keys.create("tenant-a")
     taken: list[str] = []
     take = gate._limits.take
-    gate._limits.take = lambda key_id: (taken.append(key_id), take(key_id))[1]  # type: ignore[method-assign]
+
+    def recorded_take(key_id: str) -> None:
+        taken.append(key_id)
+        take(key_id)
+
+    gate._limits.take = recorded_take  # type: ignore[method-assign]  # on this gate's limits only
     app, seen = api()
     mcp = McpHttp()
     app.router.routes.append(Route("/mcp", mcp))
@@ -186,7 +192,7 @@ def test_building_the_server_leaves_the_processs_logging_alone() -> None:
     several lines at 80 columns."""
     import logging
 
-    from strata_mcp import build_server
+    from strata_serve.mcp_tools import build_server
 
     @asynccontextmanager
     async def lifespan(_: Any) -> AsyncIterator[Any]:

@@ -4,11 +4,13 @@ for ``SPEAKERS_IDLE_S``, so a tenant forgotten through another ingress leaves no
 
 from __future__ import annotations
 
+import time
+from typing import Any
+
 import numpy as np
 import pytest
 
 from strata.config import StrataSettings
-from strata_actors.orchestration import base
 from strata_actors.orchestration.base import SPEAKERS_IDLE_S, FlowBase
 
 
@@ -27,11 +29,11 @@ class _Clock:
 @pytest.fixture
 def clock(monkeypatch: pytest.MonkeyPatch) -> _Clock:
     clock = _Clock()
-    monkeypatch.setattr(base.time, "monotonic", clock)
+    monkeypatch.setattr(time, "monotonic", clock)  # the clock the flow's speaker cache reads
     return clock
 
 
-def _answer(token: int, names: list[str] | None) -> dict:
+def _answer(token: int, names: list[str] | None) -> dict[str, Any]:
     return {"hits": [], "speakers": {"token": token, "names": names}}
 
 
