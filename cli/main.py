@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shlex
 import sys
@@ -170,11 +171,21 @@ def _in_cluster(args: argparse.Namespace) -> tuple[Any, Callable[[str], Any]]:
     return stack, make_client
 
 
-def _cmd_eval_retrieval(args: argparse.Namespace) -> int:
-    import json
+def _write_document(args: argparse.Namespace, document: dict[str, Any], *,
+                    plot: Callable[[dict[str, Any], str], None]) -> None:
+    """An eval's ``--json`` (the document) and ``--plot`` (the chart ``plot`` draws of it)."""
+    if args.json:
+        Path(args.json).write_text(json.dumps(document, indent=2))
+        print(f"\nwrote {args.json}")
+    if args.plot:
+        plot(document, args.plot)
+        print(f"wrote {args.plot}")
 
+
+def _cmd_eval_retrieval(args: argparse.Namespace) -> int:
     from strata.providers.embedder import make_embedder
     from strata_bench.evaluation.datasets import load_benchmark
+    from strata_bench.evaluation.plot import plot_results
     from strata_bench.evaluation.retrieval import BASELINES, evaluate, format_table
 
     ks = sorted({int(k) for k in args.k.split(",")})
@@ -200,26 +211,18 @@ def _cmd_eval_retrieval(args: argparse.Namespace) -> int:
           f"({benchmark.skipped_questions} skipped for empty evidence), categories: "
           f"{'all' if categories is None else ', '.join(sorted(categories))}")
     print(format_table(document, ks))
-    if args.json:
-        Path(args.json).write_text(json.dumps(document, indent=2))
-        print(f"\nwrote {args.json}")
-    if args.plot:
-        from strata_bench.evaluation.plot import plot_results
-
-        plot_results(document, args.plot)
-        print(f"wrote {args.plot}")
+    _write_document(args, document, plot=plot_results)
     if make_client is not None:
         print(_still_up(stack))
     return 0
 
 
 def _cmd_eval_context(args: argparse.Namespace) -> int:
-    import json
-
     from strata.providers.embedder import make_embedder
     from strata.providers.tokens import TiktokenCounter
     from strata_bench.evaluation.context import evaluate_context, format_context_table, limit_benchmark
     from strata_bench.evaluation.datasets import load_benchmark
+    from strata_bench.evaluation.plot import plot_context
 
     budgets = sorted({int(b) for b in args.budgets.split(",")})
     baselines = [b.strip() for b in args.baselines.split(",") if b.strip()]
@@ -237,14 +240,7 @@ def _cmd_eval_context(args: argparse.Namespace) -> int:
     )
     print(f"{benchmark.name}: {document['conversations']} conversations, {document['questions']} questions")
     print(format_context_table(document))
-    if args.json:
-        Path(args.json).write_text(json.dumps(document, indent=2))
-        print(f"\nwrote {args.json}")
-    if args.plot:
-        from strata_bench.evaluation.plot import plot_context
-
-        plot_context(document, args.plot)
-        print(f"wrote {args.plot}")
+    _write_document(args, document, plot=plot_context)
     if make_client is not None:
         print(_still_up(stack))
     return 0
