@@ -43,7 +43,7 @@ def test_every_kind_of_message_reads_back_as_it_was() -> None:
         AIMessage("", tool_calls=[call]),
         ToolMessage("result", tool_call_id="c1"),
         AIMessage("answer"),
-        ChatMessage("aside", role="critic"),
+        ChatMessage(content="aside", role="critic"),
         AIMessage("with a call", tool_calls=[{**call, "id": "c2"}]),
     ]
     back = _read_back(turns_from_messages(messages))

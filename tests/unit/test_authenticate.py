@@ -12,6 +12,7 @@ from typing import Any
 import httpx
 from fastapi import FastAPI, Header, Request, Response
 from pydantic import BaseModel
+from starlette.types import Message
 
 from strata.access.idempotency import Claims, IdempotencyStore
 from strata.access.keycache import KeyCache
@@ -22,7 +23,8 @@ from strata.schema import Health
 from strata.store.records import InMemoryRecordStore, Record
 from strata_cli import haproxy
 from strata_serve.auth import FAILED_AUTH_HEADER, GOOD_KEY_HEADER, Authenticate, KeyGate, health_for_caller
-from strata_serve.errors import BodyLimit, Deadline, Internal, install_handlers
+from strata_serve.errors import install_handlers
+from strata_serve.guards import BodyLimit, Deadline, Internal
 from strata_serve.headers import SecurityHeaders
 from strata_serve.idempotent import Idempotent
 
@@ -137,14 +139,14 @@ async def call_asgi(
     returns the status, how many times ``receive`` was called, and the answer. The default
     route parses a JSON body, so without the middleware the whole body is read first."""
     received = 0
-    answer: list[dict[str, Any]] = []
+    answer: list[Message] = []
 
     async def receive() -> dict[str, Any]:
         nonlocal received
         received += 1
         return {"type": "http.request", "body": b"x" * 2**20, "more_body": received < chunks}
 
-    async def send(message: dict[str, Any]) -> None:
+    async def send(message: Message) -> None:
         answer.append(message)
 
     scope = {
@@ -188,10 +190,11 @@ async def test_refusals_keep_the_shape_and_headers_of_the_api() -> None:
 async def test_a_store_outage_is_a_503_before_the_body_and_is_not_cached() -> None:
     world = World()
     world.store.down = True
-    status, received, body = await call_asgi(world.app, [(b"authorization", b"Bearer " + world.key.encode())], chunks=64)
+    authorization = [(b"authorization", b"Bearer " + world.key.encode())]
+    status, received, body = await call_asgi(world.app, authorization, chunks=64)
     assert (status, received) == (503, 0) and json.loads(body)["error"] == "StoreUnavailable"
     world.store.down = False
-    status, _, _ = await call_asgi(world.app, [(b"authorization", b"Bearer " + world.key.encode())], chunks=1, path="/v1/raw")
+    status, _, _ = await call_asgi(world.app, authorization, chunks=1, path="/v1/raw")
     assert status == 200
 
 
@@ -407,7 +410,8 @@ async def test_healthz_says_up_or_down_and_shows_details_to_an_admin_key_only() 
 def test_the_api_runs_its_middlewares_in_this_order() -> None:
     from strata_serve import api
 
-    assert [m.cls for m in api.app.user_middleware] == [
+    order: list[object] = [m.cls for m in api.app.user_middleware]
+    assert order == [
         SecurityHeaders, Deadline, Internal, Authenticate, BodyLimit, Idempotent
     ]
 

@@ -121,11 +121,17 @@ async def test_the_embedding_replica_runs_no_more_model_calls_at_once_than_it_ha
     import os
     import threading
     import time
+    from typing import cast
+
+    from ray.serve import Deployment
 
     from strata.config import StrataSettings
     from strata_serve.deployments import Embedding
 
-    replica = Embedding.func_or_class(StrataSettings().to_dict())
+    # @serve.deployment made the class a Deployment, which mypy cannot see (it applies no class decorators).
+    cls = cast(Deployment, Embedding).func_or_class
+    assert isinstance(cls, type)
+    replica: Embedding = cls(StrataSettings().to_dict())
     model, running, seen = replica._embedder, [0], []
     lock = threading.Lock()
 

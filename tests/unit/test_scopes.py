@@ -12,7 +12,7 @@ from fastapi.routing import APIRoute
 from strata.access.keys import KeyInfo, KeyStore
 from strata.access.scopes import Forbidden, Need, authorize, visible_layers
 from strata.ids import SYSTEM_TENANT
-from strata.layers import LAYERS
+from strata.layers import LAYERS, Layer
 from strata.store.records import InMemoryRecordStore, Record
 from strata_serve.auth import ADMIN_ROUTES, ROUTES
 
@@ -144,7 +144,8 @@ def test_search_and_context_layers_are_those_the_key_sees() -> None:
     session, shared = KEYS["session"], KEYS["session shared"]
     assert visible_layers(session, None, default=LAYERS) == ["working", "episodic"]  # the others left out
     assert visible_layers(shared, None, default=LAYERS) == list(LAYERS)
-    for asked in (["semantic"], ["procedural"], ["episodic", "semantic"]):
+    not_theirs: list[list[Layer]] = [["semantic"], ["procedural"], ["episodic", "semantic"]]
+    for asked in not_theirs:
         with pytest.raises(Forbidden, match="may not read"):
             visible_layers(session, asked, default=LAYERS)
     assert visible_layers(shared, ["semantic"], default=LAYERS) == ["semantic"]

@@ -11,6 +11,7 @@ import httpx
 import pytest
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
+from ray import serve
 
 from strata_serve import api
 from strata_serve.headers import SECURITY_HEADERS, SecurityHeaders
@@ -73,7 +74,7 @@ async def test_docs_redoc_and_their_files_are_served_from_the_package_with_the_h
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """/docs loaded Swagger UI from a public CDN: blank on an offline machine, no integrity hash."""
-    monkeypatch.setattr(api.serve, "get_replica_context", lambda: SimpleNamespace(servable_object=_Replica()))
+    monkeypatch.setattr(serve, "get_replica_context", lambda: SimpleNamespace(servable_object=_Replica()))
     async with _client(api.app) as client:
         for page in ("/docs", "/redoc"):
             html = await client.get(page)
