@@ -51,7 +51,7 @@ __all__ = ["PROXY_TIMEOUT_MARGIN_S", "Stack"]
 
 #: Serve's proxy times a request out this much later than the Api's own deadline
 #: (``serve.request_timeout_s``), so a slow request gets Strata's 504, not the proxy's
-#: plain-text 408 (see :class:`strata_serve.errors.Deadline`).
+#: plain-text 408 (see :class:`strata_serve.guards.Deadline`).
 PROXY_TIMEOUT_MARGIN_S = 10.0
 
 

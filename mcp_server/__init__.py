@@ -1,15 +1,14 @@
-"""Strata's MCP server: the memory tools for MCP clients, over stdio (``strata mcp``) and over
-streamable HTTP at ``/mcp`` on the REST API's own port.
+"""``strata mcp``: Strata's memory tools for MCP clients over stdio, a client of the REST API.
 
-- :mod:`.tools`: the tools, each a thin wrapper over one call of the HTTP client
 - :mod:`.stdio`: the stdio transport (one key, from the environment)
-- :mod:`.http`: the ``/mcp`` endpoint mounted in the API's app (the caller's key, per request)
+
+The tools themselves (:mod:`strata_serve.mcp_tools`) and the ``/mcp`` endpoint that serves
+them over streamable HTTP on the API's own port (:mod:`strata_serve.mcp_http`) are part of
+what Serve runs; this package only calls them, as it calls the API.
 """
 
 from __future__ import annotations
 
-from strata_mcp.http import McpHttp
 from strata_mcp.stdio import serve_stdio, stdio_server
-from strata_mcp.tools import INSTRUCTIONS, Connect, build_server
 
-__all__ = ["INSTRUCTIONS", "Connect", "McpHttp", "build_server", "serve_stdio", "stdio_server"]
+__all__ = ["serve_stdio", "stdio_server"]

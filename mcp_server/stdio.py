@@ -10,8 +10,8 @@ from contextlib import asynccontextmanager
 import anyio
 from mcp.server.mcpserver import Context, MCPServer
 
-from strata_mcp.tools import Connect, build_server
 from strata_serve.client import AsyncStrataClient
+from strata_serve.mcp_tools import Connect, build_server
 
 __all__ = ["serve_stdio", "stdio_server"]
 

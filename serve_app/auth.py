@@ -38,7 +38,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from strata.access.keycache import KeyCache
 from strata.access.keys import KeyCreated, KeyInfo, KeyStore, hash_key, open_keys, well_formed
 from strata.access.ratelimit import Grant, RateLimiter, SharedRateLimiter
-from strata.access.scopes import SESSION_LAYERS, SHARED_LAYERS, Forbidden, Need, authorize, visible_layers
+from strata.access.scopes import SESSION_LAYERS, Forbidden, Need, authorize, visible_layers
 from strata.config import StrataSettings
 from strata.errors import RateLimited, StrataError, Unauthorized
 from strata.ids import SYSTEM_TENANT
@@ -72,9 +72,9 @@ UI_PATH = "/ui"
 DOCS_STATIC_PATH = "/docs/static"
 
 #: Marks a request this process's app sends to itself on behalf of one it is serving (an MCP
-#: tool call, ``strata_mcp.http``): its key is checked as any other's, but its rate limit is not
-#: taken again, the outer request took it. The value is :func:`inner_token`, made at import and
-#: never sent off the process: a request from outside cannot carry it.
+#: tool call, ``strata_serve.mcp_http``): its key is checked as any other's, but its rate limit
+#: is not taken again, the outer request took it. The value is :func:`inner_token`, made at
+#: import and never sent off the process: a request from outside cannot carry it.
 INNER_HEADER = "x-strata-inner"
 _INNER_TOKEN = secrets.token_urlsafe(32)
 
@@ -84,7 +84,7 @@ _SKILLS: frozenset[Layer] = frozenset({"procedural"})
 _WORKING: frozenset[Layer] = frozenset({"working"})
 _EPISODIC: frozenset[Layer] = frozenset({"episodic"})
 
-#: What every tenant route of the API (by its method's name in ``serve_app/api.py``) reads
+#: What every tenant route of the API (by its method's name in ``serve_app/routes/``) reads
 #: and writes: the one table the key's scope is checked against (:func:`authorize`), by the
 #: route and by an Idempotency-Key replay. A route that writes nothing is never
 #: idempotency-cached. ``tests/unit/test_scopes.py`` checks it names every route.
@@ -125,7 +125,6 @@ ROUTES: dict[str, Need] = {
 ADMIN_ROUTES = frozenset(
     ("admin_create_key", "admin_list_keys", "admin_rotate_key", "admin_revoke_key", "admin_forget_tenant")
 )
-assert SHARED_LAYERS | SESSION_LAYERS == _ALL
 
 #: The key :class:`Authenticate` resolved for the request being served (a ContextVar: the
 #: routes take the Authorization header, not the request, and run in the middleware's task).
@@ -417,7 +416,7 @@ def _marked_good(send: Send) -> Send:
 class Authenticate:
     """Answer 401 (or 429, or 503) to a request without a good key before anything reads its body.
 
-    Pure ASGI, like :class:`~strata_serve.errors.BodyLimit`: a refused request's body is
+    Pure ASGI, like :class:`~strata_serve.guards.BodyLimit`: a refused request's body is
     never received, so a wrong key with 128 MiB behind it costs a header and at most one store
     read. Paths in ``open_paths``, and a GET of the inspector's files under :data:`UI_PATH`,
     pass without a key; a key sent to one is resolved all the same (and never refused). The

@@ -318,7 +318,8 @@ def _get_skill(skill_id: str) -> _Call[SkillOut]:
 def _record_outcome(
     skill_id: str, success: bool, *, notes: str | None = None, expected_version: int | None = None
 ) -> _Call[SkillOut]:
-    return _Call("POST", f"/v1/skills/{skill_id}/outcomes", SkillOut, OutcomeIn(success=success, notes=notes), expected_version)
+    body = OutcomeIn(success=success, notes=notes)
+    return _Call("POST", f"/v1/skills/{skill_id}/outcomes", SkillOut, body, expected_version)
 
 
 def _update_skill(skill_id: str, changes: SkillPatch | dict[str, Any], *, expected_version: int) -> _Call[SkillOut]:

@@ -4,7 +4,7 @@ A pure ASGI middleware in front of the routes. For a request to a route that
 writes (``ROUTES`` in :mod:`strata_serve.auth` says which) with the header, from a
 tenant key that may write (resolved, and its rate limit taken, by
 :class:`~strata_serve.auth.Authenticate`, outside it, for a replay as for a first
-attempt), it reads the body (bounded by :class:`~strata_serve.errors.BodyLimit`,
+attempt), it reads the body (bounded by :class:`~strata_serve.guards.BodyLimit`,
 outside it too), and:
 
 - replays the kept answer when the tenant sent the same key with the same
@@ -57,7 +57,8 @@ from strata.access.keys import KeyInfo
 from strata.access.scopes import Forbidden, Need, authorize
 from strata.errors import StrataError
 from strata_serve.auth import ROUTES, current_key
-from strata_serve.errors import WRITE_METHODS, error_response, route_of
+from strata_serve.errors import error_response
+from strata_serve.guards import WRITE_METHODS, route_of
 
 __all__ = ["Idempotent", "Replica", "replica_parts"]
 

@@ -3,7 +3,7 @@
 A layer records each expiring item's deadline here (epoch milliseconds) as
 it indexes the item, from the ``expires_ms`` its durable row carries. The
 layer actor asks :meth:`Expiries.due` before it answers any call, and
-purges what is due first (see :mod:`strata_actors.shard`), so an expired item is
+purges what is due first (see :mod:`strata_actors.expiry`), so an expired item is
 never returned; a periodic sweep purges tenants nobody calls.
 """
 

@@ -9,7 +9,8 @@ import pytest
 from fastapi import FastAPI, Request
 from pydantic import BaseModel
 
-from strata_serve.errors import BodyLimit, install_handlers, too_large_response
+from strata_serve.errors import install_handlers
+from strata_serve.guards import BodyLimit, too_large_response
 
 LIMIT = 1000
 

@@ -7,7 +7,8 @@ import asyncio
 import httpx
 from fastapi import FastAPI
 
-from strata_serve.errors import Deadline, install_handlers
+from strata_serve.errors import install_handlers
+from strata_serve.guards import Deadline
 
 TIMEOUT_S = 0.2
 

@@ -20,7 +20,8 @@ from strata.config import AuthSettings, StrataSettings
 from strata.errors import StoreUnavailable
 from strata.store.records import InMemoryRecordStore
 from strata_serve.auth import Authenticate, KeyGate
-from strata_serve.errors import BodyLimit, Deadline, Internal, install_handlers
+from strata_serve.errors import install_handlers
+from strata_serve.guards import BodyLimit, Deadline, Internal
 from strata_serve.idempotent import Idempotent
 
 

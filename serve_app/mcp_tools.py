@@ -4,9 +4,13 @@ route, and a tool's key may do exactly what that key may do over REST.
 
 Where the client comes from is the transport's business: the server's lifespan yields a
 :data:`Connect`, which gives each tool call a client (stdio: the process's own, with
-``STRATA_API_KEY``; HTTP: one with the caller's bearer key). A Strata error (a 403, 404, 422 …)
+``STRATA_API_KEY``, :mod:`strata_mcp.stdio`; HTTP: one with the caller's bearer key,
+:mod:`strata_serve.mcp_http`). A Strata error (a 403, 404, 422 …)
 comes back as an MCP tool error carrying Strata's message, and so does bad input the client
 refuses before sending, or a Strata that does not answer; the server answers the next call.
+
+The tools live beside the app because Serve serves them at ``/mcp``; the stdio server
+(``strata mcp``) is a client of this package, never the other way round.
 """
 
 from __future__ import annotations
@@ -291,7 +295,9 @@ async def forget(
     async with _strata(ctx) as strata:
         if what in ("session", "turn"):
             # session_id is set for a turn: refused above without it
-            forgot = await (strata.forget_session(id) if what == "session" else strata.forget_turn(cast(str, session_id), id))
+            forgot = await (
+                strata.forget_session(id) if what == "session" else strata.forget_turn(cast(str, session_id), id)
+            )
             by_layer = forgot.removed
             return {"forgot": what, "id": id, "removed": sum(by_layer.values()), "by_layer": by_layer}
         if what == "document":

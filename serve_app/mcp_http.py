@@ -36,10 +36,10 @@ from starlette.types import Receive, Scope, Send
 
 from strata.access.origins import OriginCheck
 from strata.access.scopes import Forbidden
-from strata_mcp.tools import Connect, build_server
 from strata_serve.auth import INNER_HEADER, bearer_key, inner_token
 from strata_serve.client import AsyncStrataClient
 from strata_serve.errors import error_response
+from strata_serve.mcp_tools import Connect, build_server
 
 __all__ = ["McpHttp"]
 
