@@ -111,16 +111,24 @@ class InClusterClient:
         # Concurrent queries share model calls (a query and its speakerless twin among them).
         return np.stack(await asyncio.gather(*(self._queries.embed(text) for text in texts)))
 
-    async def record_turn(self, session_id: str, user: str | None = None, agent: str | None = None, *,
-                          timestamp: datetime | None = None, turn_id: str | None = None, speaker: str | None = None,
-                          metadata: dict[str, Any] | None = None, expected_version: int | None = None) -> RecordTurnsResult:
-        turn = TurnIn(user=user, agent=agent, timestamp=timestamp, turn_id=turn_id, speaker=speaker, metadata=metadata or {})
-        return await self._flow.record_turns(self._tenant, session_id, [turn], expected_version=expected_version, by=_BY)
+    async def record_turn(
+        self, session_id: str, user: str | None = None, agent: str | None = None, *,
+        timestamp: datetime | None = None, turn_id: str | None = None, speaker: str | None = None,
+        metadata: dict[str, Any] | None = None, expected_version: int | None = None,
+    ) -> RecordTurnsResult:
+        turn = TurnIn(
+            user=user, agent=agent, timestamp=timestamp, turn_id=turn_id, speaker=speaker, metadata=metadata or {}
+        )
+        return await self._flow.record_turns(
+            self._tenant, session_id, [turn], expected_version=expected_version, by=_BY
+        )
 
     async def record_turns(self, session_id: str, turns: Sequence[TurnIn | dict[str, Any]], *,
                            expected_version: int | None = None) -> RecordTurnsResult:
         parsed = [t if isinstance(t, TurnIn) else TurnIn(**t) for t in turns]
-        return await self._flow.record_turns(self._tenant, session_id, parsed, expected_version=expected_version, by=_BY)
+        return await self._flow.record_turns(
+            self._tenant, session_id, parsed, expected_version=expected_version, by=_BY
+        )
 
     async def build_context(self, message: str, session_id: str, *, task_type: str = "general",
                             max_tokens: int | None = None, reference_time: datetime | None = None,
@@ -148,11 +156,14 @@ class InClusterClient:
     async def list_turns(
         self, session_id: str, *, after: str | None = None, limit: int = 50, newest_first: bool = False
     ) -> SessionTurns:
-        return await self._flow.list_turns(self._tenant, session_id, after=after, limit=limit, newest_first=newest_first)
+        return await self._flow.list_turns(
+            self._tenant, session_id, after=after, limit=limit, newest_first=newest_first
+        )
 
     async def add_working_items(self, session_id: str, items: Sequence[WorkingItemIn | dict[str, Any]], *,
                                 task: str | None = None, expected_version: int | None = None) -> WorkingState:
-        body = WorkingItemsIn(items=[i if isinstance(i, WorkingItemIn) else WorkingItemIn(**i) for i in items], task=task)
+        parsed = [i if isinstance(i, WorkingItemIn) else WorkingItemIn(**i) for i in items]
+        body = WorkingItemsIn(items=parsed, task=task)
         return await self._flow.add_working_items(self._tenant, session_id, body, expected_version=expected_version,
                                                  by=_BY)
 

@@ -328,7 +328,9 @@ class EpisodicShard(LayerShard[EpisodicMemory]):
             task = asyncio.get_running_loop().create_task(self._summarise(tenant))
             self._summarising[tenant] = task
             # Gone once done: a shard serving thousands of tenants keeps no task per tenant ever seen.
-            task.add_done_callback(lambda done: self._summarising.pop(tenant, None) if self._summarising.get(tenant) is done else None)
+            task.add_done_callback(
+                lambda done: self._summarising.pop(tenant, None) if self._summarising.get(tenant) is done else None
+            )
 
     async def _summarise(self, tenant: str) -> None:
         try:
@@ -351,7 +353,8 @@ class EpisodicShard(LayerShard[EpisodicMemory]):
                     ) -> None:
                         if generation != self.generation(tenant):
                             return  # the tenant was forgotten: these turns are gone
-                        if [t.turn_id for t in chunk] not in [[t.turn_id for t in c] for c in layer.pending_summaries(chunk[0].session_id)]:
+                        pending = layer.pending_summaries(chunk[0].session_id)
+                        if [t.turn_id for t in chunk] not in [[t.turn_id for t in c] for c in pending]:
                             return  # forgotten or summarised meanwhile
                         record = await asyncio.to_thread(layer.write_summary, chunk, content, vector)
                         layer.index_summary(record, vector)

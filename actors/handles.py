@@ -221,7 +221,9 @@ class ReadBatcher:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _one(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any], future: asyncio.Future[Any]) -> None:
+    async def _one(
+        self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any], future: asyncio.Future[Any]
+    ) -> None:
         self.calls += 1
         self.reads += 1
         try:
@@ -418,7 +420,9 @@ class SemanticHandle(LayerHandle):
             **await self._call("index_document", tenant, doc, expected_version=expected_version, wait=wait)
         )
 
-    async def delete_document(self, tenant: str, doc_id: str, *, expected_version: int | None = None) -> DocumentDeleted:
+    async def delete_document(
+        self, tenant: str, doc_id: str, *, expected_version: int | None = None
+    ) -> DocumentDeleted:
         return DocumentDeleted(**await self._call("delete_document", tenant, doc_id, expected_version=expected_version))
 
     async def get_document(self, tenant: str, doc_id: str, *, with_text: bool = False) -> DocumentOut:

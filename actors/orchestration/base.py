@@ -24,7 +24,15 @@ from strata_actors.handles import EpisodicHits, FoundSkill, Hit
 from strata_actors.router import LayerRouter
 
 __all__ = [
-    "INLINE_CHARS", "SPEAKERS_IDLE_S", "SPEAKER_TENANTS_MAX", "Embed", "FlowBase", "over_text", "plain_trace", "range_out", "skill_hit",
+    "INLINE_CHARS",
+    "SPEAKERS_IDLE_S",
+    "SPEAKER_TENANTS_MAX",
+    "Embed",
+    "FlowBase",
+    "over_text",
+    "plain_trace",
+    "range_out",
+    "skill_hit",
 ]
 
 _R = TypeVar("_R")

@@ -13,6 +13,7 @@ from strata.config import LayerPolicy
 from strata.context.assemble import LAYER_TITLES, AssembledContext, assemble_context, render_refined
 from strata.context.refine import refine_items
 from strata.errors import InvalidInput, LLMError, StrataError
+from strata.providers.llm import LLM
 from strata.retrieval.timeparse import resolve_time_range
 from strata.schema import ContextItem, ContextRequest, ContextResult
 from strata_actors.errors import unwrap
@@ -66,7 +67,8 @@ class ContextFlow(FlowBase):
         vector_task = asyncio.ensure_future(self._embed_query(texts)) if fetch else None
 
         async def layer_hits(layer: str) -> tuple[list[ContextItem], int | None]:
-            assert vector_task is not None
+            if vector_task is None:  # started whenever a layer is fetched
+                raise RuntimeError("the query was not embedded")
             # Shielded: a layer cancelled at its deadline must not cancel the shared embedding.
             vectors = await asyncio.shield(vector_task)
             vector = vectors[0]
@@ -96,12 +98,13 @@ class ContextFlow(FlowBase):
         names = ["working", *fetch]
         tasks = [working(), *(layer_hits(layer) for layer in fetch)]
         results = await asyncio.gather(
-            *(_deadline(task, ctx.timeout_for(name)) for name, task in zip(names, tasks)), return_exceptions=True
+            *(_deadline(task, ctx.timeout_for(name)) for name, task in zip(names, tasks, strict=True)),
+            return_exceptions=True,
         )
         versions: dict[str, int] = {}
         messages: list[dict[str, str]] = []
         layer_items: dict[str, list[ContextItem]] = {}
-        for layer, result in zip(names, results):
+        for layer, result in zip(names, results, strict=True):
             if isinstance(result, BaseException):
                 if not isinstance(result, Exception):
                     raise result  # cancellation, interpreter exit
@@ -125,7 +128,7 @@ class ContextFlow(FlowBase):
         )
         refined, refine_error = False, None
         if assembled.cut and self._llm is not None and ctx.refine_with_llm:
-            candidate, refine_error = await self._refine(req.message, assembled, max_tokens)
+            candidate, refine_error = await self._refine(self._llm, req.message, assembled, max_tokens)
             if candidate is not None:
                 assembled, refined = candidate, True
         return ContextResult(
@@ -144,11 +147,10 @@ class ContextFlow(FlowBase):
         )
 
     async def _refine(
-        self, message: str, assembled: AssembledContext, max_tokens: int
+        self, llm: LLM, message: str, assembled: AssembledContext, max_tokens: int
     ) -> tuple[AssembledContext | None, str | None]:
-        """Condense every candidate item with the LLM into what the budget holds; on any
+        """Condense every candidate item with ``llm`` into what the budget holds; on any
         failure the context trimmed by score stands (and the reason is returned)."""
-        assert self._llm is not None
         narrowed = {(i.layer, i.id) for i in assembled.narrowed}
         items = [
             i
@@ -165,7 +167,7 @@ class ContextFlow(FlowBase):
         try:
             text = await asyncio.wait_for(
                 asyncio.to_thread(
-                    refine_items, self._llm, message=message, items=items, budget_tokens=budget, counter=self._counter
+                    refine_items, llm, message=message, items=items, budget_tokens=budget, counter=self._counter
                 ),
                 timeout=self.settings.llm.timeout_s * 2 + 1,
             )

@@ -11,6 +11,8 @@ import asyncio
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
+import numpy as np
+
 from strata.retrieval.terms import extract_terms
 from strata.retrieval.timeparse import resolve_time_range
 from strata.schema import LAYERS, Layer, SearchHit, SearchRequest, SearchResult, TimeRangeOut, WorkingItemOut
@@ -30,7 +32,9 @@ class SearchFlow(ReadFlow):
         missing: dict[str, str] = {}
         reference = req.reference_time or datetime.now(UTC)
         # An explicit time_range filters; one read off the query only prefers (see build_context).
-        parsed = None if req.time_range else await over_text(lambda text: resolve_time_range(text, reference), req.query)
+        parsed = (
+            None if req.time_range else await over_text(lambda text: resolve_time_range(text, reference), req.query)
+        )
         start = req.time_range.start if req.time_range else None
         end = req.time_range.end if req.time_range else None
         prefer = (parsed.start, parsed.end) if parsed else None
@@ -46,9 +50,14 @@ class SearchFlow(ReadFlow):
             else None
         )
 
+        async def query_vector(index: int) -> np.ndarray:
+            if vector_task is None:  # started whenever one of these layers is asked for
+                raise RuntimeError("the query was not embedded")
+            vector: np.ndarray = (await vector_task)[index]
+            return vector
+
         async def episodic() -> None:
-            assert vector_task is not None
-            vector = (await vector_task)[-1]
+            vector = await query_vector(-1)
             found = await self.router.episodic(tenant).search(
                 tenant, query=query, vector=vector, top_k=req.top_k, session_id=req.session_id, start=start, end=end,
                 prefer=prefer, dense_text=texts[-1], speakers_seen=speakers_seen,
@@ -66,8 +75,7 @@ class SearchFlow(ReadFlow):
             versions["working"] = state.version
 
         async def semantic() -> None:
-            assert vector_task is not None
-            vector = (await vector_task)[0]
+            vector = await query_vector(0)
             passages = await self.router.semantic(tenant).search(
                 tenant, query=query, vector=vector, top_k=req.top_k, weights=req.weights, min_cosine=req.min_cosine,
                 doc_ids=req.doc_ids,
@@ -75,8 +83,7 @@ class SearchFlow(ReadFlow):
             hits.extend(SearchHit.model_validate(h) for h in passages)
 
         async def procedural() -> None:
-            assert vector_task is not None
-            vector = (await vector_task)[0]
+            vector = await query_vector(0)
             skills = await self.router.procedural(tenant).search(tenant, query=query, vector=vector, top_k=req.top_k)
             hits.extend(SearchHit.model_validate(skill_hit(s)) for s in skills)
 

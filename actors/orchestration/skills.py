@@ -54,7 +54,9 @@ class SkillFlow(AuditFlow):
             raise InvalidInput("task is blank", field="task")
         task = await asyncio.to_thread(self._pii.for_tenant(tenant).text, task)
         vector = (await self._embed_query([task]))[0]
-        found = await procedural.search(tenant, query=task, vector=vector, top_k=top_k, min_success_rate=min_success_rate)
+        found = await procedural.search(
+            tenant, query=task, vector=vector, top_k=top_k, min_success_rate=min_success_rate
+        )
         return SkillList(skills=[SkillOut.model_validate(s) for s in found], total=len(found))
 
     async def get_skill(self, tenant: str, skill_id: str) -> SkillOut:

@@ -67,7 +67,7 @@ class WriteFlow(AuditFlow):
         # record it twice); the result says what is missing instead.
         # A turn's copies in working memory expire no later than the turn.
         items = []
-        for d, out in zip(dicts, episodic["turns"]):
+        for d, out in zip(dicts, episodic["turns"], strict=True):  # one output per turn
             left = (out["expires_at"] - datetime.now(UTC)).total_seconds() if out["expires_at"] else None
             for role, text in (("user", d["user"]), ("assistant", d["agent"])):
                 if text and text.strip():
@@ -217,7 +217,7 @@ class WriteFlow(AuditFlow):
         SESSION_LAYERS' order), audited per layer; NotFound(``missing``) if none knew ``record_id``."""
         removed: dict[str, int] = {}
         versions: dict[str, int] = {}
-        for layer, result in zip(SESSION_LAYERS, results):
+        for layer, result in zip(SESSION_LAYERS, results, strict=True):
             if isinstance(result, NotFound):
                 continue
             if isinstance(result, BaseException):
@@ -238,4 +238,4 @@ class WriteFlow(AuditFlow):
         removed = await asyncio.gather(*(self.router.layer(layer, tenant).forget_tenant(tenant) for layer in LAYERS))
         self._speakers.pop(tenant, None)  # its speakers' names (another ingress's go at its next search)
         await self._record(tenant, by, "forget_tenant", "all", tenant, None)
-        return dict(zip(LAYERS, removed))
+        return dict(zip(LAYERS, removed, strict=True))
