@@ -91,10 +91,11 @@ def reindex_store(
         def on(t: str, collection: str = collection, base: VectorModel | None = base) -> VectorModel | None:
             return marks.of_tenant(t, collection) or base
 
-        todo: list[tuple[str, list[tuple[Record, str]]]] = []
-        for t in [tenant] if tenant is not None else everyone:
-            if on(t) != model:
-                todo.append((t, texts_of(store.scan(collection, tenant=t, with_vectors=False))))
+        todo: list[tuple[str, list[tuple[Record, str]]]] = [
+            (t, texts_of(store.scan(collection, tenant=t, with_vectors=False)))
+            for t in ([tenant] if tenant is not None else everyone)
+            if on(t) != model
+        ]
         total, done = sum(len(pairs) for _, pairs in todo), 0
         if progress is not None:
             progress(layer, 0, total)

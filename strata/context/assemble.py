@@ -324,7 +324,9 @@ def assemble_context(
         tokens=tokens,
         dropped=[c.item for c in dropped],
         budgets=budgets,
-        narrowed=[c.item for picks in chosen.values() for c, v in sorted(picks, key=lambda p: p[0].order) if v is not c.item],
+        narrowed=[
+            c.item for picks in chosen.values() for c, v in sorted(picks, key=lambda p: p[0].order) if v is not c.item
+        ],
     )
 
 

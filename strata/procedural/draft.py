@@ -146,7 +146,7 @@ def merge_drafts(existing: SkillDraft, new: SkillDraft) -> SkillDraft:
     known = [keys.index(k) for k in new_keys if k in keys]
     # Index of the step the next new one goes after; leading new steps go just before the first known one.
     anchor = known[0] - 1 if known else len(steps) - 1
-    for step, key in zip(new.steps, new_keys):
+    for step, key in zip(new.steps, new_keys, strict=True):
         if key in keys:
             anchor = keys.index(key)
         elif key and len(steps) < MAX_STEPS:

@@ -30,7 +30,7 @@ import numpy as np
 
 from strata.clock import from_ms_or_none
 from strata.config import ProceduralSettings, TTLSettings
-from strata.errors import InvalidInput, NotFound
+from strata.errors import InvalidInput, NotFound, StoreUnavailable
 from strata.ids import validate_id
 from strata.paging import SortedIds
 from strata.procedural.extractors import SkillDraft, merge_drafts, skill_search_text
@@ -208,7 +208,7 @@ class _Pending:
     """A write's result, applied to memory after it is durable."""
 
     skill: Skill
-    vector: np.ndarray | None
+    vector: np.ndarray
     rows: list[Record] = field(default_factory=list)
 
 
@@ -234,7 +234,8 @@ class ProceduralMemory:
     def load(self) -> None:
         for row in self._store.scan(self._collection, tenant=self.tenant, kinds=[SKILL]):
             skill = Skill.from_payload(row.session, row.payload)
-            assert row.vector is not None
+            if row.vector is None:  # scan() reads vectors: a skill row without one is damaged
+                raise StoreUnavailable(f"tenant {self.tenant!r}: skill row {row.pk!r} has no vector")
             self._remember(skill, np.asarray(row.vector, dtype=np.float32))
 
     # -- reads ----------------------------------------------------------------
@@ -276,7 +277,7 @@ class ProceduralMemory:
         weight = self.settings.success_weight
         sims = self._index.scores(np.asarray(vector, dtype=np.float32))
         hits = []
-        for skill_id, sim in zip(self._index.ids, sims.tolist()):
+        for skill_id, sim in zip(self._index.ids, sims.tolist(), strict=True):
             skill = self._skills[skill_id]
             if sim < floor:
                 continue
@@ -339,7 +340,8 @@ class ProceduralMemory:
         tasks = (*existing.tasks, task[:300])[-_TASKS_KEPT:]
         later = max(existing.expires_ms, deadline) if existing.expires_ms and deadline else None
         skill = replace(existing, draft=merged, updated_at=now, updated_by=by, tasks=tasks, expires_ms=later)
-        return self._write(skill, self._vector_for(skill, embed, known=(draft, vector)), change="merged", version=version, now=now)
+        merged_vector = self._vector_for(skill, embed, known=(draft, vector))
+        return self._write(skill, merged_vector, change="merged", version=version, now=now)
 
     def write_edit(
         self, skill_id: str, changes: Mapping[str, Any], *, embed: Embed, by: str, version: int, now: datetime
@@ -382,7 +384,6 @@ class ProceduralMemory:
     # -- in-memory step (on the actor's event loop) -------------------------------
 
     def apply(self, pending: _Pending) -> Skill:
-        assert pending.vector is not None
         self._remember(pending.skill, pending.vector)
         return pending.skill
 
@@ -489,4 +490,8 @@ def validated_changes(changes: Mapping[str, Any]) -> dict[str, Any]:
 def vector_texts(rows: Sequence[Record]) -> list[tuple[Record, str]]:
     """The rows of one tenant that carry a vector (skills), each with the text its vector is
     made from (:func:`skill_search_text`): what ``strata reindex`` embeds again."""
-    return [(row, skill_search_text(Skill.from_payload(row.session, row.payload).draft)) for row in rows if row.kind == SKILL]
+    return [
+        (row, skill_search_text(Skill.from_payload(row.session, row.payload).draft))
+        for row in rows
+        if row.kind == SKILL
+    ]

@@ -48,7 +48,7 @@ _ORDINARY = frozenset("""
     python python3 node go terraform aws gcloud az make curl fastapi django flask postgres redis mysql nginx s3
     ec2 utf-8 utf8 e2e ci cd oauth2 ipv4 ipv6 x86_64 arm64 amd64 py3 bash shell sh sudo
     unit integration src lib bin docs doc dist target assets static public scripts tmp temp home output
-""".split())
+""".split())  # noqa: SIM905  a block of words reads and edits better than a list of quoted ones
 _ERR_START = re.compile(r"^\s*(?:error|failed|failure|fatal|traceback)\b", re.IGNORECASE)
 _ERR_ANY = re.compile(r"Error:|Exception\b|ERR!|错误|失败|报错|异常")
 
@@ -363,7 +363,7 @@ class RuleSkillExtractor:
                 lines.append(rendered[i])
         pitfalls: dict[str, str] = {}
         errors: list[str] = []
-        shapes = [self._shape(step, text) for step, text in zip(steps, rendered)]
+        shapes = [self._shape(step, text) for step, text in zip(steps, rendered, strict=True)]
         for i, step in enumerate(steps):
             if not step.failed:
                 continue
@@ -401,7 +401,9 @@ class RuleSkillExtractor:
             trigger_conditions=unique_items(triggers, MAX_TRIGGERS),
             steps=[clip_text(line, MAX_ITEM) for line in lines[:MAX_STEPS]],
             common_pitfalls=unique_items(list(pitfalls.values()), MAX_PITFALLS),
-            success_criteria=unique_items(criteria, MAX_CRITERIA) or [clip_text(f"the task '{clean_task}' is done", MAX_ITEM)],
+            success_criteria=(
+                unique_items(criteria, MAX_CRITERIA) or [clip_text(f"the task '{clean_task}' is done", MAX_ITEM)]
+            ),
         )
 
     @staticmethod

@@ -106,7 +106,8 @@ class EmbedBatcher:
         while queue:
             pending = queue[:]
             queue.clear()
-            groups = length_groups([len(text) for text, _ in pending], max_batch=self._max_batch, slack=self.SLACK_CHARS)
+            lengths = [len(text) for text, _ in pending]
+            groups = length_groups(lengths, max_batch=self._max_batch, slack=self.SLACK_CHARS)
             # The shortest call first; texts that arrive meanwhile queue for the next round.
             for group in groups:
                 await self._call([pending[i] for i in group], long=queue is self._pending[1])
@@ -119,7 +120,10 @@ class EmbedBatcher:
             if long:
                 if self._long_thread is None:
                     self._long_thread = ThreadPoolExecutor(
-                        max_workers=1, thread_name_prefix="strata-long-embed", initializer=_nicer, initargs=(self.LONG_NICE,)
+                        max_workers=1,
+                        thread_name_prefix="strata-long-embed",
+                        initializer=_nicer,
+                        initargs=(self.LONG_NICE,),
                     )
                 vectors = await asyncio.get_running_loop().run_in_executor(self._long_thread, self._embed, texts)
             else:

@@ -344,7 +344,8 @@ def make_embedder(settings: EmbeddingSettings) -> Embedder:
         return _cached_minilm(settings.threads, settings.batch_size, settings.max_tokens, settings.query_max_tokens)
     if settings.provider == "e5":
         return _cached_e5(settings.threads, settings.max_tokens, settings.query_max_tokens)
-    assert settings.base_url is not None  # checked by StrataSettings
+    if settings.base_url is None:  # StrataSettings checks it; settings built otherwise may not
+        raise ValueError("embedding.base_url is required for the openai provider")
     return OpenAIEmbedder(
         base_url=settings.base_url,
         model=settings.model,

@@ -55,7 +55,10 @@ _CACHED_CHARS = 2048
 #: The pre-tokenizer pattern of cl100k_base (tiktoken 0.14): a piece never goes past a line
 #: break that a visible character follows (see :meth:`TiktokenCounter.count_lines`).
 _LINES_ADD_UP = {
-    r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+|\s++$|\s*[\r\n]|\s+(?!\S)|\s""",
+    (
+        r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+|\s++$|"""
+        r"""\s*[\r\n]|\s+(?!\S)|\s"""
+    ),
 }
 #: Where :meth:`TiktokenCounter.count_lines` cuts a text: after a line break a visible
 #: character follows (Python's whitespace includes all of the tokenizer's, and more).
@@ -83,7 +86,9 @@ class CountMemo:
     def __init__(self, counter: TokenCounter) -> None:
         #: A text of many lines is counted line by line where that is exact (a context: its
         #: item lines come back call after call).
-        self._count: Callable[[str], int] = counter.count_lines if isinstance(counter, TiktokenCounter) else counter.count
+        self._count: Callable[[str], int] = (
+            counter.count_lines if isinstance(counter, TiktokenCounter) else counter.count
+        )
         self._counts: dict[str, int] = {}
 
     def count(self, text: str) -> int:

@@ -17,6 +17,7 @@ MiniLM is English-only) this path carries most of the recall.
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 import re
 import sys
@@ -29,7 +30,16 @@ import numpy as np
 from strata.retrieval.segmenter import jieba
 from strata.retrieval.terms import CJK_STOP_CHARS, extract_terms
 
-__all__ = ["JIEBA_WINDOW_CHARS", "LexicalIndex", "cjk_share", "language_weights", "lexical_terms", "query_terms", "rrf_fuse", "score_fuse"]
+__all__ = [
+    "JIEBA_WINDOW_CHARS",
+    "LexicalIndex",
+    "cjk_share",
+    "language_weights",
+    "lexical_terms",
+    "query_terms",
+    "rrf_fuse",
+    "score_fuse",
+]
 
 _CJK_RUN = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]+")
 #: The most characters of a CJK run jieba is given at once. Its HMM, which cuts the characters
@@ -300,7 +310,7 @@ class LexicalIndex:
             ((-float(scores[i]), doc_id) for i in candidates if (doc_id := ids[i]) is not None),
         )
         found = ((doc_id, -negative) for negative, doc_id in ranked if keep is None or keep(doc_id))
-        return [item for _, item in zip(range(k), found)]
+        return list(itertools.islice(found, k))
 
 
 def rrf_fuse(
@@ -365,7 +375,9 @@ def score_fuse(
             fused[doc_id] += weight * max(score - lo, 0.0) / (hi - lo)
     places = _ranks(ranks)
     keys = set(places) | {doc_id for scores in scored.values() for doc_id in scores}
-    ordered = sorted(((doc_id, fused.get(doc_id, 0.0) / total) for doc_id in keys), key=lambda item: (-item[1], item[0]))
+    ordered = sorted(
+        ((doc_id, fused.get(doc_id, 0.0) / total) for doc_id in keys), key=lambda item: (-item[1], item[0])
+    )
     return [(doc_id, score, places[doc_id]) for doc_id, score in ordered]
 
 

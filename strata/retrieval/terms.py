@@ -15,7 +15,26 @@ import Stemmer  # PyStemmer
 __all__ = ["CJK_STOP_CHARS", "ENGLISH_STOP_WORDS", "LATIN_WORD", "extract_terms", "normalise", "stemmed_words"]
 
 ENGLISH_STOP_WORDS: frozenset[str] = frozenset(
-    ["a", "about", "above", "after", "again", "against", "all", "also", "am", "an", "and", "any", "are", "aren't", "as", "at", "be", "because", "been", "before", "being", "below", "between", "both", "but", "by", "can", "can't", "cannot", "could", "couldn't", "did", "didn't", "do", "does", "doesn't", "doing", "don't", "down", "during", "each", "few", "for", "from", "further", "get", "got", "had", "hadn't", "has", "hasn't", "have", "haven't", "having", "he", "he'd", "he'll", "he's", "her", "here", "here's", "hers", "herself", "him", "himself", "his", "how", "how's", "i", "i'd", "i'll", "i'm", "i've", "if", "in", "into", "is", "isn't", "it", "it's", "its", "itself", "just", "let's", "like", "me", "more", "most", "much", "must", "mustn't", "my", "myself", "no", "nor", "not", "now", "of", "off", "on", "once", "only", "or", "other", "ought", "our", "ours", "ourselves", "out", "over", "own", "please", "really", "same", "said", "say", "says", "shan't", "she", "she'd", "she'll", "she's", "should", "shouldn't", "so", "some", "such", "than", "that", "that's", "the", "their", "theirs", "them", "themselves", "then", "there", "there's", "these", "they", "they'd", "they'll", "they're", "they've", "this", "those", "through", "to", "too", "under", "until", "up", "us", "very", "was", "wasn't", "we", "we'd", "we'll", "we're", "we've", "were", "weren't", "what", "what's", "when", "when's", "where", "where's", "which", "while", "who", "who's", "whom", "why", "why's", "will", "with", "won't", "would", "wouldn't", "yes", "yeah", "you", "you'd", "you'll", "you're", "you've", "your", "yours", "yourself", "yourselves", "ok", "okay", "thanks", "thank", "hi", "hello", "hey", "one", "also", "well", "still", "even", "want", "need", "know", "think", "make", "sure", "thing", "things", "something", "anything", "remember", "mentioned", "told", "going", "back", "earlier", "previously"]
+    [
+        "a", "about", "above", "after", "again", "against", "all", "also", "am", "an", "and", "any", "are", "aren't",
+        "as", "at", "be", "because", "been", "before", "being", "below", "between", "both", "but", "by", "can", "can't",
+        "cannot", "could", "couldn't", "did", "didn't", "do", "does", "doesn't", "doing", "don't", "down", "during",
+        "each", "few", "for", "from", "further", "get", "got", "had", "hadn't", "has", "hasn't", "have", "haven't",
+        "having", "he", "he'd", "he'll", "he's", "her", "here", "here's", "hers", "herself", "him", "himself", "his",
+        "how", "how's", "i", "i'd", "i'll", "i'm", "i've", "if", "in", "into", "is", "isn't", "it", "it's", "its",
+        "itself", "just", "let's", "like", "me", "more", "most", "much", "must", "mustn't", "my", "myself", "no", "nor",
+        "not", "now", "of", "off", "on", "once", "only", "or", "other", "ought", "our", "ours", "ourselves", "out",
+        "over", "own", "please", "really", "same", "said", "say", "says", "shan't", "she", "she'd", "she'll", "she's",
+        "should", "shouldn't", "so", "some", "such", "than", "that", "that's", "the", "their", "theirs", "them",
+        "themselves", "then", "there", "there's", "these", "they", "they'd", "they'll", "they're", "they've", "this",
+        "those", "through", "to", "too", "under", "until", "up", "us", "very", "was", "wasn't", "we", "we'd", "we'll",
+        "we're", "we've", "were", "weren't", "what", "what's", "when", "when's", "where", "where's", "which", "while",
+        "who", "who's", "whom", "why", "why's", "will", "with", "won't", "would", "wouldn't", "yes", "yeah", "you",
+        "you'd", "you'll", "you're", "you've", "your", "yours", "yourself", "yourselves", "ok", "okay", "thanks",
+        "thank", "hi", "hello", "hey", "one", "also", "well", "still", "even", "want", "need", "know", "think", "make",
+        "sure", "thing", "things", "something", "anything", "remember", "mentioned", "told", "going", "back", "earlier",
+        "previously"
+    ]
 )
 
 # Function characters; a bigram made only of these ("我们", "这个") carries no topic.

@@ -72,8 +72,7 @@ def _rule(*patterns: str) -> Callable[[_Resolver], _Resolver]:
     # re.ASCII keeps \b working next to CJK text ("我yesterday") and keeps \d from
     # matching non-ASCII digits.
     def register(fn: _Resolver) -> _Resolver:
-        for pattern in patterns:
-            _RULES.append((re.compile(pattern, re.IGNORECASE | re.ASCII), fn))
+        _RULES.extend((re.compile(pattern, re.IGNORECASE | re.ASCII), fn) for pattern in patterns)
         return fn
 
     return register
@@ -83,7 +82,9 @@ def _rule(*patterns: str) -> Callable[[_Resolver], _Resolver]:
 
 _EN_NUMBERS = {
     word: value
-    for value, word in enumerate(["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve"])
+    for value, word in enumerate(
+        ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve"]
+    )
 } | {"a": 1, "an": 1}
 _CN_DIGITS = {c: i for i, c in enumerate("零一二三四五六七八九")} | {"〇": 0, "两": 2}
 
@@ -216,10 +217,7 @@ def _most_recent(today: date, month: int, day: int) -> date:
 def _date_from(m: re.Match[str], today: date) -> _Span:
     """A day, or a whole month when there is no day. A missing year means the most recent one."""
     groups = m.groupdict()
-    if groups.get("mon"):
-        month = _MONTHS[groups["mon"].lower()]
-    else:
-        month = _cn_int(groups["m"])
+    month = _MONTHS[groups["mon"].lower()] if groups.get("mon") else _cn_int(groups["m"])
     if not groups.get("d"):
         return _month_span(_cn_year(groups["y"]), month)
     day = _cn_int(groups["d"])

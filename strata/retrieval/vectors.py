@@ -56,8 +56,7 @@ class VectorIndex:
 
     def set(self, item_id: str, vector: np.ndarray) -> None:
         """Replace the indexed vector of an item already in the index."""
-        assert self._matrix is not None
-        self._matrix[self._pos[item_id]] = vector
+        self._rows()[self._pos[item_id]] = vector
 
     def position(self, item_id: str) -> int | None:
         """The row of ``item_id`` in :meth:`scores`' result (None: not indexed)."""
@@ -65,8 +64,12 @@ class VectorIndex:
 
     def vectors(self, item_ids: list[str]) -> np.ndarray:
         """The indexed vectors of ``item_ids`` (each in the index), one row each."""
-        assert self._matrix is not None
-        return self._matrix[[self._pos[item_id] for item_id in item_ids]]
+        return self._rows()[[self._pos[item_id] for item_id in item_ids]]
+
+    def _rows(self) -> np.ndarray:
+        if self._matrix is None:  # nothing is indexed, so no item asked for is
+            raise KeyError("the vector index is empty")
+        return self._matrix
 
     def scores(self, query: np.ndarray) -> np.ndarray:
         if self._matrix is None or not self.ids:

@@ -378,7 +378,8 @@ class SemanticMemory:
         query_text: str | None,
     ) -> None:
         """Each passage's relevance: its best matched child's (:mod:`strata.retrieval.relevance`)."""
-        words = self._lexical.relevance(query_text, [pk for pks in matched.values() for pk in pks]) if query_text else {}
+        matched_pks = [pk for pks in matched.values() for pk in pks]
+        words = self._lexical.relevance(query_text, matched_pks) if query_text else {}
         span = self._settings.cosine_span
         for parent, hit in hits.items():
             for pk in matched.get(parent, ()):
@@ -406,7 +407,7 @@ class SemanticMemory:
                 text=chunk.text,
                 payload={"gen": doc.generation, "n": n, "start": chunk.start, "end": chunk.end},
             )
-            for n, (pk, chunk) in enumerate(zip(parent_pks, tree.parents))
+            for n, (pk, chunk) in enumerate(zip(parent_pks, tree.parents, strict=True))
         ]
         rows += [
             Record(
@@ -426,7 +427,9 @@ class SemanticMemory:
                 },
                 vector=np.asarray(vector, dtype=np.float32),
             )
-            for n, (chunk, extraction, vector) in enumerate(zip(tree.children, prepared.extractions, vectors))
+            for n, (chunk, extraction, vector) in enumerate(
+                zip(tree.children, prepared.extractions, vectors, strict=True)
+            )
         ]
         return rows
 

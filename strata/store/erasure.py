@@ -75,7 +75,9 @@ def _rewrite(collection: Any) -> int:
             if not pc.any(hit).as_py():
                 continue
             rows = ids.filter(hit)
-            if any(tombstones[k] > s for k, s in zip(rows.column(pk).to_pylist(), rows.column("_seq").to_pylist())):
+            # Two columns of one table: of one length.
+            seqs = zip(rows.column(pk).to_pylist(), rows.column("_seq").to_pylist(), strict=True)
+            if any(tombstones[k] > s for k, s in seqs):
                 doomed.setdefault(partition, []).append(name)
     if not doomed:
         return 0

@@ -35,6 +35,7 @@ matches the same rows and is never pruned (:meth:`MilvusRecordStore._tenant_term
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import re
@@ -165,10 +166,8 @@ class MilvusRecordStore:
         with self._lock:
             client, self._client = self._client, None
         if client is not None:
-            try:
+            with contextlib.suppress(Exception):  # a client being dropped may be broken already
                 client.close()
-            except Exception:
-                pass
 
     # -- RecordStore --------------------------------------------------------
 
@@ -293,7 +292,7 @@ class MilvusRecordStore:
         buckets = self._buckets.get(collection, 0)
         if not buckets:
             return None
-        return [f"_pk_{int(hashlib.md5(tenant.encode()).hexdigest(), 16) % buckets}"]
+        return [f"_pk_{int(hashlib.md5(tenant.encode(), usedforsecurity=False).hexdigest(), 16) % buckets}"]
 
     def get(self, collection: str, *, tenant: str, pks: Sequence[str]) -> list[Record]:
         if not pks:
@@ -393,7 +392,8 @@ class MilvusRecordStore:
     def _mark_deadlines(self, collection: str) -> None:
         """Before a collection's first row with a deadline: the row that tells every
         process's :meth:`expired` that this collection is worth walking."""
-        marker = Record(_deadlines_pk(collection), SYSTEM_TENANT, _DEADLINES, _DEADLINES, int(time.time() * 1000), "", {})
+        now_ms = int(time.time() * 1000)
+        marker = Record(_deadlines_pk(collection), SYSTEM_TENANT, _DEADLINES, _DEADLINES, now_ms, "", {})
         self._deadlines.add(collection)
         try:
             self.upsert(collection, [marker])
@@ -512,7 +512,7 @@ class MilvusRecordStore:
 def _quiet_pymilvus() -> None:
     # pymilvus logs every failed RPC with a traceback, and configures its
     # loggers when first imported; we map and report errors ourselves.
-    import pymilvus
+    import pymilvus  # noqa: F401  imported for its side effect: it configures its loggers on first import
 
     for name in ("pymilvus", "pymilvus.decorators"):
         logging.getLogger(name).setLevel(logging.CRITICAL)

@@ -153,7 +153,9 @@ class InMemoryRecordStore:
             return [
                 r
                 for r in self._rows[collection].values()
-                if r.tenant == tenant and (session is None or r.session == session) and (kinds is None or r.kind in kinds)
+                if r.tenant == tenant
+                and (session is None or r.session == session)
+                and (kinds is None or r.kind in kinds)
             ]
 
     def get(self, collection: str, *, tenant: str, pks: Sequence[str]) -> list[Record]:
@@ -196,5 +198,7 @@ class InMemoryRecordStore:
             return [
                 (r.tenant, r.session, r.pk)
                 for r in self._rows[collection].values()
-                if r.kind in kinds and isinstance(r.payload.get("expires_ms"), (int, float)) and r.payload["expires_ms"] <= now_ms
+                if r.kind in kinds
+                and isinstance(r.payload.get("expires_ms"), (int, float))
+                and r.payload["expires_ms"] <= now_ms
             ]

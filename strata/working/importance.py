@@ -256,10 +256,7 @@ class ImportanceRules:
         emotion = self.emotion(text)
         if emotion > 0:
             reasons.append("emotion")
-        if explicit:
-            importance = self.explicit_importance
-        else:
-            importance = min(self.implicit_cap, base + relevance + emotion)
+        importance = self.explicit_importance if explicit else min(self.implicit_cap, base + relevance + emotion)
         return ImportanceSignal(importance=_clamp01(importance), reasons=tuple(reasons))
 
     def has_back_reference_marker(self, text: str) -> bool:

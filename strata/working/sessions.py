@@ -8,6 +8,7 @@ the ones that compression dropped.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
@@ -72,7 +73,9 @@ class WorkingSessions:
         validate_id(session_id, field="session_id")
         memory = self._sessions.get(session_id)
         if memory is None:
-            rows = self._store.scan(self._collection, tenant=self.tenant, session=session_id, kinds=[KIND], with_vectors=False)
+            rows = self._store.scan(
+                self._collection, tenant=self.tenant, session=session_id, kinds=[KIND], with_vectors=False
+            )
             memory = self._new()
             rows.sort(key=lambda r: (r.ts_ms, int(r.payload.get("seq", 0))))
             if rows:
@@ -123,7 +126,7 @@ class WorkingSessions:
                 )
                 for item in items
             ]
-            for spec, item in zip(items, added):
+            for spec, item in zip(items, added, strict=True):
                 deadline = expires_ms(self._ttl.seconds(self.tenant, "working", spec.get("ttl_s")), now=now)
                 self.expiries.set((session_id, item.id), deadline)
             after = {item.id: item for item in memory.items}
@@ -185,7 +188,7 @@ class WorkingSessions:
         self._sessions.pop(session_id, None)
         self._seqs.pop(session_id, None)
         # Expiries is no dict: keys() is its only way to iterate.
-        self.expiries.drop([key for key in self.expiries.keys() if key[0] == session_id])
+        self.expiries.drop([key for key in self.expiries.keys() if key[0] == session_id])  # noqa: SIM118  not a dict
 
     # -- expiry ---------------------------------------------------------------
 
@@ -252,12 +255,10 @@ class WorkingSessions:
                 )
             except BaseException:
                 # Undo the new rows (best effort), so a failed call leaves the store as it was.
-                try:
+                with contextlib.suppress(Exception):
                     self._store.delete(
                         self._collection, tenant=self.tenant, session=session_id, pks=[pk(i) for i in assigned]
                     )
-                except Exception:
-                    pass
                 raise
         seqs.update(assigned)
         for item_id in gone:
