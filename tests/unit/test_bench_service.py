@@ -52,7 +52,9 @@ def _pcts(p50: float, p95: float, p99: float, calls: int = 100) -> dict[str, Any
 
 
 def _fake_raw() -> dict[str, Any]:
-    memory = {"rss_mib": 3000.5, "pss_mib": 2500.0, "processes": 20, "largest": [{"process": "ray::X (1)", "rss_mib": 900.0}]}
+    memory = {
+        "rss_mib": 3000.5, "pss_mib": 2500.0, "processes": 20, "largest": [{"process": "ray::X (1)", "rss_mib": 900.0}]
+    }
     return {
         "sizes": {**vars(QUICK)}, "text": "templates", "run_id": "abc123",
         "phase_seconds": {"embed_floor": 5.0, "ingest": 20.0},
@@ -60,21 +62,24 @@ def _fake_raw() -> dict[str, Any]:
                         "all_cores_turns_per_s": 200.0, "all_cores_threads": 2},
         "ingest": {"turns": 1000, "seconds": 8.0, "turns_per_s": 125.0, "batch_turns": 100, "writers": 2,
                    "documents": 20, "documents_seconds": 3.0, "summaries_wait_s": 2.0},
-        "read_your_writes": {"ok": True, "trials": [{"rank": 1, "found_first": True, "write_ms": 50.0, "search_ms": 30.0}]},
+        "read_your_writes": {
+            "ok": True, "trials": [{"rank": 1, "found_first": True, "write_ms": 50.0, "search_ms": 30.0}]
+        },
         "floor_source": "fake",
         "floor": {"context": {"total": _pcts(10.0, 12.0, 14.0), "embed": _pcts(7.0, 8.0, 9.0),
                               "episodic": _pcts(2.0, 3.0, 3.5), "semantic": _pcts(1.0, 1.5, 2.0)},
                   "search": {"total": _pcts(11.0, 13.0, 15.0), "embed": _pcts(7.0, 8.0, 9.0),
                              "episodic": _pcts(2.5, 3.0, 3.5), "semantic": _pcts(1.5, 1.5, 2.0)}},
-        "latency": {"clients": 8, "context": {**_pcts(35.0, 70.0, 90.0), "calls_with_missing_layers": 0, "calls_per_s": 50.0,
-                                              "stack_cpu_ms_per_call": 15.0},
+        "latency": {"clients": 8, "context": {**_pcts(35.0, 70.0, 90.0), "calls_with_missing_layers": 0,
+                                              "calls_per_s": 50.0, "stack_cpu_ms_per_call": 15.0},
                     "search": {**_pcts(25.0, 50.0, 60.0), "calls_per_s": 70.0},
                     "one_client": {"context": {**_pcts(20.0, 30.0, 31.0, 10), "calls_with_missing_layers": 0},
                                    "search": _pcts(15.0, 20.0, 21.0, 10)}},
         "hostile": {"clients": 8,
                     "context": {**_pcts(40.0, 100.0, 150.0, 120), "calls_per_s": 40.0, "calls_with_missing_layers": 0,
                                 "errors": {"RateLimited": 3}, "stack_cpu_ms_per_call": 25.0,
-                                "cpu_ms_per_call_by_process": {"ray::ServeReplica:strata:api": 12.0, "ray::EpisodicShard": 6.0}},
+                                "cpu_ms_per_call_by_process": {"ray::ServeReplica:strata:api": 12.0,
+                                                               "ray::EpisodicShard": 6.0}},
                     "neighbour": {"search": {**_pcts(900.0, 2000.0, 2100.0, 5), "statuses": {"200": 5}},
                                   "bad_keys": {**_pcts(5.0, 9.0, 10.0, 50), "statuses": {"401": 20, "429": 30}},
                                   "maximal_body": {**_pcts(3000.0, 3000.0, 3000.0, 1), "statuses": {"401": 1}},
@@ -110,8 +115,16 @@ def test_arguments() -> None:
 
 def test_strata_bench_without_a_name_runs_the_service_bench(monkeypatch: pytest.MonkeyPatch) -> None:
     seen: list[tuple[str, argparse.Namespace]] = []
-    monkeypatch.setattr(bench_service, "run", lambda a, find_target: seen.append(("service", a)) or 0)
-    monkeypatch.setattr(bench_fanout, "run", lambda a, which, find_target: seen.append((which, a)) or 0)
+    def run_service(a: argparse.Namespace, find_target: object) -> int:
+        seen.append(("service", a))
+        return 0
+
+    def run_fanout(a: argparse.Namespace, which: str, find_target: object) -> int:
+        seen.append((which, a))
+        return 0
+
+    monkeypatch.setattr(bench_service, "run", run_service)
+    monkeypatch.setattr(bench_fanout, "run", run_fanout)
     assert cli.main(["bench", "--quick", "--json", "out.json"]) == 0
     assert cli.main(["bench", "contention", "--json", "c.json"]) == 0
     assert cli.main(["bench", "fanout", "--calls", "3"]) == 0
@@ -141,12 +154,14 @@ def test_json_has_the_figures_with_their_types() -> None:
     assert t["hostile_p99_ratio"] == {"value": 1.67, "target": "<= 2", "met": True}  # 150 / 90
     assert doc["machine"] == {"cpu_count": 2}
     report = format_report(doc)
-    assert "on all 2 cores 200 turns/s" in report and "ingest / all-cores embedder = 0.62x: target >= 0.8: MISSED" in report
+    assert "on all 2 cores 200 turns/s" in report
+    assert "ingest / all-cores embedder = 0.62x: target >= 0.8: MISSED" in report
     assert "p99 with / without = 1.67x: target <= 2: met; the clients' failed calls: RateLimited 3" in report
     assert "random wrong keys, 50 at once: 50 completed" in report and "401 x20, 429 x30" in report
     assert ("CPU per client call: 25 ms with the neighbour, 15 without (the neighbour's share over the phase: 1.20 s); "
             "by process: ray::ServeReplica:strata:api 12.0, ray::EpisodicShard 6.0") in report  # (25 - 15) x 120 calls
-    assert "134,213,632-byte body, a wrong key: 1 completed" in report and "source address 127.0.0.2; 1 rounds" in report
+    assert "134,213,632-byte body, a wrong key: 1 completed" in report
+    assert "source address 127.0.0.2; 1 rounds" in report
     assert "target <= 3: MISSED" in report and "a layer missing: semantic 2" in report
     assert "context answered for 100 of 100 tenants" in report and "true (ranks 1)" in report
     assert "tenants in memory per shard after every tenant's context: working 40/60; episodic 52/48" in report
@@ -176,8 +191,10 @@ def test_the_floor_measured_again_after_the_clients_gives_the_ratios_against_it_
     assert doc["floor_again"] == {"p50_ms": 12.5, "cpu_ms_per_call": 10.0, "p50_over_first": 1.25,
                                   "cpu_over_first": 1.25, "one_client_p50_over_it": 1.6, "throughput_over_it": 0.25}
     assert ("the floor again after the clients: p50 12.5 ms, CPU 10 ms a call (1.25x and 1.25x the first: how far the "
-            "machine's speed moved between the two sides); against it one client 1.6x, throughput 0.25x") in format_report(doc)
-    assert "floor_again" not in summarize(_fake_raw()) and "the floor again" not in format_report(summarize(_fake_raw()))
+            "machine's speed moved between the two sides); against it one client 1.6x, throughput 0.25x"
+            ) in format_report(doc)
+    without = summarize(_fake_raw())
+    assert "floor_again" not in without and "the floor again" not in format_report(without)
 
 
 def test_a_failed_read_your_writes_trial_says_what_ranked_above_the_turn() -> None:
@@ -189,7 +206,8 @@ def test_a_failed_read_your_writes_trial_says_what_ranked_above_the_turn() -> No
     ]}
     report = format_report(summarize(raw))
     assert "false (ranks 1, 2)" in report
-    assert "above the turn of 'I tried making paella.': summary score 0.99 relevance 1.0: 'user: I tried making falafel.'" in report
+    assert ("above the turn of 'I tried making paella.': summary score 0.99 relevance 1.0: "
+            "'user: I tried making falafel.'") in report
 
 
 def test_json_of_a_raw_result_from_before_the_hostile_phase() -> None:
@@ -328,7 +346,8 @@ def test_a_context_floor_also_fits_working_memory_and_assembles_the_context() ->
 def test_memory_of_processes_named_by_a_marker(tmp_path: Path) -> None:
     marker = tmp_path / "head"
     marker.mkdir()
-    code = "import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(30)']); time.sleep(30)"
+    code = ("import subprocess, sys, time; "
+            "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(30)']); time.sleep(30)")
     parent = subprocess.Popen([sys.executable, "-c", code, f"--temp-dir={marker}"])
     try:
         for _ in range(100):  # until the child exists

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -20,7 +21,7 @@ def test_default_yaml_is_the_defaults() -> None:
 
 def test_milvus_server_profile_points_at_a_server_and_requires_a_token(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("STRATA_MILVUS__TOKEN", raising=False)
-    with pytest.raises(ValueError, match="milvus.token is empty: set STRATA_MILVUS__TOKEN"):
+    with pytest.raises(ValueError, match=r"milvus\.token is empty: set STRATA_MILVUS__TOKEN"):
         load_settings(ROOT / "configs" / "milvus-server.yaml")
     monkeypatch.setenv("STRATA_MILVUS__TOKEN", "root:Milvus")
     settings = load_settings(ROOT / "configs" / "milvus-server.yaml")
@@ -42,6 +43,7 @@ def test_serve_config_validates_against_serve_schema() -> None:
     assert names == {"api", "embedding"}
     for deployment in app.deployments:
         scaling = deployment.autoscaling_config
+        assert isinstance(scaling, dict)  # as YAML gives it
         assert scaling["min_replicas"] >= 1 and scaling["max_replicas"] >= scaling["min_replicas"]
         assert scaling["target_ongoing_requests"] > 0
     # The proxy's timeout is the stack's: Strata's own deadline plus the margin, so Strata answers first.
@@ -66,17 +68,19 @@ def test_cluster_yaml_starts_every_node_with_token_auth_and_no_secret_on_a_comma
     assert "--dashboard-host=127.0.0.1" in starts[0]
     mounts = {Path(target).name for target in cluster["file_mounts"]}
     assert {"auth_token", "milvus-token"} <= mounts
-    commands = " ".join(cluster["setup_commands"] + cluster["head_start_ray_commands"] + cluster["worker_start_ray_commands"])
+    commands = " ".join(
+        cluster["setup_commands"] + cluster["head_start_ray_commands"] + cluster["worker_start_ray_commands"]
+    )
     assert "RAY_AUTH_TOKEN=" not in commands and "--token" not in commands
 
 
 def test_context_policies_take_lists_or_per_layer_settings() -> None:
     from strata.config import LayerPolicy
 
-    settings = StrataSettings(context={"policies": {
+    settings = StrataSettings.model_validate({"context": {"policies": {
         "triage": ["episodic", "procedural"],
         "research": {"semantic": {"top_k": 12, "weight": 3}, "episodic": {}},
-    }})
+    }}})
     assert settings.context.policies["triage"] == {"episodic": LayerPolicy(), "procedural": LayerPolicy()}
     assert settings.context.policies["research"]["semantic"] == LayerPolicy(top_k=12, weight=3.0)
     assert StrataSettings.from_dict(settings.to_dict()) == settings
@@ -91,13 +95,13 @@ def test_context_policies_take_lists_or_per_layer_settings() -> None:
         ({"layer_timeouts": {"astral": 1}}, "unknown layer"),
     ],
 )
-def test_bad_context_settings_say_what_to_fix(context: dict, phrase: str) -> None:
+def test_bad_context_settings_say_what_to_fix(context: dict[str, Any], phrase: str) -> None:
     with pytest.raises(ValueError, match=re.escape(phrase)):
-        StrataSettings(context=context)
+        StrataSettings.model_validate({"context": context})
 
 
 def test_layer_deadlines_default_and_override() -> None:
-    ctx = StrataSettings(context={"layer_timeouts": {"semantic": 5}}).context
+    ctx = StrataSettings.model_validate({"context": {"layer_timeouts": {"semantic": 5}}}).context
     assert ctx.timeout_for("semantic") == 5.0 and ctx.timeout_for("episodic") == ctx.layer_timeout_s
 
 

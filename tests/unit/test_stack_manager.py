@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from strata.config import StrataSettings, load_settings
 import strata_cli.ports as ports_module
+from strata.config import StrataSettings, load_settings
 from strata_cli import processes
 from strata_cli.errors import StackError
 from strata_cli.private_files import make_owner_only, owner_only_dir
@@ -42,7 +42,7 @@ def test_a_stale_pidfile_is_not_taken_for_a_running_server(tmp_path: Path) -> No
 
 
 def _settings(data_dir: Path, **overrides: object) -> StrataSettings:
-    return load_settings(None, data_dir=data_dir, **overrides)  # type: ignore[arg-type]
+    return load_settings(None, data_dir=data_dir, **overrides)
 
 
 def _record(stack: Stack) -> None:
@@ -60,8 +60,8 @@ def test_two_data_dirs_get_distinct_ports_kept_while_they_run(tmp_path: Path) ->
         stack.data_dir.mkdir()
         stack.plan_ports()
         _record(stack)
-        for port in (stack.settings.milvus.port, stack.settings.ray.gcs_port):  # as its servers would
-            listening.append(socket.create_server(("127.0.0.1", port)))
+        own = (stack.settings.milvus.port, stack.settings.ray.gcs_port)
+        listening.extend(socket.create_server(("127.0.0.1", port)) for port in own)  # as its servers would
     for sock in listening:
         sock.close()
     ports = [(s.settings.milvus.port, s.settings.ray.gcs_port) for s in (first, second)]
