@@ -15,7 +15,10 @@ from strata_bench.pii import EVASION_CORPUS, evaluate, load_corpus
 
 DETECTOR = RuleDetector()
 MASK = Redactor(DETECTOR, dict.fromkeys(PII_TYPES, "mask"), hash_key=b"test-key")
-FW = str.maketrans("0123456789-+() @.", "０１２３４５６７８９－＋（）\u3000＠．")
+# Look-alikes are built from code points, so a reader sees which: full-width forms sit at U+FF01..FF5E, 0xFEE0 above
+# their ASCII letter (the space's is the ideographic space); Arabic-Indic digits at U+0660..0669.
+FW = str.maketrans({c: chr(ord(c) + 0xFEE0) for c in "0123456789-+()@."} | {" ": "\u3000"})
+FW_AT = "@".translate(FW)
 AR = str.maketrans("0123456789", "٠١٢٣٤٥٦٧٨٩")
 ZW, NBSP = "\u200b", "\u00a0"
 
@@ -25,12 +28,12 @@ def found(text: str) -> list[tuple[str, str]]:
 
 
 EVASIONS = [
-    # full-width digits and ＠
+    # full-width digits and at-sign
     ("card", "4929 1737 4286 2308".translate(FW)),
     ("phone", "+44 20 7946 0555".translate(FW)),
     ("phone", "13698765432".translate(FW)),
     ("cn_id", "11010519491231002X".translate(FW)),
-    ("email", "liu.yang＠example.com"),
+    ("email", f"liu.yang{FW_AT}example.com"),
     # cards: dots, slashes, mixed, no-break and zero-width spaces, a space between every digit, Arabic-Indic
     ("card", "4929.1737.4286.2308"),
     ("card", "4929/1737/4286/2308"),
@@ -43,7 +46,7 @@ EVASIONS = [
     ("email", "li" + ZW + "u.yang@example.com"),
     ("email", "zoë.müller@exämple.de"),
     ("email", "user@例子.中国"),
-    ("email", "ada@ехаmрlе.com"),  # Cyrillic е, х, а, р
+    ("email", "ada@\u0435\u0445\u0430m\u0440l\u0435.com"),  # Cyrillic ie, ha, a, er in "example"
     ("email", "liu.yang[at]example.com"),
     ("email", "liu.yang (at) example (dot) com"),
     ("email", "liu.yang at example dot com"),
@@ -71,7 +74,7 @@ def test_an_evasive_spelling_is_found_and_masked_in_the_original(type_: str, val
     "text",
     [
         "Meet me at the station at 5 pm, look at example dot com later.",
-        "Version 4.12.3 ships on 2024-06-01; the flat is ￥１２９９.",
+        "Version 4.12.3 ships on 2024-06-01; the flat is ￥" + "1299".translate(FW) + ".",
         "Serial 123-45-6789 on the router label.",
         "Renew your passport before 2030.",
         "AsiaPacificRegionals and de44a7c09f1b2e3d4c5b6a7f8e9d0c1b",
@@ -100,7 +103,7 @@ def test_pseudonyms_of_look_alikes_equal_the_plain_value() -> None:
 
 
 def test_the_view_maps_back_to_whole_original_characters() -> None:
-    text = "ａ\u200bé①ﬁ"
+    text = "\uff41\u200bé①ﬁ"  # a full-width a, a zero-width space, é, a circled 1, the fi ligature
     view = normal_view(text)
     assert view.text == "ae1fi" and view.span(0, 2) == (0, 3) and view.span(3, 5) == (4, 5)
     assert normal_view("plain ascii, 中文").origin is None
@@ -108,7 +111,9 @@ def test_the_view_maps_back_to_whole_original_characters() -> None:
 
 def test_the_speaker_and_metadata_are_redacted_like_the_text() -> None:
     pii = Redaction(PIISettings()).for_tenant("t1")
-    turn = pii.model(TurnIn(user="hello", speaker="jane.doe@example.com", metadata={"from": "jane.doe＠example.com"}))
+    turn = pii.model(
+        TurnIn(user="hello", speaker="jane.doe@example.com", metadata={"from": f"jane.doe{FW_AT}example.com"})
+    )
     assert turn.speaker == "[EMAIL]" and turn.metadata == {"from": "[EMAIL]"}
     interaction = pii.model(InteractionIn(session_id="s", user="hi", speaker="+44 20 7946 0555"))
     assert interaction.speaker == "[PHONE]"
