@@ -116,7 +116,7 @@ async def test_the_async_client_raises_httpx_errors_when_no_answer_comes() -> No
         with pytest.raises(httpx.ConnectError):
             await client.health()
     async with _server(slow) as url, AsyncStrataClient(url, "sk-strata-x", timeout_s=0.2) as client:
-        with pytest.raises(httpx.TimeoutException, match="no answer within 0.2 s"):
+        with pytest.raises(httpx.TimeoutException, match=r"no answer within 0\.2 s"):
             await client.health()
     async with _server(hang_up) as url, AsyncStrataClient(url, "sk-strata-x") as client:
         with pytest.raises(httpx.HTTPError):

@@ -101,7 +101,10 @@ def test_score_passages_on_hand_made_hits() -> None:
 
 def test_passage_board_means_and_tokens() -> None:
     board = PassageBoard([1, 2], tokens_k=2)
-    board.add("x", [("a", 0, 5)], [("a", 0, 5), ("a", 9, 12)], texts=["one two", "three", "four"], count=lambda t: len(t.split()))
+    board.add(
+        "x", [("a", 0, 5)], [("a", 0, 5), ("a", 9, 12)], texts=["one two", "three", "four"],
+        count=lambda t: len(t.split()),
+    )
     board.add("y", [("a", 0, 5), ("b", 0, 5)], [("b", 1, 2)], texts=["five"], count=lambda t: len(t.split()))
     report = board.report()
     assert report["categories"]["x"] == {"recall@1": 1.0, "any@1": 1.0, "recall@2": 1.0, "any@2": 1.0,

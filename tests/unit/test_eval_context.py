@@ -213,7 +213,8 @@ def test_evaluate_context_reports_every_method_and_the_history() -> None:
                                 make_client=LayerClient)
     assert set(document["methods"]) == {"strata", "bm25 packed"}
     assert document["best_baseline"] == "bm25"
-    assert document["history_tokens"]["per_conversation"] == {"c1": COUNTER.count(history_text(benchmark.conversations[0]))}
+    history = COUNTER.count(history_text(benchmark.conversations[0]))
+    assert document["history_tokens"]["per_conversation"] == {"c1": history}
     table = format_context_table(document)
     assert "strata" in table and "bm25 packed" in table and "(best baseline)" in table
     assert "items: episodic/turn" in table

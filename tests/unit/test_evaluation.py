@@ -387,7 +387,9 @@ def dense(embedder: OnnxMiniLMEmbedder) -> DenseRetriever:
 
 
 def test_turn_document() -> None:
-    assert turn_document(CORPUS[0]) == 'Sam said, "The deploy failed again with ERR_CONN_RESET from the payment gateway."'
+    assert turn_document(CORPUS[0]) == (
+        'Sam said, "The deploy failed again with ERR_CONN_RESET from the payment gateway."'
+    )
     assert turn_document(CORPUS[5]) == 'Ana said, "Look at this!" [shared an image: a photo of a violin on a stage]'
 
 

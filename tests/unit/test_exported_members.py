@@ -42,9 +42,11 @@ def _modules() -> list[str]:
     for top in FOLDERS.values():
         package = importlib.import_module(top)
         names.append(top)
-        for info in pkgutil.walk_packages(package.__path__, prefix=f"{top}."):
-            if not info.name.startswith(SCRIPTS + ".") and not info.name.endswith(".__main__"):
-                names.append(info.name)
+        names.extend(
+            info.name
+            for info in pkgutil.walk_packages(package.__path__, prefix=f"{top}.")
+            if not info.name.startswith(SCRIPTS + ".") and not info.name.endswith(".__main__")
+        )
     return sorted(names)
 
 

@@ -82,7 +82,9 @@ def test_serves_config_gets_its_side_doors_on_loopback_and_the_clients_address(s
     assert "option forwardfor" in _section(hardened, "defaults")
     checked = short_dir / "checked.cfg"
     checked.write_text(hardened)
-    done = subprocess.run([real_haproxy(), "-c", "-f", str(checked)], check=False, capture_output=True, text=True, timeout=30)
+    done = subprocess.run(
+        [real_haproxy(), "-c", "-f", str(checked)], check=False, capture_output=True, text=True, timeout=30
+    )
     assert done.returncode == 0, done.stdout + done.stderr
 
 
@@ -93,7 +95,9 @@ def test_a_config_of_another_shape_is_refused() -> None:
 
 def test_the_command_runs_haproxy_on_a_hardened_copy_only_its_owner_reads(short_dir: Path) -> None:
     source = _serve_config(short_dir, port=free_port())
-    done = subprocess.run([str(COMMAND), "-c", "-f", str(source)], check=False, capture_output=True, text=True, timeout=30)
+    done = subprocess.run(
+        [str(COMMAND), "-c", "-f", str(source)], check=False, capture_output=True, text=True, timeout=30
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     copy = source.with_name("haproxy.cfg.strata")
     assert copy.read_text() == harden(source.read_text())
@@ -155,7 +159,9 @@ def test_the_door_rules_go_into_the_client_frontend_only_and_haproxy_accepts_the
     assert harden(source.read_text(), failed_auth_limit=0) == harden(source.read_text())
     checked = short_dir / "door.cfg"
     checked.write_text(hardened)
-    done = subprocess.run([real_haproxy(), "-c", "-f", str(checked)], check=False, capture_output=True, text=True, timeout=30)
+    done = subprocess.run(
+        [real_haproxy(), "-c", "-f", str(checked)], check=False, capture_output=True, text=True, timeout=30
+    )
     assert done.returncode == 0, done.stdout + done.stderr
 
 
@@ -198,7 +204,9 @@ def test_an_address_that_floods_wrong_keys_is_turned_away_at_the_door_but_its_go
         f"backend api\n    server api 127.0.0.1:{backend.server_address[1]}\n",
         failed_auth_limit=10,
     ))
-    proxy = subprocess.Popen([real_haproxy(), "-db", "-f", str(config)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proxy = subprocess.Popen(
+        [real_haproxy(), "-db", "-f", str(config)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
 
     def get(source: str, path: str, key: str) -> http.client.HTTPResponse:
         connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10, source_address=(source, 0))

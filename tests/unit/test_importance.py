@@ -70,7 +70,10 @@ def test_explicit_english_is_one(text: str) -> None:
 
 @pytest.mark.parametrize(
     "text",
-    ["记住我的生日是五月三日", "请记住我不吃辣", "别忘了明天开会", "不要忘记带护照", "记一下这个电话号码", "这个很重要"],
+    [
+        "记住我的生日是五月三日", "请记住我不吃辣", "别忘了明天开会", "不要忘记带护照", "记一下这个电话号码",
+        "这个很重要",
+    ],
 )
 def test_explicit_chinese_is_one(text: str) -> None:
     signal = score(text, role="user")

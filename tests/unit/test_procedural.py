@@ -53,12 +53,15 @@ def memory() -> ProceduralMemory:
 
 
 def learn(memory: ProceduralMemory, skill_id: str, d: SkillDraft, vector: np.ndarray, version: int = 1) -> None:
-    pending = memory.write_learned(skill_id, d, vector, embed=Embedder(), task=d.description, by="k1", version=version, now=T0)
+    pending = memory.write_learned(
+        skill_id, d, vector, embed=Embedder(), task=d.description, by="k1", version=version, now=T0
+    )
     memory.apply(pending)
 
 
 def outcome(memory: ProceduralMemory, skill_id: str, success: bool, version: int) -> None:
-    memory.apply(memory.write_outcome(skill_id, success=success, notes=None, by="k2", version=version, now=T0 + timedelta(minutes=version)))
+    now = T0 + timedelta(minutes=version)
+    memory.apply(memory.write_outcome(skill_id, success=success, notes=None, by="k2", version=version, now=now))
 
 
 def test_wilson_lower_bound_prefers_evidence() -> None:
@@ -102,7 +105,9 @@ def test_near_duplicate_is_found_and_merged_with_a_new_version(memory: Procedura
     extra = draft("deploy-api", steps=["Run `make build`", "Run `make test`", "Run `make deploy ENV={env}`"],
                   pitfalls=["a stale cache"])
     embed = Embedder()
-    memory.apply(memory.write_learned("skill-a", extra, unit(1, 0.12), embed=embed, task="deploy again", by="k3", version=2, now=T0))
+    memory.apply(memory.write_learned(
+        "skill-a", extra, unit(1, 0.12), embed=embed, task="deploy again", by="k3", version=2, now=T0
+    ))
     skill = memory.get("skill-a")
     assert skill.draft.steps == ["Run `make build`", "Run `make test`", "Run `make deploy ENV={env}`"]
     assert skill.draft.common_pitfalls == ["forgetting the env", "a stale cache"]

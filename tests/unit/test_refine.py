@@ -94,7 +94,9 @@ def test_prompt_carries_the_message_the_items_and_the_budget(server: Server) -> 
     assert MESSAGE in user
     lines = user.splitlines()
     assert any(line.startswith("[1] (episodic, 2024-03-01 09:30)") and "OPS-1234" in line for line in lines)
-    assert any(line.startswith("[2] (semantic, undated, from Runbook)") and "make restart NODE=7" in line for line in lines)
+    assert any(
+        line.startswith("[2] (semantic, undated, from Runbook)") and "make restart NODE=7" in line for line in lines
+    )
     assert any(line.startswith("[3] (procedural, undated)") and "我们周末去爬山" in line for line in lines)
     assert user.index("[1]") < user.index("[2]") < user.index("[3]")  # the caller's order: best first
 
@@ -102,7 +104,9 @@ def test_prompt_carries_the_message_the_items_and_the_budget(server: Server) -> 
 def test_long_input_is_truncated(server: Server) -> None:
     many = [ITEMS[0].model_copy(update={"id": f"t{n}", "text": f"<{n:03d}> " + "word " * 200}) for n in range(50)]
     url = server.serve(lambda n: _reply(SHORT))
-    refine_items(_llm(url), message="hello " * 5000, items=many, budget_tokens=50, counter=COUNTER, max_input_chars=6000)
+    refine_items(
+        _llm(url), message="hello " * 5000, items=many, budget_tokens=50, counter=COUNTER, max_input_chars=6000
+    )
     user = server.requests[0]["messages"][1]["content"]
     assert len(user) <= 6000
     assert "<000>" in user and "<049>" not in user
