@@ -11,6 +11,9 @@ import pytest
 
 from tests.e2e.running import Running
 
+#: One request of tenant B: method, path, and httpx's keyword arguments.
+Attempt = tuple[str, str, dict[str, Any]]
+
 ALPHA = "Alpha-Secret-7731"  # only tenant A writes it; tenant B searches for it
 HIDDEN = "Quokka-Ledger-5512"  # written by A next to ALPHA, never sent by B: any sight of it is a leak
 
@@ -21,8 +24,8 @@ HOSTILE_IDS = [
     "%25",
     "..%2F..%2Fetc%2Fpasswd",
     "../../etc/passwd",
-    "pl\u0430ns",  # a Cyrillic а that looks like plans
-    "ｐｌａｎｓ",  # full-width
+    "pl\u0430ns",  # a Cyrillic a (U+0430) that looks like plans
+    "\uff50\uff4c\uff41\uff4e\uff53",  # "plans" in full-width letters
     "x" * 300,
     "'; drop collection strata_state; --",
     "*",
@@ -67,20 +70,25 @@ def test_no_route_crosses_tenants(stack: Running) -> None:
     b = Probe(stack, created.stdout.strip().splitlines()[-1])
 
     # Tenant A writes under ids tenant B will also use, and under ids only A has.
-    assert a.post("/v1/sessions/shared/turns", json={"user": f"My vault code is {ALPHA}, ledger {HIDDEN}."}).status_code == 201
-    assert a.post("/v1/sessions/a-only/turns", json={"user": f"{ALPHA} lives here too, with {HIDDEN}."}).status_code == 201
-    assert a.post("/v1/sessions/shared/working/items",
-                  json={"items": [{"role": "user", "content": f"Keep {ALPHA} and {HIDDEN} in mind"}]}).status_code == 200
+    vault = {"user": f"My vault code is {ALPHA}, ledger {HIDDEN}."}
+    assert a.post("/v1/sessions/shared/turns", json=vault).status_code == 201
+    here_too = {"user": f"{ALPHA} lives here too, with {HIDDEN}."}
+    assert a.post("/v1/sessions/a-only/turns", json=here_too).status_code == 201
+    in_mind = {"items": [{"role": "user", "content": f"Keep {ALPHA} and {HIDDEN} in mind"}]}
+    assert a.post("/v1/sessions/shared/working/items", json=in_mind).status_code == 200
     for doc_id in ("plans", "a-only-doc"):
-        r = a.post("/v1/documents", json={"doc_id": doc_id, "title": f"{ALPHA} plans",
-                                          "text": f"# Plans\n\n{ALPHA} Industries uses Kafka for billing; ledger {HIDDEN}."})
+        text = f"# Plans\n\n{ALPHA} Industries uses Kafka for billing; ledger {HIDDEN}."
+        r = a.post("/v1/documents", json={"doc_id": doc_id, "title": f"{ALPHA} plans", "text": text})
         assert r.status_code == 201, r.text
-    skill = a.post("/v1/skills:extract", json={"task": f"Rotate the {ALPHA} keys", "trace": ["vault rotate"]}).json()
+    skill = a.post(
+        "/v1/skills:extract", json={"task": f"Rotate the {ALPHA} keys", "trace": ["vault rotate"]}
+    ).json()
     job = a.post("/v1/interactions", json={"session_id": "a-only", "user": f"deploy {ALPHA}", "agent": "done",
                                            "task_type": "deployment", "success": True,
                                            "trace": ["make deploy"]}).json()["skill_job"]
     # Tenant B has a session and a document of the same names.
-    assert b.send("POST", "/v1/sessions/shared/turns", expect_4xx=False, json={"user": "Bob's own note."}).status_code == 201
+    own = b.send("POST", "/v1/sessions/shared/turns", expect_4xx=False, json={"user": "Bob's own note."})
+    assert own.status_code == 201
     assert b.send("POST", "/v1/documents", expect_4xx=False,
                   json={"doc_id": "plans", "text": "# Bob\n\nBob's plans."}).status_code == 201
 
@@ -114,7 +122,7 @@ def test_no_route_crosses_tenants(stack: Running) -> None:
         b.send("GET", path, expect_4xx=False)
     # Changing and deleting A's ids.
     sid = skill["skill_id"]
-    for method, path, kw in [
+    changes: list[Attempt] = [
         ("DELETE", "/v1/documents/a-only-doc", {}),
         ("DELETE", "/v1/sessions/a-only", {}),
         ("DELETE", f"/v1/skills/{sid}", {}),
@@ -122,12 +130,13 @@ def test_no_route_crosses_tenants(stack: Running) -> None:
         ("POST", f"/v1/skills/{sid}/outcomes", {"json": {"success": False}}),
         ("DELETE", "/v1/admin/tenants/demo", {}),
         ("GET", "/v1/admin/keys", {}),
-    ]:
+    ]
+    for method, path, kw in changes:
         b.send(method, path, expect_4xx=True, **kw)
     # Hostile ids in every id position.
     for hostile in HOSTILE_IDS:
         raw = quote(hostile, safe="")
-        for method, path, kw in [
+        attempts: list[Attempt] = [
             ("GET", f"/v1/documents/{raw}", {}),
             ("DELETE", f"/v1/documents/{raw}", {}),
             ("GET", f"/v1/skills/{raw}", {}),
@@ -141,7 +150,8 @@ def test_no_route_crosses_tenants(stack: Running) -> None:
             ("POST", "/v1/context", {"json": {"message": "x", "session_id": hostile}}),
             ("POST", "/v1/documents", {"json": {"doc_id": hostile, "text": "x"}}),
             ("GET", f"/v1/documents?after={raw}", {}),
-        ]:
+        ]
+        for method, path, kw in attempts:
             b.send(method, path, expect_4xx=True, **kw)
     # Path traversal that an HTTP client would normalise: sent as raw bytes.
     for raw_path in ("/v1/documents/../sessions/a-only/working", "/v1/documents/%2e%2e%2fsessions"):

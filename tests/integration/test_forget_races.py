@@ -17,6 +17,7 @@ milvus-lite; writers call the layer shards through their typed handles, as the o
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import threading
 import time
@@ -155,7 +156,7 @@ async def _race(
     runs = {layer: LayerRun(layer) for layer in LAYERS}
     await asyncio.gather(
         *(
-            _run_layer(runs[layer], _writer_call(router, tenant, layer, dim), lambda layer=layer: cut(router, layer))
+            _run_layer(runs[layer], _writer_call(router, tenant, layer, dim), functools.partial(cut, router, layer))
             for layer in LAYERS
         )
     )
@@ -170,7 +171,7 @@ async def _race(
 
 def _rows(settings: Any, tenant: str) -> tuple[dict[Layer, list[Record]], Collections, Any]:
     store, names = open_store(settings)
-    where = {
+    where: dict[Layer, tuple[str, list[str] | None]] = {
         "episodic": (names.episodic, None),
         "working": (names.state, ["working"]),
         "semantic": (names.semantic, None),
@@ -434,7 +435,9 @@ async def test_a_background_document_job_running_at_forget_time_is_refused_not_w
     router = LayerRouter(settings)
     tenant = "forget-doc-job"
     shard = router.semantic(tenant)
-    text = "\n\n".join(f"## Part {n}\n\nService number {n} writes its logs to bucket logs-{n} every hour." for n in range(800))
+    text = "\n\n".join(
+        f"## Part {n}\n\nService number {n} writes its logs to bucket logs-{n} every hour." for n in range(800)
+    )
     submitted = await shard.index_document(tenant, {"doc_id": "big", "text": text}, wait=False)
     assert submitted.status == "indexing"
     deadline = time.monotonic() + HANG_S
