@@ -5,6 +5,7 @@ hashes: the history of runs lives in docs/)."""
 from __future__ import annotations
 
 import re
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -68,3 +69,11 @@ def test_the_readme_runs_the_tests_with_the_command_ci_runs() -> None:
     assert commands, ".ci/run no longer names the command it runs in its comment"
     readme = README.read_text(encoding="utf-8").splitlines()
     assert commands[0] in readme, f"README.md does not give .ci/run's command: {commands[0]}"
+
+
+def test_the_readme_lists_every_folder_under_the_name_it_installs_as() -> None:
+    with (ROOT / "pyproject.toml").open("rb") as f:
+        package_dir = tomllib.load(f)["tool"]["setuptools"]["package-dir"]
+    rows = re.findall(r"^\| `([a-z_]+)/` \| `([a-z_]+)` \|", README.read_text(encoding="utf-8"), re.MULTILINE)
+    listed = {name: folder for folder, name in rows if folder != name}
+    assert listed == package_dir, "README.md's folder table differs from [tool.setuptools.package-dir]"
