@@ -8,7 +8,7 @@ import asyncio
 from typing import Any
 
 import pytest
-from agents import Agent, Model, ModelResponse, Runner, Usage, set_tracing_disabled
+from agents import Agent, Model, ModelResponse, Runner, TResponseInputItem, Usage, set_tracing_disabled
 from agents.memory import Session, SessionSettings
 from llama_index.core.base.llms.types import ChatMessage
 from llama_index.core.memory import Memory
@@ -122,9 +122,9 @@ def test_agents_runner_keeps_its_history_in_strata_per_tenant(agents_stack: Runn
     beta = StrataSession("shared-name", _connection(agents_stack, "agents-beta"))
 
     async def scenario() -> list[str]:
-        answers = []
-        for prompt in ("one", "two", "three"):
-            answers.append(str((await Runner.run(agent, prompt, session=alpha)).final_output))
+        answers = [
+            str((await Runner.run(agent, prompt, session=alpha)).final_output) for prompt in ("one", "two", "three")
+        ]
         answers.append(str((await Runner.run(agent, "alone", session=beta)).final_output))
         return answers
 
@@ -136,7 +136,7 @@ def test_agents_runner_keeps_its_history_in_strata_per_tenant(agents_stack: Runn
 
 def test_agents_session_refuses_what_no_turn_can_hold(agents_stack: Running) -> None:
     session = StrataSession("big", _connection(agents_stack, "agents-big"))
-    huge = {"role": "user", "content": "x" * 20_000}
+    huge: TResponseInputItem = {"role": "user", "content": "x" * 20_000}
     with pytest.raises(ValueError, match="16000"):
         asyncio.run(session.add_items([ITEMS[0], huge]))
     assert asyncio.run(session.get_items()) == []  # nothing of the batch was recorded

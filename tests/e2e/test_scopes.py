@@ -18,7 +18,7 @@ from tests.e2e.running import Running
 from tests.unit.test_scopes import EXPECTED
 
 DOC = "Ocelot-Harbor-3391"  # only in the tenant's document and skill: a session key must never see it
-KINDS = {  # the keys of tests/unit/test_scopes.py, in its order (admin made separately)
+KINDS: dict[str, dict[str, object]] = {  # the keys of tests/unit/test_scopes.py, in its order (admin made separately)
     "tenant": {},
     "read-only": {"read_only": True},
     "session": {"session_id": "own"},
@@ -137,20 +137,20 @@ def test_a_session_key_sees_no_documents_or_skills_unless_shared(stack: Running,
     layers ["semantic"] answered 200 with the document's text."""
     keys = world["keys"]
     for layers in (["semantic"], ["procedural"], ["episodic", "semantic"]):
-        body = {"query": f"{DOC} plans", "session_id": "own", "layers": layers}
+        body: dict[str, object] = {"query": f"{DOC} plans", "session_id": "own", "layers": layers}
         refused = stack.call("POST", "/v1/search", keys["session"], body)
         assert refused.status_code == 403 and DOC not in refused.text, refused.text
         assert "may not read" in refused.json()["message"]
-    for route, body in (
+    for route, ask in (
         ("/v1/search", {"query": f"{DOC} plans", "session_id": "own", "top_k": 100}),
         ("/v1/context", {"message": f"{DOC} plans", "session_id": "own", "task_type": "deployment"}),
     ):
-        answer = stack.call("POST", route, keys["session"], body)
+        answer = stack.call("POST", route, keys["session"], ask)
         assert answer.status_code == 200, answer.text
-        layers = {h["layer"] for h in answer.json().get("hits", [])} | {
+        seen = {h["layer"] for h in answer.json().get("hits", [])} | {
             s["layer"] for s in answer.json().get("sections", [])
         }
-        assert not layers & {"semantic", "procedural"}, (route, layers)
+        assert not seen & {"semantic", "procedural"}, (route, seen)
     refused = stack.call(
         "POST", "/v1/context", keys["session"], {"message": "plans", "session_id": "own", "layers": ["semantic"]}
     )

@@ -56,7 +56,7 @@ async def test_time_expression_prefers_its_range(alice: InClusterClient) -> None
     await alice.record_turn("later", "I adopted a cat named Miso.", timestamp=T0 + timedelta(days=8))
     reference = T0 + timedelta(days=9)  # Wednesday of the following week
     yesterday = await alice.search("what happened yesterday?", layers=["episodic"], reference_time=reference)
-    assert yesterday.time_range is not None and yesterday.time_range.expression.lower() == "yesterday"
+    assert yesterday.time_range is not None and (yesterday.time_range.expression or "").lower() == "yesterday"
     assert yesterday.hits[0].session_id == "later"
     last_week = await alice.search("上周我做了什么", layers=["episodic"], reference_time=reference)
     assert last_week.hits and last_week.hits[0].session_id == "trip"
@@ -216,7 +216,8 @@ async def test_llm_summaries_fall_back_and_never_lose_turns(milvus: MilvusServer
         if behaviour == "refusal":
             from tests.llm_server import chat_body
             return lambda: (200, chat_body(None, refusal="I can't help with that."))
-        return '{"summary": "The user described two walks.", "key_topics": ["walks"], "action_items": [], "user_preferences": []}'
+        return ('{"summary": "The user described two walks.", "key_topics": ["walks"], "action_items": [], '
+                '"user_preferences": []}')
 
     with llm_server(script) as (url, received):
         settings = settings_for(milvus, llm={"base_url": url, "timeout_s": 0.5, "max_retries": 0},

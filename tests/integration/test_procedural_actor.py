@@ -5,6 +5,7 @@ OpenAI-compatible server started here."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import time
 from collections.abc import Callable
@@ -17,7 +18,7 @@ from strata.errors import LLMError, NotFound, PreconditionRequired, VersionConfl
 from strata_actors.client import InClusterClient
 from strata_actors.router import LayerRouter
 from tests.conftest import MilvusServer, settings_for
-from tests.llm_server import Reply, chat_body, hang, llm_server
+from tests.llm_server import Reply, hang, llm_server
 
 pytestmark = pytest.mark.usefixtures("ray_local")
 
@@ -79,7 +80,9 @@ async def test_rule_extraction_search_outcomes_and_history(plain: InClusterClien
     assert (current.uses, current.successes, current.version) == (3, 0, 5)
     with pytest.raises(PreconditionRequired):
         await plain.update_skill(skill.skill_id, {"description": "x"}, expected_version=None)  # type: ignore[arg-type]
-    edited = await plain.update_skill(skill.skill_id, {"description": "Ship a service to a cluster"}, expected_version=5)
+    edited = await plain.update_skill(
+        skill.skill_id, {"description": "Ship a service to a cluster"}, expected_version=5
+    )
     assert edited.version == 6 and edited.description == "Ship a service to a cluster"
     with pytest.raises(VersionConflict) as info:
         await plain.update_skill(skill.skill_id, {"description": "stale"}, expected_version=5)
@@ -141,7 +144,9 @@ async def test_interaction_learns_a_skill_in_the_background(plain: InClusterClie
     assert "rebuild" in skill.description.lower()
     assert (await plain.get_working("s-learn")).items  # the exchange reached working memory too
 
-    skipped = await plain.post_interaction({"session_id": "s-learn", "user": "thanks", "task_type": "general", "success": True})
+    skipped = await plain.post_interaction(
+        {"session_id": "s-learn", "user": "thanks", "task_type": "general", "success": True}
+    )
     assert skipped.skill_job is None and "learn_from" in skipped.learning
     failed = await plain.post_interaction({"session_id": "s-learn", "user": "it broke", "task_type": "coding",
                                            "success": False, "trace": ["make"]})
@@ -162,7 +167,9 @@ async def test_four_layer_context_stays_in_budget_and_survives_a_dead_layer(milv
         assert ctx.token_count <= budget
         assert "timed out" in ctx.missing["episodic"]  # a 1 ms deadline: left out, the rest answers
         assert {s.layer for s in ctx.sections if s.items} >= {"working"}
-    ctx = await client.build_context("how do I deploy payments to staging?", "s1", task_type="deployment", max_tokens=1500)
+    ctx = await client.build_context(
+        "how do I deploy payments to staging?", "s1", task_type="deployment", max_tokens=1500
+    )
     assert ctx.missing == {} and {"semantic", "procedural"} <= {s.layer for s in ctx.sections if s.items}
     assert "kubectl" in ctx.context
 
@@ -216,7 +223,8 @@ async def test_llm_drafts_the_skill_and_a_failure_is_kept_and_retried(milvus: Mi
             await client.extract_skill("Rotate the API keys of the billing service", ["vault write billing/rotate"])
         assert time.monotonic() - started < 10
 
-        replies[0] = json.dumps({**LLM_SKILL, "skill_name": "restore-database", "description": "Restore a database from a dump",
+        replies[0] = json.dumps({**LLM_SKILL, "skill_name": "restore-database",
+                                 "description": "Restore a database from a dump",
                                  "trigger_conditions": ["a database must be restored from backup"],
                                  "steps": ["pg_restore -d {database} {dump}"]})
         state["mode"] = "good"
@@ -259,11 +267,11 @@ async def test_a_pending_job_survives_the_actor_dying(milvus: MilvusServer) -> N
 
         assert await until(learned) == 1
         assert (await client.find_skills()).skills[0].skill_name == "deploy-service-kubernetes"
-        assert chat_body  # the loopback server's replies are OpenAI chat completions
 
 
 async def test_an_over_budget_context_is_refined_by_the_llm_or_trimmed(milvus: MilvusServer) -> None:
-    state = {"reply": json.dumps({"context": "Payments deploys to staging with kubectl apply; create the namespace first."})}
+    condensed = {"context": "Payments deploys to staging with kubectl apply; create the namespace first."}
+    state = {"reply": json.dumps(condensed)}
 
     def script(n: int) -> Reply:
         return state["reply"]
@@ -273,13 +281,15 @@ async def test_an_over_budget_context_is_refined_by_the_llm_or_trimmed(milvus: M
         await client.index_document("# Payments runbook\n\n" + "\n\n".join(
             f"Step {n}: the payments service number {n} deploys to staging with kubectl apply -f payments-{n}.yaml."
             for n in range(60)), doc_id="runbook")
-        ask = {"message": "how do I deploy payments to staging?", "session_id": "s1", "task_type": "planning", "max_tokens": 200}
-        refined = await client.build_context(**ask)  # type: ignore[arg-type]
+        ask = functools.partial(
+            client.build_context, "how do I deploy payments to staging?", "s1", task_type="planning", max_tokens=200
+        )
+        refined = await ask()
         assert refined.refined is True and refined.refine_error is None
         assert "create the namespace first" in refined.context and refined.token_count <= 200
         assert any("Step" in json.dumps(r) for r in received)  # the LLM saw the items it condensed
 
         state["reply"] = "not json"
-        trimmed = await client.build_context(**ask)  # type: ignore[arg-type]
+        trimmed = await ask()
         assert trimmed.refined is False and trimmed.refine_error and "trimmed by score" in trimmed.refine_error
         assert trimmed.token_count <= 200 and "Step" in trimmed.context

@@ -10,6 +10,7 @@ import pytest
 import ray
 
 from strata.errors import InvalidInput, NotFound, VersionConflict
+from strata.layers import RetrievalPath
 from strata.store.layout import open_store
 from strata_actors.client import InClusterClient
 from strata_actors.router import LayerRouter
@@ -17,6 +18,9 @@ from tests.conftest import MilvusServer, settings_for
 from tests.integration.layers import until_up
 
 pytestmark = pytest.mark.usefixtures("ray_local")
+
+#: Search weights that run one retrieval path each.
+ONE_PATH_EACH: list[dict[RetrievalPath, float]] = [{"dense": 1}, {"lexical": 1}, {"graph": 1}]
 
 GUIDE = """# Ingest pipeline guide
 
@@ -93,7 +97,9 @@ async def test_background_indexing_reports_progress(alice: InClusterClient) -> N
 
 async def test_reindex_is_atomic_for_concurrent_searches(alice: InClusterClient) -> None:
     def version_text(marker: str) -> str:
-        return "\n\n".join(f"## Section {n}\n\nParagraph {n} of the {marker} edition, marker {marker}." for n in range(40))
+        return "\n\n".join(
+            f"## Section {n}\n\nParagraph {n} of the {marker} edition, marker {marker}." for n in range(40)
+        )
 
     await alice.index_document(version_text("alphamark"), doc_id="atomic")
     mixed: list[set[str]] = []
@@ -121,7 +127,7 @@ async def test_delete_leaves_nothing_in_any_store_or_path(settings: Any, alice: 
     assert deleted.removed > 0
     store, names = open_store(settings)
     assert store.scan(names.semantic, tenant="alice", session="doomed") == []
-    for weights in ({"dense": 1}, {"lexical": 1}, {"graph": 1}, None):
+    for weights in [*ONE_PATH_EACH, None]:
         found = await alice.search("ZooKeeper Kafka ERR_CONN_RESET", layers=["semantic"], top_k=20, weights=weights)
         assert all(h.source is None or h.source.doc_id != "doomed" for h in found.hits)
     with pytest.raises(NotFound):
@@ -133,8 +139,10 @@ async def test_delete_leaves_nothing_in_any_store_or_path(settings: Any, alice: 
     for handle in router.all_handles("semantic"):
         ray.kill(handle, no_restart=False)
     await asyncio.sleep(1.0)
-    for weights in ({"dense": 1}, {"lexical": 1}, {"graph": 1}):
-        found = await _retrying(lambda w=weights: alice.search("ZooKeeper Kafka", layers=["semantic"], top_k=20, weights=w))
+    for weights in ONE_PATH_EACH:
+        found = await _retrying(
+            lambda w=weights: alice.search("ZooKeeper Kafka", layers=["semantic"], top_k=20, weights=w)
+        )
         assert all(h.source is None or h.source.doc_id != "doomed" for h in found.hits)
     kept = await alice.get_document("guide")
     assert kept.version == 2  # restarted actors reload the other documents, versions intact

@@ -65,7 +65,8 @@ async def _found(client: InClusterClient, marker: str) -> list[str]:
         working = await client.get_working(session)
         found += [f"working {session}"] if any(marker in i.content for i in working.items) else []
     skills = await client.find_skills(f"open the {marker} shed", min_success_rate=0)
-    found += ["skills"] if any(marker in s.skill_name + s.description + " ".join(s.tasks) for s in skills.skills) else []
+    in_skills = any(marker in s.skill_name + s.description + " ".join(s.tasks) for s in skills.skills)
+    found += ["skills"] if in_skills else []
     listed = (await client.find_skills()).skills
     found += ["skill list"] if any(marker in " ".join(s.tasks) for s in listed) else []
     docs = (await client.list_documents()).documents
@@ -134,7 +135,7 @@ async def test_sweeper_purges_the_store_without_any_call(settings: Any) -> None:
 
 async def test_expiry_holds_across_a_restart_and_summaries_follow_their_turns(settings: Any) -> None:
     client = InClusterClient("ttl-c", settings)
-    turns = [{"user": f"Filler turn {n} about the weather.", "agent": "ok"} for n in range(4)]
+    turns: list[dict[str, Any]] = [{"user": f"Filler turn {n} about the weather.", "agent": "ok"} for n in range(4)]
     turns[1] = {"user": f"The {GONE} code opens the shed.", "agent": "Noted.", "ttl_s": SHORT_S + 2}
     await client.record_turns("s1", turns)
     start = time.time()
