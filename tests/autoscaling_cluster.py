@@ -17,6 +17,7 @@ driver that joins it (:func:`tests.conftest.ray_token_auth`).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -174,10 +175,8 @@ class LocalAutoscalingCluster:
 
 
 def _signal(pid: int, sig: signal.Signals) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError):  # it ended on its own
         os.kill(pid, sig)
-    except ProcessLookupError:
-        pass
 
 
 def _still(found: dict[int, int]) -> set[int]:

@@ -310,4 +310,6 @@ def test_the_audit_pages_through_every_entry(page: Page, agents_stack: Running) 
 
     page.until("the first page of the history", lambda: rows() == 100)
     page.click("#audit-more")
-    page.until("every entry, and no more to load", lambda: rows() == 101 and not page.by_id("audit-more").is_displayed())
+    page.until(
+        "every entry, and no more to load", lambda: rows() == 101 and not page.by_id("audit-more").is_displayed()
+    )

@@ -170,7 +170,8 @@ def test_keys_cli_without_a_running_store_says_so(stack: Running, tmp_path: Path
 def test_admin_forgets_a_tenant_and_its_keys(stack: Running) -> None:
     key = stack.new_key("create", "t-gone")
     kept = {"Idempotency-Key": "quartz-1"}
-    assert stack.post("/v1/sessions/s1/turns", turn("The quartz lantern is in the attic."), key=key, headers=kept).status_code == 201
+    lantern = turn("The quartz lantern is in the attic.")
+    assert stack.post("/v1/sessions/s1/turns", lantern, key=key, headers=kept).status_code == 201
     assert stack.call("DELETE", "/v1/admin/tenants/t-gone", key).status_code == 403  # a tenant key cannot
     gone = stack.call("DELETE", "/v1/admin/tenants/t-gone", CONFIGURED_ADMIN)
     assert gone.status_code == 200, gone.text

@@ -40,7 +40,9 @@ def turn(text: str) -> dict[str, str]:
     return {"user": text}
 
 
-def test_the_stack_stores_in_the_server_and_starts_no_milvus_lite(stack: Running, milvus_server: MilvusStandalone) -> None:
+def test_the_stack_stores_in_the_server_and_starts_no_milvus_lite(
+    stack: Running, milvus_server: MilvusStandalone
+) -> None:
     assert not (stack.data_dir / "milvus").exists() and not (stack.data_dir / "milvus.pid").exists()
     assert stack.post("/v1/sessions/s0/turns", turn("The heron nests by the weir.")).status_code == 201
     settings = load_settings(None, milvus={"uri": milvus_server.uri, "token": milvus_server.token,

@@ -93,7 +93,9 @@ def test_haproxy_serves_with_every_port_on_loopback_and_limits_each_client_addre
 
     def search(source: str, key: str) -> httpx.Response:
         with httpx.Client(transport=httpx.HTTPTransport(local_address=source), timeout=30) as client:
-            return client.post(stack.url + "/v1/search", json={"query": "x"}, headers={"Authorization": f"Bearer {key}"})
+            return client.post(
+                stack.url + "/v1/search", json={"query": "x"}, headers={"Authorization": f"Bearer {key}"}
+            )
 
     def wrong_key(source: str, n: int) -> int:
         return search(source, f"sk-strata-wrong-{source}-{n}").status_code
@@ -125,7 +127,8 @@ def test_haproxy_serves_with_every_port_on_loopback_and_limits_each_client_addre
 def test_context_answers_from_earlier_sessions(stack: Running) -> None:
     with StrataClient(stack.url, stack.key) as client:
         client.record_turns("monday", [
-            {"user": "My daughter Lina starts violin lessons on Thursday.", "agent": "How exciting!", "timestamp": DAY1},
+            {"user": "My daughter Lina starts violin lessons on Thursday.", "agent": "How exciting!",
+             "timestamp": DAY1},
             {"user": "The deploy broke with HTTP 429 from the registry.", "timestamp": DAY1 + timedelta(hours=1)},
         ])
         client.record_turn("tuesday", "I bought new running shoes.", timestamp=DAY1 + timedelta(days=1))
@@ -266,7 +269,9 @@ def test_documents_over_http(stack: Running) -> None:
 def test_import_indexes_a_folder_with_progress(stack: Running, tmp_path: Path) -> None:
     docs = tmp_path / "docs"
     (docs / "ops").mkdir(parents=True)
-    (docs / "ops" / "deploy.md").write_text("# Deploying\n\nRun `make release` and watch the canary for ERR_CANARY_7.\n")
+    (docs / "ops" / "deploy.md").write_text(
+        "# Deploying\n\nRun `make release` and watch the canary for ERR_CANARY_7.\n"
+    )
     (docs / "notes.txt").write_text("Plain notes: the VPN endpoint is vpn.example.internal.\n")
     (docs / "image.png").write_bytes(b"\x89PNG")
     result = stack.cli("import", str(docs))
@@ -297,7 +302,8 @@ def test_skills_over_http(stack: Running) -> None:
     assert any("state lock" in p for p in skill["common_pitfalls"])
     url = f"{stack.url}/v1/skills/{skill['skill_id']}"
     merged = stack.post("/v1/skills:extract", {"task": task + " again", "trace": trace})
-    assert merged.status_code == 200 and merged.json()["merged"] is True and merged.json()["skill_id"] == skill["skill_id"]
+    assert merged.status_code == 200
+    assert merged.json()["merged"] is True and merged.json()["skill_id"] == skill["skill_id"]
 
     atomic = stack.post(f"/v1/skills/{skill['skill_id']}/outcomes", {"success": True})
     assert atomic.status_code == 200 and atomic.json()["uses"] == 1 and atomic.headers["etag"] == '"3"'
@@ -315,7 +321,9 @@ def test_skills_over_http(stack: Running) -> None:
         r = httpx.patch(url, json=bad, headers={**auth, "If-Match": '"5"'}, timeout=10)
         assert r.status_code == 422 and phrase in r.json()["message"], r.text
 
-    found = httpx.get(stack.url + "/v1/skills", params={"task": "terraform apply for a module"}, headers=auth, timeout=10)
+    found = httpx.get(
+        stack.url + "/v1/skills", params={"task": "terraform apply for a module"}, headers=auth, timeout=10
+    )
     assert found.status_code == 200 and found.json()["skills"][0]["skill_id"] == skill["skill_id"]
     history = httpx.get(url + "/history", headers=auth, timeout=10).json()["versions"]
     assert [v["change"] for v in history] == ["created", "merged", "outcome", "outcome", "edited"]
@@ -368,7 +376,7 @@ def test_interaction_teaches_a_skill_used_by_the_next_context(stack: Running) ->
 
 def _cn_id(first17: str) -> str:
     weights = [7, 9, 10, 5, 8, 4, 2, 1, 6, 3, 7, 9, 10, 5, 8, 4, 2]
-    return first17 + "10X98765432"[sum(int(d) * w for d, w in zip(first17, weights)) % 11]
+    return first17 + "10X98765432"[sum(int(d) * w for d, w in zip(first17, weights, strict=True)) % 11]
 
 
 def test_pii_never_reaches_the_data_dir(stack: Running) -> None:
@@ -386,22 +394,26 @@ def test_pii_never_reaches_the_data_dir(stack: Running) -> None:
     r = stack.post("/v1/sessions/pii-1/turns", {"user": text, "agent": f"Noted, I will email {raw['email']}."})
     assert r.status_code == 201, r.text
     assert set(r.json()["redacted"]) == set(raw)
-    assert stack.post("/v1/documents", {"doc_id": "pii-doc", "title": f"Contacts {marker}", "text": "# Contacts\n\n" + text}).status_code == 201
+    document = {"doc_id": "pii-doc", "title": f"Contacts {marker}", "text": "# Contacts\n\n" + text}
+    assert stack.post("/v1/documents", document).status_code == 201
     skill = stack.post("/v1/skills:extract", {"task": f"Rotate the {marker} API key", "trace": [
         {"command": f"vault write secret/app key={raw['secret']}", "output": f"sent to {raw['email']}"},
         {"tool": "notify", "args": {"to": raw["email"], "server": raw["ip"]}},
     ]})
     assert skill.status_code == 201, skill.text
-    interaction = stack.post("/v1/interactions", {"session_id": "pii-2", "user": f"{marker}: reach me at {raw['phone']}",
-                                                  "agent": "ok", "task_type": "deployment", "success": True,
-                                                  "trace": [f"ssh root@{raw['ip']}"]})
+    interaction = stack.post("/v1/interactions", {
+        "session_id": "pii-2", "user": f"{marker}: reach me at {raw['phone']}", "agent": "ok",
+        "task_type": "deployment", "success": True, "trace": [f"ssh root@{raw['ip']}"],
+    })
     assert interaction.status_code == 201 and interaction.json()["redacted"] == {"phone": 1, "ip": 1}
     hits = stack.post("/v1/search", {"query": f"{marker} notes mail", "top_k": 20}).json()["hits"]
     assert hits and all(raw["email"] not in h["text"] for h in hits)
     assert any("[EMAIL]" in h["text"] for h in hits)
 
     blobs = [p.read_bytes() for p in stack.data_dir.rglob("*") if p.is_file()]
-    assert any(marker.encode() in b for b in blobs), "the stores' files do not show plain text: this check proves nothing"
+    assert any(marker.encode() in b for b in blobs), (
+        "the stores' files do not show plain text: this check proves nothing"
+    )
     for kind, value in raw.items():
         forms = {value, value.replace(" ", "")}
         leaked = [f for f in forms for b in blobs if f.encode() in b]

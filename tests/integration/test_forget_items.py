@@ -144,7 +144,7 @@ async def _sightings(t: Tenant) -> Seen:
                 query, session, layers=["episodic", "semantic", "procedural"], max_tokens=4000)))
         calls.append(("find_skills(task)", client.find_skills(query, min_success_rate=0)))
         results = await asyncio.gather(*(limited(c) for _, c in calls))
-        return [(path, r) for (path, _), r in zip(calls, results)]
+        return [(path, r) for (path, _), r in zip(calls, results, strict=True)]
 
     for found in await asyncio.gather(*(by_query(q) for q in QUERIES.values())):
         for path, result in found:

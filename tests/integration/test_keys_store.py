@@ -48,7 +48,8 @@ def test_scopes_round_trip_and_only_hashes_are_stored(
     scoped = keys.issue("it-a", read_only=True, session_id="s1", name="bot 机器人")
     admin = keys.issue_admin()
     got = keys.lookup(scoped.key)
-    assert got is not None and (got.tenant, got.read_only, got.session_id, got.name) == ("it-a", True, "s1", "bot 机器人")
+    assert got is not None
+    assert (got.tenant, got.read_only, got.session_id, got.name) == ("it-a", True, "s1", "bot 机器人")
     full_info = keys.lookup(full.key)
     assert full_info is not None and full_info.session_id is None and full_info.scopes == "all"
     assert keys.tenant_of(admin.key) is None

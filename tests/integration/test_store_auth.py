@@ -44,7 +44,9 @@ port, token, collection, data_dir = sys.argv[1:5]
 metadata = [("authorization", base64.b64encode(token.encode()).decode())] if token else []
 stub = milvus_pb2_grpc.MilvusServiceStub(grpc.insecure_channel(f"127.0.0.1:{port}"))
 calls = {
-    "list collections": lambda: stub.ShowCollections(milvus_pb2.ShowCollectionsRequest(), metadata=metadata, timeout=10),
+    "list collections": lambda: stub.ShowCollections(
+        milvus_pb2.ShowCollectionsRequest(), metadata=metadata, timeout=10
+    ),
     "query": lambda: stub.Query(milvus_pb2.QueryRequest(collection_name=collection, expr='pk != ""',
                                                          output_fields=["pk", "text"]), metadata=metadata, timeout=10),
     "insert": lambda: stub.Insert(milvus_pb2.InsertRequest(collection_name=collection, num_rows=1),
@@ -58,7 +60,8 @@ for name, call in calls.items():
         out[name] = [exc.code().name, exc.details()]
 try:
     from pymilvus import MilvusClient
-    out["pymilvus"] = ["OK", str(MilvusClient(uri=f"http://127.0.0.1:{port}", token=token, timeout=5).list_collections())]
+    client = MilvusClient(uri=f"http://127.0.0.1:{port}", token=token, timeout=5)
+    out["pymilvus"] = ["OK", str(client.list_collections())]
 except Exception as exc:
     out["pymilvus"] = [type(exc).__name__, repr(exc.__cause__ or exc)]
 for name in ("token file", "data dir"):
@@ -75,7 +78,7 @@ print(json.dumps(out))
 def stack() -> Iterator[Stack]:
     # A parent any user may traverse, so only the data dir's own modes keep others out.
     parent = Path(tempfile.mkdtemp(prefix="strata-auth-"))
-    os.chmod(parent, 0o755)
+    os.chmod(parent, 0o755)  # noqa: S103  world-traversable on purpose: the data dir's own modes are under test
     running = Stack(load_settings(None, data_dir=parent / "data", milvus={"port": free_port()}), say=lambda _: None)
     running.ensure_milvus()
     pid = running.milvus_pid()
