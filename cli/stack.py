@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -162,7 +162,7 @@ class Stack:
         """:func:`strata_cli.ray_head.haproxy_dir` of this stack."""
         return ray_head.haproxy_dir(self.settings)
 
-    def haproxy_env(self, ports: list[int]) -> dict[str, str]:
+    def haproxy_env(self, ports: Sequence[int]) -> dict[str, str]:
         """:func:`strata_cli.ray_head.haproxy_env` of this stack."""
         return ray_head.haproxy_env(self.settings, ports)
 
