@@ -2,8 +2,7 @@
 20,000 entries of one tenant (and 1,000 of another), the first page of 100, then 20 pages of
 1,000 by cursor (``AuditLog.page``, as ``GET /v1/audit`` reads them), p50.
 
-Run from the repository root (it imports the test suite's milvus-lite helpers from
-``tests/conftest.py``)::
+Run as::
 
     python -m strata_bench.scripts.audit_page_cost [ENTRIES]
 """
@@ -11,26 +10,20 @@ Run from the repository root (it imports the test suite's milvus-lite helpers fr
 from __future__ import annotations
 
 import sys
-import tempfile
 import time
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root, for tests.conftest
 
 from strata.access.audit import AuditLog, entry
 from strata.store.milvus import MilvusRecordStore
+from strata_bench.scratch_milvus import scratch_server
 from strata_bench.stats import median
-from tests.conftest import MilvusServer, free_port
 
 __all__ = ["main"]
 
 
 def main() -> None:
     entries = int(sys.argv[1]) if len(sys.argv) > 1 else 20000
-    srv = MilvusServer(Path(tempfile.mkdtemp()) / "data", free_port())
-    srv.start()
-    try:
-        store = MilvusRecordStore(f"http://127.0.0.1:{srv.port}", timeout_s=60)
+    with scratch_server() as server:
+        store = MilvusRecordStore(server.uri, timeout_s=60)
         store.ensure_collection("state", dim=2)
         log = AuditLog(store, "state")
         for start in range(0, entries, 1000):
@@ -47,8 +40,6 @@ def main() -> None:
             took.append((time.perf_counter() - began) * 1000)
         print(f"{entries} entries: the first page of 100 {first:.0f} ms; "
               f"pages of 1,000 by cursor p50 {median(took):.0f} ms over {len(took)} pages")
-    finally:
-        srv.kill()
 
 
 if __name__ == "__main__":

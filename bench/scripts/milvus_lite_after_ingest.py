@@ -6,8 +6,7 @@ request and a cold tenant pay: a point read in another small collection (the API
 one tenant's scan with vectors (an episodic actor loading it); then the TTL sweep's query. A read
 over 250 ms gets a py-spy dump of the server (py-spy must be on PATH; `pip install py-spy`).
 
-Run from the repository root (it imports the test suite's milvus-lite helpers from
-``tests/conftest.py``)::
+Run as::
 
     python -m strata_bench.scripts.milvus_lite_after_ingest [TENANTS] [WATCH] [MEMTABLE_MIB]   # default 300 120 2
     python bench/scripts/milvus_lite_after_ingest.py [TENANTS] [WATCH] [MEMTABLE_MIB]          # the same
@@ -24,19 +23,16 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import threading
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root, for tests.conftest
 import numpy as np
 
 from strata.store.milvus import MilvusRecordStore
-from strata.store.milvus_lite import COMMAND
+from strata.store.milvus_lite_process import MilvusLiteProcess
 from strata.store.records import Record
+from strata_bench.scratch_milvus import scratch_server
 from strata_bench.stats import cpu_s, median, rss_mib
-from tests.conftest import free_port, wait_for_milvus
 
 __all__ = ["main"]
 
@@ -45,25 +41,13 @@ WRITERS = 4
 
 def main(tenants: int, watch: float, memtable_mib: float) -> None:
     """Ingest ``tenants`` x 100 rows, then time reads for ``watch`` seconds (see the module docstring)."""
-    servers: list[subprocess.Popen[bytes]] = []
-    try:
-        _run(tenants, watch, memtable_mib, servers)
-    finally:
-        for server in servers:  # also when a step fails: no milvus-lite left behind
-            server.kill()
-
-
-def _run(tenants: int, watch: float, memtable_mib: float, servers: list[subprocess.Popen[bytes]]) -> None:
-    port = free_port()
-    data = Path(tempfile.mkdtemp()) / "data"
     env = {**os.environ, "MILVUS_LITE_MEMTABLE_MEMORY_LIMIT_BYTES": str(int(memtable_mib * 2**20))}
-    server = subprocess.Popen(  # noqa: S603  our own launcher, no shell
-        [*COMMAND, "server", "--data-dir", str(data), "--host", "127.0.0.1", "--port", str(port)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True, env=env,
-    )
-    servers.append(server)
-    wait_for_milvus(port, server)
-    url = f"http://127.0.0.1:{port}"
+    with scratch_server(env=env) as server:  # stopped also when a step fails: no milvus-lite left behind
+        _run(tenants, watch, memtable_mib, server)
+
+
+def _run(tenants: int, watch: float, memtable_mib: float, server: MilvusLiteProcess) -> None:
+    url = server.uri
 
     def store() -> MilvusRecordStore:
         s = MilvusRecordStore(url, timeout_s=120, vector_index=os.environ.get("INDEX", "FLAT"))
@@ -147,7 +131,6 @@ def _run(tenants: int, watch: float, memtable_mib: float, servers: list[subproce
     if spy is not None:
         spy.wait()
     print(f"at the end: {_server_use(server.pid)}", flush=True)
-    server.kill()
 
 
 def _server_use(pid: int) -> str:

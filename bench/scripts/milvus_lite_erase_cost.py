@@ -8,26 +8,25 @@ so only the log holds it); one turn of the flushed rows deleted and erased; a wh
 deleted and erased. For each, the erasure's time, the slowest of the point reads another
 thread made meanwhile, and whether the deleted text is still in any file of the data dir.
 
-Run from the repository root (it starts milvus-lite through the test suite's helper)::
+Run as::
 
-    python bench/scripts/milvus_lite_erase_cost.py [ROWS]      # 30,000 by default
+    python -m strata_bench.scripts.milvus_lite_erase_cost [ROWS]      # 30,000 by default
+    python bench/scripts/milvus_lite_erase_cost.py [ROWS]             # the same
 """
 
 from __future__ import annotations
 
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root, for tests.conftest
 import numpy as np
 
 from strata.store.milvus import MilvusRecordStore
 from strata.store.records import Record
-from tests.conftest import MilvusServer, free_port
+from strata_bench.scratch_milvus import scratch_server
 
 __all__ = ["run"]
 
@@ -68,11 +67,9 @@ def _timed(store: MilvusRecordStore, step: Callable[[], None]) -> tuple[float, f
 
 
 def run(rows: int) -> None:
-    server = MilvusServer(Path(tempfile.mkdtemp()) / "data", free_port())
-    server.start()
     rng = np.random.default_rng(7)
-    try:
-        store = MilvusRecordStore(f"http://127.0.0.1:{server.port}", timeout_s=120)
+    with scratch_server() as server:
+        store = MilvusRecordStore(server.uri, timeout_s=120)
         store.ensure_collection(COLLECTION, dim=DIM)
         started = time.perf_counter()
         for start in range(0, rows, 500):
@@ -103,8 +100,6 @@ def run(rows: int) -> None:
         took, slowest = _timed(store, lambda: store.erase_deleted(COLLECTION))
         print(f"a tenant ({rows // TENANTS} rows):      erasure {took * 1000:7.0f} ms, slowest read meanwhile "
               f"{slowest:6.1f} ms, on disk after: {_on_disk(server.data_dir, 'turn 2 xxx')}")
-    finally:
-        server.kill()
 
 
 if __name__ == "__main__":

@@ -2,8 +2,7 @@
 Strata's 2 MiB: a read by primary key through MilvusRecordStore.get, the same read with a tenant
 term in the filter (what get sent before), a tenant's scan, and an upsert of 20 rows (medians).
 
-Run from the repository root (it imports the test suite's milvus-lite helpers from
-``tests/conftest.py``)::
+Run as::
 
     python -m strata_bench.scripts.milvus_lite_memtable_growth
     python bench/scripts/milvus_lite_memtable_growth.py      # the same
@@ -12,20 +11,16 @@ Run from the repository root (it imports the test suite's milvus-lite helpers fr
 from __future__ import annotations
 
 import os
-import sys
-import tempfile
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root, for tests.conftest
 import numpy as np
 
 from strata.store.milvus import MilvusRecordStore
 from strata.store.records import Record
+from strata_bench.scratch_milvus import scratch_server
 from strata_bench.stats import median
-from tests.conftest import MilvusServer, free_port
 
 __all__ = ["run"]
 
@@ -44,11 +39,9 @@ def median_ms(fn: Callable[[], Any], n: int = 20) -> float:
 
 def run(limit_bytes: int) -> None:
     """Fill a collection to 1,000, 10,000 and 30,000 rows under a memtable of ``limit_bytes``; print each read."""
-    os.environ["MILVUS_LITE_MEMTABLE_MEMORY_LIMIT_BYTES"] = str(limit_bytes)
-    server = MilvusServer(Path(tempfile.mkdtemp()) / "data", free_port())
-    server.start()
-    try:
-        store = MilvusRecordStore(f"http://127.0.0.1:{server.port}", timeout_s=60)
+    env = {**os.environ, "MILVUS_LITE_MEMTABLE_MEMORY_LIMIT_BYTES": str(limit_bytes)}
+    with scratch_server(env=env) as server:
+        store = MilvusRecordStore(server.uri, timeout_s=60)
         store.ensure_collection("state", dim=2)
         client = store._connect()
         done = 0
@@ -73,8 +66,6 @@ def run(limit_bytes: int) -> None:
                 f"upsert of 20 {upsert:5.1f} ms",
                 flush=True,
             )
-    finally:
-        server.kill()
 
 
 if __name__ == "__main__":

@@ -2,8 +2,7 @@
 threads upsert ROWS episodic-sized rows (384-d vectors, 1,000 tenants) into one collection,
 through Strata's launcher (2 MiB memtable, writes serialised per collection).
 
-Run from the repository root (it imports the test suite's milvus-lite helpers from
-``tests/conftest.py``)::
+Run as::
 
     python -m strata_bench.scripts.milvus_lite_read_stalls THREADS WRITERS ROWS    # e.g. 10 16 60000, then 64 16 60000
     python bench/scripts/milvus_lite_read_stalls.py THREADS WRITERS ROWS           # the same
@@ -13,38 +12,27 @@ THREADS is the server's --max-workers (milvus-lite's default is 10; the launcher
 
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
-import tempfile
 import threading
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root, for tests.conftest
 import numpy as np
 
 from strata.store.milvus import MilvusRecordStore
-from strata.store.milvus_lite import COMMAND
 from strata.store.records import Record
+from strata_bench.scratch_milvus import scratch_server
 from strata_bench.stats import percentile
-from tests.conftest import free_port, wait_for_milvus
 
 __all__ = ["main"]
 
 
 def main(threads: str, writers: int, rows: int) -> None:
     """Read every 50 ms while ``writers`` threads upsert ``rows`` rows; print the read latencies."""
-    port = free_port()
-    data = Path(tempfile.mkdtemp()) / "data"
-    server = subprocess.Popen(  # noqa: S603  our own launcher, no shell
-        [*COMMAND, "server", "--data-dir", str(data), "--host", "127.0.0.1", "--port", str(port),
-         "--max-workers", threads],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-    )
-    wait_for_milvus(port, server)
-    url = f"http://127.0.0.1:{port}"
+    with scratch_server(extra_args=["--max-workers", threads]) as server:
+        _measure(server.uri, threads, writers, rows)
 
+
+def _measure(url: str, threads: str, writers: int, rows: int) -> None:
     def store() -> MilvusRecordStore:
         s = MilvusRecordStore(url, timeout_s=120)
         s.ensure_collection("episodic", dim=384)
@@ -71,14 +59,15 @@ def main(threads: str, writers: int, rows: int) -> None:
             ])
 
     started = time.time()
-    threading.Thread(target=reader).start()
+    reading = threading.Thread(target=reader)
+    reading.start()
     pool = [threading.Thread(target=writer, args=(w,)) for w in range(writers)]
     for t in pool:
         t.start()
     for t in pool:
         t.join()
     done.set()
-    os.killpg(server.pid, 9)
+    reading.join()  # before the server stops under it
     ms = sorted(latencies)
     print(f"--max-workers {threads}, {writers} writers, {rows:,} rows in {time.time() - started:.0f} s: "
           f"{len(ms)} reads, p50 {percentile(ms, 0.5):.1f} ms, p99 {percentile(ms, 0.99):.0f} ms, max {ms[-1]:.0f} ms")
