@@ -8,17 +8,17 @@ data dir (a pid may be reused by any process).
 
 from __future__ import annotations
 
-import os
-import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
 from strata.config import MilvusSettings
+from strata.errors import StoreUnavailable
 from strata.store.milvus_lite import COMMAND as MILVUS_LITE_COMMAND
+from strata.store.milvus_lite_process import MilvusLiteProcess
 from strata_cli.errors import StackError
 from strata_cli.ports import port_open
-from strata_cli.private_files import OWNER_ONLY_UMASK, owner_only_dir, write_private
-from strata_cli.processes import alive, cmdline, stop_process_group, wait_until
+from strata_cli.private_files import owner_only_dir, write_private
+from strata_cli.processes import alive, cmdline, stop_process_group
 
 __all__ = ["milvus_pid", "start_milvus", "stop_milvus"]
 
@@ -64,34 +64,18 @@ def start_milvus(data_dir: Path, m: MilvusSettings, *, token_file: Path, say: Ca
         )
     logs = data_dir / "logs"
     owner_only_dir(logs)
-    # Through strata.store.milvus_lite: milvus-lite with its writes serialised per collection,
-    # refusing calls without the token (its path, not the token: command lines are public).
-    command = [*MILVUS_LITE_COMMAND, "server", "--data-dir", str(data_dir / "milvus"), "--host", m.host,
-               "--port", str(m.port), "--token-file", str(token_file)]
-    log = logs / "milvus.log"
-    with os.fdopen(os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab") as out:
-        process = subprocess.Popen(command, stdout=out, stderr=out, stdin=subprocess.DEVNULL,  # noqa: S603  our own launcher, no shell
-                                   start_new_session=True, umask=OWNER_ONLY_UMASK)
+    # The launcher refuses calls without the token: its path, not the token, on the command
+    # line (command lines are public).
+    server = MilvusLiteProcess(data_dir / "milvus", m.port, host=m.host, log=logs / "milvus.log",
+                               extra_args=["--token-file", str(token_file)], token=m.token)
+    process = server.spawn()
+    # Recorded before it answers: a `strata down` after a failed start finds it.
     write_private(_pidfile(data_dir), str(process.pid))
     say(f"starting milvus-lite (pid {process.pid}) on {m.host}:{m.port}")
-
-    from strata.errors import StoreUnavailable
-    from strata.store.milvus import MilvusRecordStore
-
-    probe = MilvusRecordStore(m.address, token=m.token, timeout_s=2)
-
-    def ready() -> bool:
-        if process.poll() is not None:
-            raise StackError(f"milvus-lite exited with code {process.returncode}; see {log}")
-        if not port_open(m.host, m.port):
-            return False
-        try:  # the port opens about a second before the server answers
-            probe.ping()
-            return True
-        except StoreUnavailable:
-            return False
-
-    wait_until("milvus-lite", ready, 60, log)
+    try:
+        server.wait_until_answers(timeout_s=60)
+    except StoreUnavailable as exc:
+        raise StackError(exc.message) from None
 
 
 def stop_milvus(data_dir: Path, say: Callable[[str], None]) -> None:
