@@ -78,6 +78,18 @@ def test_each_package_imports_only_what_sits_below_it() -> None:
     assert not wrong, f"imports against the direction of the architecture: {wrong}"
 
 
+def test_no_package_imports_the_tests() -> None:
+    """The shipped packages stand without the test suite (the bench scripts once borrowed its milvus-lite helper)."""
+    wrong = [
+        f"{path.relative_to(ROOT)}:{line}"
+        for package, folder in folders().items()
+        for path in sorted(folder.rglob("*.py"))
+        for module, line in imported_names(path, package)
+        if module.split(".")[0] == "tests"
+    ]
+    assert not wrong, f"shipped code imports tests: {wrong}"
+
+
 def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
     done: set[str] = set()
 
