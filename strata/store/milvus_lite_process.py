@@ -22,7 +22,7 @@ from types import TracebackType
 from strata.errors import StoreUnavailable
 from strata.store.milvus_lite import COMMAND
 
-__all__ = ["STOP_GRACE_S", "MilvusLiteProcess"]
+__all__ = ["STOP_GRACE_S", "MilvusLiteProcess", "wait_until_answers"]
 
 #: How long a stopped server has between SIGTERM and SIGKILL.
 STOP_GRACE_S = 10.0
@@ -89,29 +89,13 @@ class MilvusLiteProcess:
         )
 
     def wait_until_answers(self, *, timeout_s: float = 60.0) -> None:
-        """Poll until the server answers an RPC (its port opens about a second before it does).
+        """:func:`wait_until_answers` for this server.
 
         Raises:
-            StoreUnavailable: it exited, or did not answer within ``timeout_s``; the message
-                ends with its log's last lines.
+            StoreUnavailable: it exited, or did not answer within ``timeout_s``.
         """
-        from strata.store.milvus import MilvusRecordStore  # pymilvus: only once a server is started
-
-        process = self._started()
-        probe = MilvusRecordStore(self.uri, token=self.token, timeout_s=2)
-        deadline = time.monotonic() + timeout_s
-        while True:
-            if process.poll() is not None:
-                raise StoreUnavailable(f"milvus-lite on {self.host}:{self.port} exited with code "
-                                       f"{process.returncode}{self._log_tail()}")
-            if self._port_open():
-                with contextlib.suppress(StoreUnavailable):
-                    probe.ping()
-                    return
-            if time.monotonic() > deadline:
-                raise StoreUnavailable(f"milvus-lite on {self.host}:{self.port} did not answer within "
-                                       f"{timeout_s:.0f} s{self._log_tail()}")
-            time.sleep(_POLL_S)
+        wait_until_answers(self.host, self.port, process=self._started(), token=self.token, timeout_s=timeout_s,
+                           log=self.log)
 
     def start(self, *, timeout_s: float = 60.0) -> None:
         """:meth:`spawn` it and :meth:`wait_until_answers`; stopped again if it does not answer.
@@ -165,15 +149,46 @@ class MilvusLiteProcess:
             return False
         return True
 
-    def _port_open(self) -> bool:
-        try:
-            with socket.create_connection((self.host, self.port), timeout=0.5):
-                return True
-        except OSError:
-            return False
 
-    def _log_tail(self) -> str:
-        if self.log is None or not self.log.exists():
-            return ""
-        lines = self.log.read_text(errors="replace").splitlines()[-_LOG_TAIL_LINES:]
-        return f"; {self.log} ends:\n" + "\n".join(lines)
+def wait_until_answers(host: str, port: int, *, process: subprocess.Popen[bytes] | None = None, token: str = "",
+                       timeout_s: float = 60.0, log: Path | None = None) -> None:
+    """Poll until the Milvus on ``host:port`` answers an RPC (a milvus-lite's port opens about a
+    second before it does).
+
+    Args:
+        process: the server's process, if it is a child of this one: it must not exit meanwhile.
+        token: what the probe sends, for a server that requires one.
+        log: the server's log, whose last lines end the error's message.
+
+    Raises:
+        StoreUnavailable: ``process`` exited, or the server did not answer within ``timeout_s``.
+    """
+    from strata.store.milvus import MilvusRecordStore  # pymilvus: only once a server is started
+
+    probe = MilvusRecordStore(f"http://{host}:{port}", token=token, timeout_s=2)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if process is not None and process.poll() is not None:
+            raise StoreUnavailable(f"Milvus on {host}:{port} exited with code {process.returncode}{_tail(log)}")
+        if _port_open(host, port):
+            with contextlib.suppress(StoreUnavailable):
+                probe.ping()
+                return
+        if time.monotonic() > deadline:
+            raise StoreUnavailable(f"Milvus on {host}:{port} did not answer within {timeout_s:.0f} s{_tail(log)}")
+        time.sleep(_POLL_S)
+
+
+def _port_open(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def _tail(log: Path | None) -> str:
+    if log is None or not log.exists():
+        return ""
+    lines = log.read_text(errors="replace").splitlines()[-_LOG_TAIL_LINES:]
+    return f"; {log} ends:\n" + "\n".join(lines)
