@@ -13,7 +13,7 @@ serialises the writes of each collection and leaves reads concurrent.
 It also flushes a collection's unflushed rows (its memtable) once they pass
 2 MiB instead of milvus-lite's 128 MiB: every query that is not a primary-key
 read walks all of them in Python, so a tenant's scan among 30,000 rows took
-836 ms with 128 MiB and 109 ms with 2 MiB (``python docs/milvus_lite_memtable_growth.py``).
+836 ms with 128 MiB and 109 ms with 2 MiB (``python -m strata_bench.scripts.milvus_lite_memtable_growth``).
 Writes pay for it in flushes and in the compactions that merge the small
 segments. (The slow reads after a 300-tenant ingest, once blamed on those, came
 from scans that named no partition and from the TTL sweep: README, "Storage".)
@@ -23,7 +23,7 @@ Two more defaults differ from milvus-lite's own. It serves with 64 threads
 instead of 10: writes of one collection wait for each other (the lock above,
 and a flush or compaction holds a collection for up to ~2 s), and with 10
 threads, 16 writers left a reader waiting 304 ms at the median, against 16-18 ms
-with 64 (``python docs/milvus_lite_read_stalls.py``). And it accepts the keepalive
+with 64 (``python -m strata_bench.scripts.milvus_lite_read_stalls``). And it accepts the keepalive
 pings pymilvus sends every 10 s on an idle connection, instead of closing such
 connections with "too_many_pings" (gRPC reconnected, and logged the GOAWAY in
 every client's log).
@@ -44,7 +44,8 @@ previous value, or none. A read that meets a flush waits for it (one flush write
 the 2 MiB memtable).
 
 Run as ``python -m strata.store.milvus_lite server --data-dir D --port P [--token-file F]``
-(the arguments of the ``milvus-lite`` command, plus ``--token-file``).
+(the arguments of the ``milvus-lite`` command, plus ``--token-file``); another process starts,
+waits for and stops one with :class:`strata.store.milvus_lite_process.MilvusLiteProcess`.
 """
 
 from __future__ import annotations
