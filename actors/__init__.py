@@ -1,7 +1,11 @@
 """Ray actors that own the memory layers per tenant, installed as ``strata_actors``.
 
-- ``shard``: ownership, versioning, eviction and expiry every layer actor shares
+- ``placement``: which shard of a layer owns a tenant
+- ``residency``: which tenants a shard holds in memory: loading, locks, eviction
+- ``expiry``: purging what has expired before a call is answered, and the TTL sweep
+- ``shard``: the calls every layer actor answers: versioned reads and mutations, forgets
 - ``working``, ``episodic``, ``semantic``, ``procedural``: one shard actor per layer
+  (``skill_jobs``: the procedural shard's skill-extraction jobs)
 - ``router``: which actor owns which tenant; the one place ``ray.remote`` is applied
 - ``handles``: one typed handle per layer, the only code that calls ``.remote()`` on the actors
 - ``orchestration``: one request's work across the layers (the Serve orchestrator's and

@@ -5,7 +5,7 @@ request). Each is pure ASGI and answers in Strata's error shape (:mod:`strata_se
 The API's other middleware: the bearer key (:class:`strata_serve.auth.Authenticate`), the
 replay of a retried write (:class:`strata_serve.idempotent.Idempotent`) and the security
 headers (:class:`strata_serve.headers.SecurityHeaders`); their order is in
-:mod:`strata_serve.ingress`.
+:mod:`strata_serve.api`.
 """
 
 from __future__ import annotations
