@@ -1,5 +1,11 @@
-"""Shared fixtures: a real Milvus per module (milvus-lite, or the Milvus standalone server
-for modules that name it in ``STORES``) and a local Ray instance per module."""
+"""The test tiers, and the fixtures the integration and end-to-end tiers share.
+
+Every test is in one tier, by its folder: ``unit`` (no Ray, no Milvus, milliseconds),
+``integration`` (real Ray and a real store) and ``e2e`` (the stack as ``strata up`` starts it).
+Each tier is a marker (``pytest -m unit``) and the tiers run cheapest first, so a broken change
+fails within the first minute. The expensive things start once a session: one local Ray, one
+milvus-lite and one Milvus server, shared by the modules that can share them.
+"""
 
 from __future__ import annotations
 
@@ -13,7 +19,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -79,12 +85,13 @@ class MilvusServer:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self) -> None:
-        # The handle outlives this call: the child writes its log there until it is killed.
-        log = open(self.data_dir.parent / f"milvus-{self.port}.log", "ab")
-        self.process = subprocess.Popen(
-            [*MILVUS_LITE, "server", "--data-dir", str(self.data_dir), "--host", "127.0.0.1", "--port", str(self.port)],
-            stdout=log, stderr=log, start_new_session=True,
-        )
+        # The child writes its log there until it is killed, through its own copy of the handle.
+        with open(self.data_dir.parent / f"milvus-{self.port}.log", "ab") as log:
+            self.process = subprocess.Popen(
+                [*MILVUS_LITE, "server", "--data-dir", str(self.data_dir), "--host", "127.0.0.1",
+                 "--port", str(self.port)],
+                stdout=log, stderr=log, start_new_session=True,
+            )
         wait_for_milvus(self.port, self.process)
 
     def kill(self) -> None:
@@ -145,18 +152,15 @@ class MilvusStandalone(MilvusServer):
 
 
 def _wait_healthy(url: str, process: subprocess.Popen[bytes] | None, *, timeout_s: float) -> None:
-    import urllib.request
+    import httpx
 
     deadline = time.monotonic() + timeout_s
     while True:
         if process is not None and process.poll() is not None:
             raise RuntimeError(f"exited with {process.returncode}")
-        try:
-            with urllib.request.urlopen(url, timeout=2) as answer:
-                if b"OK" in answer.read():
-                    return
-        except OSError:
-            pass
+        with suppress(httpx.HTTPError):
+            if b"OK" in httpx.get(url, timeout=2).content:
+                return
         if time.monotonic() > deadline:
             raise TimeoutError(f"{url} not OK after {timeout_s:.0f} s")
         time.sleep(0.5)
@@ -176,6 +180,67 @@ DEFAULT_STORES = ("lite",)
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "stores(*kinds): the stores this test runs on, instead of its module's STORES")
+
+
+#: The tiers, cheapest first: each is a folder of tests/ and a marker (pyproject.toml).
+TIERS = ("unit", "integration", "e2e")
+TESTS = Path(__file__).resolve().parent
+
+
+def tier_of(path: Path) -> str | None:
+    """The tier of the test module at ``path``: the tests/ folder it is in, if it is a tier's."""
+    try:
+        folder = path.resolve().relative_to(TESTS).parts[0]
+    except (ValueError, IndexError):
+        return None
+    return folder if folder in TIERS else None
+
+
+class _OutsideTheTiers(pytest.Module):
+    """A test module in no tier's folder: an error at collection, not a test without a tier."""
+
+    def collect(self) -> list[pytest.Item | pytest.Collector]:
+        raise self.CollectError(f"{self.path}: a test module belongs in one of tests/{{{','.join(TIERS)}}}/")
+
+
+def pytest_pycollect_makemodule(module_path: Path, parent: pytest.Collector) -> pytest.Module | None:
+    if tier_of(module_path) is None:
+        return _OutsideTheTiers.from_parent(parent, path=module_path)
+    return None
+
+
+def xdist_group(item: pytest.Item) -> str:
+    """The tests one pytest-xdist worker runs together (``--dist loadgroup``), so that what they
+    share starts once: a module's (its module-scoped fixtures), or a session fixture's that
+    must not run twice (the Milvus server: its etcd ports are fixed) or costs a stack start."""
+    callspec = getattr(item, "callspec", None)
+    if "milvus_server" in item.fixturenames or (callspec and callspec.params.get("milvus") == "server"):
+        return "milvus-server"
+    if "agents_stack" in item.fixturenames:
+        return "agents-stack"
+    return str(item.path.relative_to(TESTS))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> Iterator[None]:
+    """Mark every test with its folder's tier (and its xdist group, before xdist reads it), then
+    run the tiers cheapest first. Within the integration tier, the modules on the session's
+    shared Ray come first: the modules that start a cluster of their own stop it
+    (:func:`leave_shared_ray`), and it starts once."""
+    grouped = config.pluginmanager.hasplugin("xdist")
+    for item in items:
+        if tier := tier_of(item.path):
+            item.add_marker(tier)
+        if grouped:
+            item.add_marker(pytest.mark.xdist_group(xdist_group(item)))
+    yield  # pytest orders each module's tests by their parameters (milvus: lite, server)
+    shared_ray_modules = {item.path for item in items if "ray_local" in item.fixturenames}
+
+    def rank(item: pytest.Item) -> tuple[int, bool]:
+        tier = tier_of(item.path)
+        return (TIERS.index(tier) if tier else len(TIERS), item.path not in shared_ray_modules)
+
+    items.sort(key=rank)  # stable: modules and tests keep their order within a rank
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -200,17 +265,36 @@ def milvus_server() -> Iterator[MilvusStandalone]:
             server.kill()
 
 
-@pytest.fixture(scope="module")
-def milvus(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[MilvusServer]:
-    if getattr(request, "param", "lite") == "server":
-        yield request.getfixturevalue("milvus_server")
-        close_all_writers()  # the module's audit entries, while their store is up (not at exit)
-        return
+@pytest.fixture(scope="session")
+def milvus_lite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MilvusServer]:
+    """One milvus-lite for the session's modules: each test's settings name collections of
+    their own (:func:`settings_for`), so modules do not see each other's rows."""
     server = MilvusServer(tmp_path_factory.mktemp("milvus") / "data", free_port())
     server.start()
     yield server
-    close_all_writers()
     server.kill()
+
+
+@pytest.fixture(scope="module")
+def milvus(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[MilvusServer]:
+    """The module's store: the session's milvus-lite, or the session's Milvus server for the
+    ``[server]`` tests of a module that names it in ``STORES``. A module that stops and starts
+    its milvus-lite, or reads its files, says ``OWN_MILVUS = True`` and has one of its own."""
+    if getattr(request, "param", "lite") == "server":
+        yield request.getfixturevalue("milvus_server")
+    elif getattr(request.module, "OWN_MILVUS", False):
+        server = MilvusServer(tmp_path_factory.mktemp("milvus") / "data", free_port())
+        server.start()
+        yield server
+        close_all_writers()
+        server.kill()
+        return
+    else:
+        shared: MilvusServer = request.getfixturevalue("milvus_lite")
+        if shared.process is not None and shared.process.poll() is not None:
+            shared.start()  # a module stopped it and failed before starting it again
+        yield shared
+    close_all_writers()  # the module's audit entries, while their store is up (not at exit)
 
 
 def milvus_settings(milvus: MilvusServer) -> dict[str, Any]:
@@ -232,8 +316,13 @@ def settings_for(milvus: MilvusServer, **overrides: Any) -> StrataSettings:
     return load_settings(None, **base)
 
 
-@pytest.fixture(scope="module")
-def ray_local() -> Iterator[None]:
+class _SharedRay:
+    """Whether this process is connected to the session's local Ray (:func:`ray_local`)."""
+
+    running = False
+
+
+def _start_local_ray() -> None:
     import ray
 
     from strata_actors.router import shutdown_ray
@@ -243,7 +332,7 @@ def ray_local() -> Iterator[None]:
         try:
             ray.init(address="local", num_cpus=2, include_dashboard=False, object_store_memory=256 * 1024 * 1024,
                      logging_level=logging.ERROR, log_to_driver=False)
-            break
+            return
         except Exception as exc:
             # Seen on clean-clone runs right after another module stopped its Ray: the new
             # GCS did not write its port file in time ("Timed out waiting for file"), or the
@@ -252,8 +341,54 @@ def ray_local() -> Iterator[None]:
                 raise
             shutdown_ray()
             time.sleep(3)
+
+
+def _kill_named_actors() -> None:
+    """Every named actor, in every namespace: the layer shards and limits actors are detached
+    and would otherwise outlive their module (~200 MB of memory each)."""
+    import ray
+
+    for actor in ray.util.list_named_actors(all_namespaces=True):
+        with suppress(ValueError):  # gone meanwhile
+            ray.kill(ray.get_actor(actor["name"], namespace=actor["namespace"]))
+
+
+def leave_shared_ray() -> None:
+    """Stop the session's local Ray if it runs, for a module that starts a cluster of its own
+    or joins a stack's (``ray.init`` twice in one process is refused); the next module that
+    asks for :func:`ray_local` starts it again."""
+    import ray
+
+    from strata_actors.router import shutdown_ray
+
+    if _SharedRay.running and ray.is_initialized():
+        shutdown_ray()
+    _SharedRay.running = False
+
+
+@pytest.fixture(scope="session")
+def _ray_session() -> Iterator[None]:
     yield
-    shutdown_ray()
+    leave_shared_ray()
+
+
+@pytest.fixture(scope="module")
+def ray_local(_ray_session: None) -> Iterator[None]:
+    """This process on the session's local Ray (2 CPUs): one start for every module that can
+    share it (each test's settings name a Ray namespace of their own, :func:`settings_for`).
+    The module's named actors are killed when it ends, so the next module starts clean."""
+    import ray
+
+    from strata_actors.router import shutdown_ray
+
+    if not (_SharedRay.running and ray.is_initialized()):
+        if ray.is_initialized():
+            shutdown_ray()  # a connection left by a module that joined a cluster of its own
+        _start_local_ray()
+        _SharedRay.running = True
+    yield
+    if ray.is_initialized():
+        _kill_named_actors()
 
 
 RAY_AUTH_ENV = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")

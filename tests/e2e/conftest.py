@@ -6,7 +6,15 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.conftest import leave_shared_ray
 from tests.e2e.running import Running, started
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _off_the_shared_ray() -> None:
+    """This process off the integration tier's local Ray: a test that joins a stack's Ray
+    (the in-cluster client) must not find itself connected to another one."""
+    leave_shared_ray()
 
 
 @pytest.fixture(scope="session")

@@ -18,9 +18,6 @@ from strata.errors import InvalidInput
 from strata_adapters.langchain import StrataChatMessageHistory, StrataConnection
 from tests.e2e.running import Running
 
-pytestmark = pytest.mark.e2e
-
-
 
 def _connection(stack: Running, tenant: str) -> StrataConnection:
     return StrataConnection(stack.url, stack.new_key("create", tenant))

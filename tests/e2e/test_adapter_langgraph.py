@@ -15,9 +15,6 @@ from langgraph.store.base import InvalidNamespaceError
 from strata_adapters.langgraph import StrataConnection, StrataStore, item_doc_id
 from tests.e2e.running import Running
 
-pytestmark = pytest.mark.e2e
-
-
 
 def _store(stack: Running, tenant: str) -> StrataStore:
     return StrataStore(StrataConnection(stack.url, stack.new_key("create", tenant)))

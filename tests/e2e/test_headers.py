@@ -7,12 +7,9 @@ from __future__ import annotations
 import re
 
 import httpx
-import pytest
 
 from strata_serve.headers import SECURITY_HEADERS
 from tests.e2e.running import Running
-
-pytestmark = pytest.mark.e2e
 
 
 def test_every_kind_of_answer_carries_the_security_headers(agents_stack: Running) -> None:

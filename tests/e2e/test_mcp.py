@@ -26,8 +26,6 @@ from strata.errors import InvalidInput, NotFound
 from strata_serve.client import StrataClient
 from tests.e2e.running import STRATA, Running
 
-pytestmark = pytest.mark.e2e
-
 TOOLS = {
     "add_memory",
     "search_memory",

@@ -29,8 +29,6 @@ from mcp.client import Client
 from tests.e2e.running import Running
 from tests.e2e.test_mcp import over_http, text
 
-pytestmark = pytest.mark.e2e
-
 TABLE = Path(__file__).with_name("scope_matrix.txt")
 KINDS = ("admin", "tenant", "read-only", "session", "session-ro", "session-shared", "unshared", "revoked")
 SCOPES: dict[str, dict[str, Any]] = {

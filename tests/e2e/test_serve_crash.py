@@ -28,8 +28,6 @@ from strata.store.layout import open_store
 from strata_cli.processes import processes_naming
 from tests.e2e.running import Running, started
 
-pytestmark = pytest.mark.e2e
-
 WRITERS = 4
 TURNS = 1_000
 KILL_AFTER = 300

@@ -41,7 +41,7 @@ from strata_actors.router import LayerRouter, shutdown_ray
 from strata_serve.app import APP_NAME
 from strata_serve.client import AsyncStrataClient
 from tests.autoscaling_cluster import LocalAutoscalingCluster, WorkerType
-from tests.conftest import MilvusServer, free_port, ray_token_auth, settings_for
+from tests.conftest import MilvusServer, free_port, leave_shared_ray, ray_token_auth, settings_for
 
 ROOT = Path(__file__).resolve().parents[2]
 ADMIN = "sk-strata-autoscaling-admin"
@@ -69,6 +69,7 @@ _T = TypeVar("_T")
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalAutoscalingCluster]:
+    leave_shared_ray()
     with ray_token_auth(tmp_path_factory.mktemp("ray-auth") / "auth_token") as auth:
         cluster = LocalAutoscalingCluster(head_cpus=HEAD_CPUS, worker=WORKER, idle_timeout_s=IDLE_TIMEOUT_S, env=auth)
         try:

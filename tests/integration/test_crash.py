@@ -31,6 +31,8 @@ from tests.integration.layers import until_up
 
 #: Each test runs on milvus-lite and on a Milvus server (tests/conftest.py).
 STORES = ("lite", "server")
+#: It kills its milvus-lite mid-stream and reads its log: one of its own (tests/conftest.py).
+OWN_MILVUS = True
 pytestmark = pytest.mark.usefixtures("ray_local")
 
 #: One attempt that takes longer than this is a hang, not a slow machine.

@@ -26,6 +26,8 @@ from tests.conftest import MilvusServer, settings_for
 
 pytestmark = [pytest.mark.usefixtures("ray_local"), pytest.mark.asyncio(loop_scope="module")]
 
+#: It reads every file of its milvus-lite and stops it: one of its own (tests/conftest.py).
+OWN_MILVUS = True
 ERASE_AFTER_S = 1.0
 #: erase_after_s, plus one erasure of a small collection (~0.1 s) on a loaded 2-core machine.
 WITHIN_S = 30.0

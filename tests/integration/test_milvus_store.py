@@ -15,6 +15,8 @@ from strata.store.records import Record
 from tests.conftest import MilvusServer
 
 STORES = ("lite", "server")
+#: An outage test stops its milvus-lite: one of its own (tests/conftest.py).
+OWN_MILVUS = True
 DIM = 8
 
 

@@ -27,7 +27,15 @@ from strata.schema import LAYERS
 from strata.store.layout import open_store
 from strata_actors.client import InClusterClient
 from strata_actors.router import LayerRouter, shutdown_ray
-from tests.conftest import RAY_AUTH_ENV, MilvusServer, free_port, milvus_settings, ray_token_auth, settings_for
+from tests.conftest import (
+    RAY_AUTH_ENV,
+    MilvusServer,
+    free_port,
+    leave_shared_ray,
+    milvus_settings,
+    ray_token_auth,
+    settings_for,
+)
 
 #: Each test runs on milvus-lite and on a Milvus server (tests/conftest.py).
 STORES = ("lite", "server")
@@ -74,6 +82,7 @@ def ray_token(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 @pytest.fixture(scope="module")
 def cluster(ray_token: Path, milvus: MilvusServer) -> Iterator[Cluster]:
     # A cluster per store: a test kills one of its nodes.
+    leave_shared_ray()
     cluster = _start_cluster()
     try:
         ray.init(address=cluster.address, logging_level="ERROR", log_to_driver=False)
