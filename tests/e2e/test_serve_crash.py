@@ -145,6 +145,8 @@ class Stream:
                     break
 
 
+# The stack's start and a stream of up to DEADLINE_S: more than a test's default bound.
+@pytest.mark.timeout(900)
 def test_killing_the_serve_application_mid_stream_loses_no_acknowledged_write(stack: Running) -> None:
     r = stack.post("/v1/sessions/warm-up/turns", {"user": "Warm-up turn."})
     assert r.status_code == 201, r.text

@@ -356,6 +356,8 @@ async def _turns(client: AsyncStrataClient, session: str) -> list[str]:
         after = page.next_after
 
 
+# The cluster's start and several phases of up to PHASE_TIMEOUT_S each: more than a test's default bound.
+@pytest.mark.timeout(600)
 async def test_load_adds_replicas_and_a_node_and_both_go_away_after_it(app: Deployed, tmp_path: Path) -> None:
     tally = Tally()
     timeline = Timeline(app, tally)

@@ -299,6 +299,8 @@ async def _kill_when(stream: Stream, acked: int, handle: Any) -> tuple[float, fl
         await asyncio.sleep(0.1)
 
 
+# Its stream may take 300 s on the Milvus server (its deadline_s), more than a test's default bound.
+@pytest.mark.timeout(600)
 async def test_killing_a_layer_actor_mid_stream_loses_no_acknowledged_write(milvus: MilvusServer) -> None:
     """1,000 turns from 4 clients; the episodic shard is killed after 300 acknowledgements, the
     working one after 650. A write caught by the episodic crash fails (StoreUnavailable) and is
