@@ -72,8 +72,9 @@ def stdio_env(stack: Running, key: str) -> dict[str, str]:
 async def call(client: Client, tool: str, **arguments: Any) -> dict[str, Any]:
     result = await client.call_tool(tool, arguments)
     assert not result.is_error, (tool, text(result))
-    assert result.structured_content is not None
-    return result.structured_content
+    content: dict[str, Any] | None = result.structured_content
+    assert content is not None
+    return content
 
 
 def text(result: CallToolResult) -> str:
@@ -188,7 +189,10 @@ def test_a_page_of_a_foreign_origin_is_refused_403_even_with_a_good_key(agents_s
         sent = {**headers, **({"Origin": origin} if origin else {})}
         answer = httpx.post(f"{agents_stack.url}/mcp", json=hello, headers=sent, timeout=30)
         assert answer.status_code == status, (origin, answer.text)
-        assert ("serve.mcp_allowed_origins" in answer.json()["message"]) if status == 403 else ("add_memory" in answer.text)
+        if status == 403:
+            assert "serve.mcp_allowed_origins" in answer.json()["message"]
+        else:
+            assert "add_memory" in answer.text
 
 
 async def test_a_key_of_one_tenant_never_sees_another_tenants_memory(agents_stack: Running, admin: str) -> None:

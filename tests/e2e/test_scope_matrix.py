@@ -278,7 +278,8 @@ def test_every_operation_with_every_key_and_edge_body(agents_stack: Running, wor
         for kind in KINDS:
             path, body, headers = base_request(op, kind, ids)
             if "path" in change:
-                path = _with_path_edge(op, path, *change["path"], ids)
+                name, value = change["path"]
+                path = _with_path_edge(op, path, name, value, ids)
             if body is not None and "body" in change:
                 body = {**body, **change["body"]}
             if body is not None and "drop" in change:
@@ -309,7 +310,7 @@ def test_every_operation_with_every_key_and_edge_body(agents_stack: Running, wor
 
 
 def base_arguments(tool: str, ids: dict[str, str]) -> dict[str, Any]:
-    return {
+    arguments: dict[str, dict[str, Any]] = {
         "add_memory": {"text": "hi", "session_id": "own"},
         "search_memory": {"query": "plans Kafka locker", "session_id": "own", "top_k": 50},
         "get_context": {"message": "plans Kafka", "session_id": "own"},
@@ -319,7 +320,8 @@ def base_arguments(tool: str, ids: dict[str, str]) -> dict[str, Any]:
         "learn_skill": {"task": "list files", "trace": ["ls"]},
         "forget": {"what": "turn", "id": "never-made", "session_id": "own"},
         "list_sessions": {},
-    }[tool]
+    }
+    return arguments[tool]
 
 
 def tool_variants(tools: dict[str, dict[str, Any]]) -> Iterator[tuple[str, str, dict[str, Any]]]:

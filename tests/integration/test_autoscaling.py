@@ -284,9 +284,9 @@ class Row:
     )
 
     def __str__(self) -> str:
-        return (f"{self.t_s:6.1f}  {self.phase:<6}  {self.api_target:10d} {self.api_on_head:4d} {self.api_on_workers:6d}"
-                f" {self.api_other:5d}  {self.embedding:9d}  {self.nodes:5d}  {self.ok:6d}  {self.failed:6d}"
-                f"  {self.retried:7d}")
+        return (f"{self.t_s:6.1f}  {self.phase:<6}  {self.api_target:10d} {self.api_on_head:4d}"
+                f" {self.api_on_workers:6d} {self.api_other:5d}  {self.embedding:9d}  {self.nodes:5d}"
+                f"  {self.ok:6d}  {self.failed:6d}  {self.retried:7d}")
 
     @property
     def scaled_up(self) -> bool:

@@ -115,7 +115,7 @@ class Stream:
 
     async def run(self) -> None:
         try:
-            await asyncio.gather(*(self._writer(c, plan) for c, plan in zip(self.clients, self.plan)))
+            await asyncio.gather(*(self._writer(c, plan) for c, plan in zip(self.clients, self.plan, strict=True)))
         finally:
             self.done = True
 
@@ -308,7 +308,8 @@ async def test_killing_a_layer_actor_mid_stream_loses_no_acknowledged_write(milv
     settings = _settings(milvus)
     # A server's writes are slower than milvus-lite's: in a clean-clone run on the server the
     # 1,000 turns were 8 short of done at 150 s, all else correct.
-    stream = Stream(settings, "crash-actor", writers=4, turns=1000, deadline_s=150.0 if milvus.kind == "lite" else 300.0)
+    deadline_s = 150.0 if milvus.kind == "lite" else 300.0
+    stream = Stream(settings, "crash-actor", writers=4, turns=1000, deadline_s=deadline_s)
     router = LayerRouter(settings)
     episodic, working = router.handle("episodic", stream.tenant), router.handle("working", stream.tenant)
     await stream.clients[0].record_turn("warm-up", "Warm-up turn.")  # both actors exist and loaded the tenant

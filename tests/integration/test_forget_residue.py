@@ -57,8 +57,8 @@ def on_disk(root: Path) -> set[str]:
 
 
 def _decoded(path: Path) -> str:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
+    import pyarrow as pa  # type: ignore[import-untyped]  # ships no type information
+    import pyarrow.parquet as pq  # type: ignore[import-untyped]
 
     try:
         if path.suffix == ".parquet":

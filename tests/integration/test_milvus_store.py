@@ -71,7 +71,9 @@ def test_deletes_by_key_keep_to_their_tenant_session_and_kinds(store: MilvusReco
     assert [r.pk for r in store.get("store_test", tenant="h", pks=["h/s1/t0", "g/s1/t2"])] == ["h/s1/t0"]
 
 
-def test_a_scan_past_one_query_reads_every_row_in_key_order(store: MilvusRecordStore, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_scan_past_one_query_reads_every_row_in_key_order(
+    store: MilvusRecordStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import strata.store.milvus as module
 
     store.upsert("store_test", [rec("f", "s", n) for n in range(7)])
@@ -87,7 +89,7 @@ def test_a_page_after_a_key_is_the_next_rows_of_the_scope_in_key_order(store: Mi
     store.upsert("store_test", [rec("pg", "s", int(n)) for n in order[15:]]
                  + [rec("pg", "other", 1), rec("pg", "s", 99, kind="summary"), rec("ph", "s", 5)])
     expected = sorted(f"pg/s/t{n}" for n in range(30))
-    for flushed in (False, True):
+    for _flushed in (False, True):  # the second pass reads what the flush at the end of the first wrote
         seen, after = [], "pg/s"
         while rows := store.scan_after("store_test", tenant="pg", session="s", kinds=["turn"], after=after, limit=7):
             assert len(rows) <= 7 and all(r.vector is None for r in rows)
@@ -101,7 +103,9 @@ def test_a_page_after_a_key_is_the_next_rows_of_the_scope_in_key_order(store: Mi
         store.scan_after("store_test", tenant="pg", after='pg/s" or pk != "', limit=5)
 
 
-def test_scans_and_deletes_name_the_tenants_milvus_lite_partition(store: MilvusRecordStore, milvus: MilvusServer) -> None:
+def test_scans_and_deletes_name_the_tenants_milvus_lite_partition(
+    store: MilvusRecordStore, milvus: MilvusServer
+) -> None:
     lite_only(milvus, "a server prunes partitions by the key itself")
     # milvus-lite's 16 partition-key buckets are found; each tenant's scan names its own
     # and still finds every row (a wrong bucket would find none), here and after a flush.
@@ -140,7 +144,8 @@ def test_a_tenant_s_upserted_rows_are_found_and_deleted_by_its_filter(store: Mil
     store.upsert("store_test", [rec("u", "s", n) for n in range(20)])
     store.upsert("store_test", [rec("u", "s", n) for n in range(20)])  # again: replaced, not doubled
     assert len(store.scan("store_test", tenant="u")) == 20
-    assert store.delete("store_test", tenant="u", session="s", kinds=["turn"]) in (20, 40)  # a server counts each pk's versions
+    # A server counts each pk's versions.
+    assert store.delete("store_test", tenant="u", session="s", kinds=["turn"]) in (20, 40)
     assert store.scan("store_test", tenant="u") == []
 
 
@@ -156,7 +161,9 @@ def test_the_ttl_sweep_walks_only_collections_that_hold_deadlines(milvus: Milvus
     # at once on milvus-lite; on a server the sweep's bounded read may miss the last few
     # seconds' writes, and a later sweep takes them.
     deadline = time.monotonic() + (0 if milvus.kind == "lite" else 30)
-    while not (found := sweeper.expired("deadline_test", now_ms=10**13, kinds=["turn"])) and time.monotonic() < deadline:
+    while (
+        not (found := sweeper.expired("deadline_test", now_ms=10**13, kinds=["turn"])) and time.monotonic() < deadline
+    ):
         time.sleep(0.5)
     assert found == [("d", "s", "d/s/t7")]
     assert "deadline_test" in sweeper._deadlines
@@ -171,7 +178,7 @@ def test_upsert_replaces_by_primary_key(store: MilvusRecordStore) -> None:
     assert [r.text for r in store.scan("store_test", tenant="c")] == ["changed"]
 
 
-@pytest.mark.parametrize("tenant", ['a" or tenant != "x', "a\\", "a b", "", "ａ", "%"])
+@pytest.mark.parametrize("tenant", ['a" or tenant != "x', "a\\", "a b", "", "\uff41", "%"])  # \uff41: a full-width a
 def test_filter_injection_is_refused_before_reaching_milvus(store: MilvusRecordStore, tenant: str) -> None:
     with pytest.raises(InvalidInput):
         store.scan("store_test", tenant=tenant)

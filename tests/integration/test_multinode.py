@@ -8,6 +8,7 @@ runs on this machine."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import secrets
 import subprocess
@@ -23,6 +24,7 @@ import ray
 import yaml
 from ray.cluster_utils import Cluster
 
+from strata.layers import Layer
 from strata.schema import LAYERS
 from strata.store.layout import open_store
 from strata_actors.client import InClusterClient
@@ -62,7 +64,7 @@ def _start_cluster() -> Cluster:
             cluster.wait_for_nodes()
             return cluster
         except Exception as exc:
-            cluster.shutdown()
+            cluster.shutdown()  # type: ignore[no-untyped-call]  # Ray leaves it unannotated
             # Ray waits 30 s for a raylet to register; on this shared 2-core machine a
             # node once took longer, at a load average of 23: start again from scratch.
             if "timed out" not in str(exc).lower() or attempt == 2:
@@ -85,11 +87,11 @@ def cluster(ray_token: Path, milvus: MilvusServer) -> Iterator[Cluster]:
     leave_shared_ray()
     cluster = _start_cluster()
     try:
-        ray.init(address=cluster.address, logging_level="ERROR", log_to_driver=False)
+        ray.init(address=cluster.address, logging_level=logging.ERROR, log_to_driver=False)
         yield cluster
     finally:
         shutdown_ray()
-        cluster.shutdown()
+        cluster.shutdown()  # type: ignore[no-untyped-call]  # Ray leaves it unannotated
 
 
 def _join(address: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -126,15 +128,15 @@ def _node_of(actor: Any) -> str:
     return ray.get_runtime_context().get_node_id()
 
 
-async def _placement(router: LayerRouter) -> dict[tuple[str, int], str]:
+async def _placement(router: LayerRouter) -> dict[tuple[Layer, int], str]:
     """(layer, shard) → node id, for every shard actor (creating those that do not exist)."""
     keys = [(layer, n) for layer in LAYERS for n in range(router.shards(layer))]
     nodes = await asyncio.gather(*(router.shard_handle(*k).__ray_call__.remote(_node_of) for k in keys))
-    return dict(zip(keys, nodes))
+    return dict(zip(keys, nodes, strict=True))
 
 
 def _alive_nodes() -> set[str]:
-    return {n["NodeID"] for n in ray.nodes() if n["Alive"]}
+    return {n["NodeID"] for n in ray.nodes() if n["Alive"]}  # type: ignore[no-untyped-call]  # Ray leaves it unannotated
 
 
 async def _until_moved(handle: Any, away_from: str, timeout_s: float = 120) -> str:
@@ -213,7 +215,7 @@ async def _write_until(stop: asyncio.Event, clients: dict[str, InClusterClient],
 async def test_a_dead_nodes_tenants_come_back_elsewhere_with_their_state(settings: Any, cluster: Cluster) -> None:
     router = LayerRouter(settings)
     clients = {t: InClusterClient(t, settings) for t in TENANTS}
-    acknowledged = dict(zip(TENANTS, await asyncio.gather(*(_fill(c, t) for t, c in clients.items()))))
+    acknowledged = dict(zip(TENANTS, await asyncio.gather(*(_fill(c, t) for t, c in clients.items())), strict=True))
     for tenant, client in clients.items():
         await _check(client, tenant)
 
@@ -250,7 +252,8 @@ async def test_a_dead_nodes_tenants_come_back_elsewhere_with_their_state(setting
         assert turns.versions["episodic"] > acknowledged[tenant]
         found = await client.search(f"is {tenant} back after the node died?", layers=["episodic"])
         assert "back after the node died" in found.hits[0].text
-    print(f"\n{len(moved)} of {len(placement)} shard actors were on the removed node; remove_node took {removed_s:.1f} s;"
+    print(f"\n{len(moved)} of {len(placement)} shard actors were on the removed node;"
+          f" remove_node took {removed_s:.1f} s;"
           f" all answered again {recovered_s:.1f} s after it began; {sum(map(len, written.values()))} writes"
           f" acknowledged meanwhile, {len(failures)} failed ({', '.join(sorted(set(failures))) or '-'})")
 
@@ -299,9 +302,10 @@ def test_serve_config_deploys_on_the_cluster(settings: Any, milvus: MilvusServer
             got = deployed[wanted["name"]]["deployment_config"]
             assert got["max_ongoing_requests"] == wanted["max_ongoing_requests"]
             assert got["ray_actor_options"]["num_cpus"] == wanted["ray_actor_options"]["num_cpus"]
-            assert {k: got["autoscaling_config"][k] for k in wanted["autoscaling_config"]} == wanted["autoscaling_config"]
+            scaling = wanted["autoscaling_config"]
+            assert {k: got["autoscaling_config"][k] for k in scaling} == scaling
         answer = httpx.get(f"http://127.0.0.1:{port}/healthz", headers={"Authorization": f"Bearer {ADMIN}"}, timeout=30)
         assert answer.status_code == 200, answer.text
         assert set(answer.json()["layers"]) == set(LAYERS)
     finally:
-        serve.shutdown()
+        serve.shutdown()  # type: ignore[no-untyped-call]  # Ray leaves it unannotated

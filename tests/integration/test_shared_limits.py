@@ -18,7 +18,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-import cloudpickle
+import cloudpickle  # type: ignore[import-untyped]  # ships no type information
 import httpx
 import pytest
 import ray
