@@ -209,14 +209,19 @@ def pytest_pycollect_makemodule(module_path: Path, parent: pytest.Collector) -> 
     return None
 
 
+def _fixture_names(item: pytest.Item) -> list[str]:
+    """The fixtures a test uses; an item that is not a Python test function has none."""
+    return item.fixturenames if isinstance(item, pytest.Function) else []
+
+
 def xdist_group(item: pytest.Item) -> str:
     """The tests one pytest-xdist worker runs together (``--dist loadgroup``), so that what they
     share starts once: a module's (its module-scoped fixtures), or a session fixture's that
     must not run twice (the Milvus server: its etcd ports are fixed) or costs a stack start."""
     callspec = getattr(item, "callspec", None)
-    if "milvus_server" in item.fixturenames or (callspec and callspec.params.get("milvus") == "server"):
+    if "milvus_server" in _fixture_names(item) or (callspec and callspec.params.get("milvus") == "server"):
         return "milvus-server"
-    if "agents_stack" in item.fixturenames:
+    if "agents_stack" in _fixture_names(item):
         return "agents-stack"
     return item.nodeid.split("::")[0]  # its module
 
@@ -234,7 +239,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if grouped:
             item.add_marker(pytest.mark.xdist_group(xdist_group(item)))
     yield  # pytest orders each module's tests by their parameters (milvus: lite, server)
-    shared_ray_modules = {item.path for item in items if "ray_local" in item.fixturenames}
+    shared_ray_modules = {item.path for item in items if "ray_local" in _fixture_names(item)}
 
     def rank(item: pytest.Item) -> tuple[int, bool]:
         tier = tier_of(item.path)
