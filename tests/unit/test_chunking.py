@@ -148,7 +148,7 @@ def _check_tree(text: str, tree: ChunkTree, strategy: str, settings: ChunkingSet
 @pytest.mark.parametrize("strategy", STRATEGIES)
 def test_invariants_hold_for_every_strategy(strategy: str, lang: str, sizes: dict[str, int]) -> None:
     text = DOCS[lang]
-    settings = ChunkingSettings(strategy=strategy, **sizes)  # type: ignore[arg-type]
+    settings = ChunkingSettings.model_validate({"strategy": strategy, **sizes})
     chunker = make_chunker(settings, COUNTER, embed=_embed)
     assert chunker.name == strategy
     tree = chunker.chunk(text)
@@ -342,7 +342,7 @@ def test_parent_child_children_are_nested_and_not_repeated(lang: str) -> None:
 def test_periodic_text_is_covered(strategy: str, text: str) -> None:
     # Repetitive text defeats locating a chunk by searching for its text.
     tree = _chunker(strategy, **SMALL).chunk(text)
-    _check_tree(text, tree, strategy, ChunkingSettings(strategy=strategy, **SMALL))  # type: ignore[arg-type]
+    _check_tree(text, tree, strategy, ChunkingSettings.model_validate({"strategy": strategy, **SMALL}))
 
 
 _ATOMS = [
