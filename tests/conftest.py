@@ -226,18 +226,20 @@ def xdist_group(item: pytest.Item) -> str:
     return item.nodeid.split("::")[0]  # its module
 
 
+def pytest_itemcollected(item: pytest.Item) -> None:
+    """Mark every test with its folder's tier, and its xdist group (as it is collected: xdist's
+    workers read the groups before a ``pytest_collection_modifyitems`` of a conftest runs)."""
+    if tier := tier_of(item.path):
+        item.add_marker(tier)
+    if item.config.pluginmanager.hasplugin("xdist"):
+        item.add_marker(pytest.mark.xdist_group(xdist_group(item)))
+
+
 @pytest.hookimpl(wrapper=True)
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> Iterator[None]:
-    """Mark every test with its folder's tier (and its xdist group, before xdist reads it), then
-    run the tiers cheapest first. Within the integration tier, the modules on the session's
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> Iterator[None]:
+    """Run the tiers cheapest first. Within the integration tier, the modules on the session's
     shared Ray come first: the modules that start a cluster of their own stop it
     (:func:`leave_shared_ray`), and it starts once."""
-    grouped = config.pluginmanager.hasplugin("xdist")
-    for item in items:
-        if tier := tier_of(item.path):
-            item.add_marker(tier)
-        if grouped:
-            item.add_marker(pytest.mark.xdist_group(xdist_group(item)))
     yield  # pytest orders each module's tests by their parameters (milvus: lite, server)
     shared_ray_modules = {item.path for item in items if "ray_local" in _fixture_names(item)}
 
