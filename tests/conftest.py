@@ -227,8 +227,9 @@ def xdist_group(item: pytest.Item) -> str:
 
 
 def pytest_itemcollected(item: pytest.Item) -> None:
-    """Mark every test with its folder's tier, and its xdist group (as it is collected: xdist's
-    workers read the groups before a ``pytest_collection_modifyitems`` of a conftest runs)."""
+    """Mark every test with its folder's tier, and its xdist group, as it is collected: before
+    ``-m`` selects and any plugin's ``pytest_collection_modifyitems`` reads the marks.
+    (xdist 3.8.0's ``--dist loadgroup`` still does nothing under pytest 9.2: pyproject.toml.)"""
     if tier := tier_of(item.path):
         item.add_marker(tier)
     if item.config.pluginmanager.hasplugin("xdist"):
