@@ -14,7 +14,7 @@ skipped and counted in :attr:`Benchmark.skipped_questions` instead.
 All datetimes are timezone-aware; a source without a zone is read as UTC.
 
 Every defect of a file raises :class:`ValueError`, a value of the wrong JSON type too
-(hence the ``noqa: TRY004``): callers catch one error for a bad file.
+(not :class:`TypeError`): callers catch one error for a bad file.
 """
 
 from __future__ import annotations
