@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 import os
 import secrets
-import signal
 import socket
 import subprocess
 import tempfile
@@ -20,7 +19,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +28,7 @@ import pytest
 from strata.access.audit import close_all_writers
 from strata.config import StrataSettings, load_settings
 from strata.errors import StoreUnavailable
-from strata.store.milvus_lite import COMMAND as MILVUS_LITE
+from strata.store.milvus_lite_process import MilvusLiteProcess, wait_until_answers
 
 
 def free_port() -> int:
@@ -48,27 +47,6 @@ def port_open(port: int) -> bool:
         return False
 
 
-def wait_for_milvus(
-    port: int, process: subprocess.Popen[bytes] | None = None, timeout_s: float = 60, *, token: str = ""
-) -> None:
-    """Until the server answers an RPC (its port opens ~1 s before it does)."""
-    from strata.errors import StoreUnavailable
-    from strata.store.milvus import MilvusRecordStore
-
-    store = MilvusRecordStore(f"http://127.0.0.1:{port}", token=token, timeout_s=2)
-    deadline = time.monotonic() + timeout_s
-    while True:
-        if process is not None and process.poll() is not None:
-            raise RuntimeError(f"Milvus on {port} exited with {process.returncode}")
-        try:
-            store.ping()
-            return
-        except StoreUnavailable:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.2)
-
-
 @dataclass
 class MilvusServer:
     """The embedded store: a milvus-lite server of the module's own."""
@@ -79,25 +57,24 @@ class MilvusServer:
     #: Which store this is, as the test ids name it.
     kind = "lite"
     token = ""
+    _lite: MilvusLiteProcess | None = field(default=None, repr=False)
 
     @property
     def uri(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self) -> None:
-        # The child writes its log there until it is killed, through its own copy of the handle.
-        with open(self.data_dir.parent / f"milvus-{self.port}.log", "ab") as log:
-            self.process = subprocess.Popen(
-                [*MILVUS_LITE, "server", "--data-dir", str(self.data_dir), "--host", "127.0.0.1",
-                 "--port", str(self.port)],
-                stdout=log, stderr=log, start_new_session=True,
-            )
-        wait_for_milvus(self.port, self.process)
+        """Start it (again, on the same data) and wait until it answers."""
+        if self._lite is None:
+            log = self.data_dir.parent / f"milvus-{self.port}.log"
+            self._lite = MilvusLiteProcess(self.data_dir, self.port, log=log)
+        self._lite.start()
+        self.process = self._lite.process
 
     def kill(self) -> None:
-        if self.process and self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait(10)
+        """SIGKILL it, as a crash would end it."""
+        if self._lite is not None:
+            self._lite.kill()
 
 
 @dataclass
@@ -136,7 +113,7 @@ class MilvusStandalone(MilvusServer):
             # Its RPC port answers before its coordinators do ("find no available rootcoord"):
             # ready is what its health endpoint says.
             _wait_healthy(f"http://127.0.0.1:{server.webservice_port}/healthz", self.process, timeout_s=180)
-            wait_for_milvus(self.port, self.process, timeout_s=30, token=self.token)
+            wait_until_answers("127.0.0.1", self.port, process=self.process, token=self.token, timeout_s=30)
         except (RuntimeError, TimeoutError, StoreUnavailable):
             log = self.data_dir / "logs" / "milvus-stderr.log"
             tail = log.read_text(errors="replace")[-2000:] if log.exists() else ""
