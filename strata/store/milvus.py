@@ -287,7 +287,7 @@ class MilvusRecordStore:
         milvus-lite prunes by partition names only: a tenant's scan named none and
         walked every row of the collection, 158 ms for 100 rows among 30,000, in one
         Python process that every other request waits on. With its bucket named, it
-        walks a sixteenth (``python docs/milvus_lite_after_ingest.py``).
+        walks a sixteenth (``python -m strata_bench.scripts.milvus_lite_after_ingest``).
         """
         buckets = self._buckets.get(collection, 0)
         if not buckets:
@@ -309,7 +309,7 @@ class MilvusRecordStore:
         (and a Milvus server from its primary-key index). Any other term, a tenant's
         included, sends milvus-lite through its general query, which walks every unflushed
         row of the collection in Python: 658 ms against 2.3 ms at 30,000 rows
-        (``python docs/milvus_lite_memtable_growth.py``). Primary keys start with their
+        (``python -m strata_bench.scripts.milvus_lite_memtable_growth``). Primary keys start with their
         tenant (``tenant/...``), and rows are checked again after the read.
         """
 
@@ -413,7 +413,7 @@ class MilvusRecordStore:
         """The sweeper's read across tenants: ids only, never text or payload.
 
         milvus-lite answers it by parsing every row's payload in Python: 11.7 s over
-        30,000 episodic rows (``python docs/milvus_lite_after_ingest.py``), in the one
+        30,000 episodic rows (``python -m strata_bench.scripts.milvus_lite_after_ingest``), in the one
         process every request waits on, from each layer shard once a minute. So a
         collection where no row was ever written with a deadline (no marker row, a
         point read) is not walked at all.
