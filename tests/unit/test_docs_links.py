@@ -5,12 +5,12 @@ hashes: the history of runs lives in docs/)."""
 from __future__ import annotations
 
 import re
-import tomllib
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.layout import ROOT, package_dir
+
 README = ROOT / "README.md"
 PAGES = [README, *sorted((ROOT / "docs").glob("*.md"))]
 
@@ -72,8 +72,6 @@ def test_the_readme_runs_the_tests_with_the_command_ci_runs() -> None:
 
 
 def test_the_readme_lists_every_folder_under_the_name_it_installs_as() -> None:
-    with (ROOT / "pyproject.toml").open("rb") as f:
-        package_dir = tomllib.load(f)["tool"]["setuptools"]["package-dir"]
     rows = re.findall(r"^\| `([a-z_]+)/` \| `([a-z_]+)` \|", README.read_text(encoding="utf-8"), re.MULTILINE)
     listed = {name: folder for folder, name in rows if folder != name}
-    assert listed == package_dir, "README.md's folder table differs from [tool.setuptools.package-dir]"
+    assert listed == package_dir(), "README.md's folder table differs from [tool.setuptools.package-dir]"

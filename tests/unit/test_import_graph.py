@@ -8,13 +8,12 @@ still a cycle. Folders map to their installed names through ``[tool.setuptools.p
 from __future__ import annotations
 
 import ast
-import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.layout import ROOT, installed_folders
 
 #: What each package may import of ours: the direction the architecture reads
 #: (``strata_cli → strata_bench → strata_serve → strata_actors → strata``; the stdio MCP server and the
@@ -29,13 +28,6 @@ ALLOWED: dict[str, set[str]] = {
     "strata_bench": {"strata", "strata_actors", "strata_serve", "strata_mcp", "strata_adapters"},
     "strata_cli": {"strata", "strata_actors", "strata_serve", "strata_mcp", "strata_adapters", "strata_bench"},
 }
-
-
-def folders() -> dict[str, Path]:
-    """Installed name → folder, from pyproject (the one place that says it)."""
-    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    mapped = pyproject["tool"]["setuptools"]["package-dir"]
-    return {"strata": ROOT / "strata", **{name: ROOT / folder for name, folder in mapped.items()}}
 
 
 def imported_names(path: Path, package: str) -> Iterator[tuple[str, int]]:
@@ -54,7 +46,7 @@ def imported_names(path: Path, package: str) -> Iterator[tuple[str, int]]:
 
 def edges() -> dict[tuple[str, str], list[str]]:
     """(importer, imported) → where each such import stands."""
-    names = folders()
+    names = installed_folders()
     found: dict[tuple[str, str], list[str]] = {}
     for package, folder in names.items():
         for path in sorted(folder.rglob("*.py")):
@@ -66,7 +58,7 @@ def edges() -> dict[tuple[str, str], list[str]]:
 
 
 def test_every_package_is_named_in_the_rule() -> None:
-    assert set(folders()) == set(ALLOWED)
+    assert set(installed_folders()) == set(ALLOWED)
 
 
 def test_each_package_imports_only_what_sits_below_it() -> None:
@@ -82,7 +74,7 @@ def test_no_package_imports_the_tests() -> None:
     """The shipped packages stand without the test suite (the bench scripts once borrowed its milvus-lite helper)."""
     wrong = [
         f"{path.relative_to(ROOT)}:{line}"
-        for package, folder in folders().items()
+        for package, folder in installed_folders().items()
         for path in sorted(folder.rglob("*.py"))
         for module, line in imported_names(path, package)
         if module.split(".")[0] == "tests"

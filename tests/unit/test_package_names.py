@@ -8,31 +8,21 @@ but missing from either would be sorted as third-party or silently skipped by my
 from __future__ import annotations
 
 import subprocess
-import tomllib
-from pathlib import Path
-from typing import Any
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _pyproject() -> dict[str, Any]:
-    with (ROOT / "pyproject.toml").open("rb") as f:
-        return tomllib.load(f)
+from tests.layout import ROOT, installed_folders, package_dir, pyproject
 
 
 def _installed_names() -> set[str]:
-    package_dir: dict[str, str] = _pyproject()["tool"]["setuptools"]["package-dir"]
-    return {"strata", *package_dir}
+    return set(installed_folders())
 
 
 def test_package_dir_folders_exist() -> None:
-    package_dir: dict[str, str] = _pyproject()["tool"]["setuptools"]["package-dir"]
-    missing = {name: folder for name, folder in package_dir.items() if not (ROOT / folder / "__init__.py").is_file()}
+    missing = {name: folder for name, folder in package_dir().items() if not (ROOT / folder / "__init__.py").is_file()}
     assert not missing
 
 
 def test_isort_first_party_is_every_installed_name() -> None:
-    known = set(_pyproject()["tool"]["ruff"]["lint"]["isort"]["known-first-party"])
+    known = set(pyproject()["tool"]["ruff"]["lint"]["isort"]["known-first-party"])
     assert known == _installed_names()
 
 
