@@ -2,9 +2,9 @@
 ``Idempotency-Key`` claims of writes in flight.
 
 ``auth.limit_shards`` named, detached actors ``strata-limits-0 … n-1`` hold them, a tenant's
-on ``crc32(tenant) % n`` (one actor per tenant range). :class:`LimitsShard` is the plain
-class; :class:`SharedLimits` is the replicas' typed handle on the actors, and the only code
-that calls ``.remote()`` on them. It applies ``ray.remote`` itself: these actors are the
+on ``owner_shard(tenant, n)`` (:mod:`strata_actors.placement`; one actor per tenant range).
+:class:`LimitsShard` is the plain class; :class:`SharedLimits` is the replicas' typed handle on
+the actors, and the only code that calls ``.remote()`` on them. It applies ``ray.remote`` itself: these actors are the
 API's, not a memory layer's, and the layer router's reads and batching are not theirs.
 
 What the actors hold is in their memory only, and that is enough (docs/security-and-operations.md):

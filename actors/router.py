@@ -2,7 +2,7 @@
 
 Tenants are sharded: layer ``L`` has ``actors.<L>_shards`` named, detached
 actors ``strata-L-0 … strata-L-(n-1)``, and tenant ``t`` lives on shard
-``crc32(t) % n`` (:mod:`strata_actors.placement`). A fixed, small set of actors
+``owner_shard(t, n)`` (:mod:`strata_actors.placement`). A fixed, small set of actors
 hosts any number of tenants (DESIGN.md measured ~0.8 s and ~50–90 MiB per actor process, so one actor
 per tenant does not reach 1,000 tenants on a node); inside a shard, a
 tenant's state is loaded on first use and evicted when idle (see

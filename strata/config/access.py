@@ -17,7 +17,7 @@ class AuthSettings(Section):
     rate_limit_per_s: float = Field(default=200.0, ge=0)
     rate_burst: int = Field(default=400, ge=1)
     #: Actors that hold the keys' rate limits and the Idempotency-Key claims for every API
-    #: replica, a tenant's on ``crc32(tenant) % limit_shards``. 0: each replica limits on its
+    #: replica, a tenant's on ``owner_shard(tenant, limit_shards)``. 0: each replica limits on its
     #: own (a key may send the rate to each) and claims keys for itself only.
     limit_shards: int = Field(default=1, ge=0, le=64)
     #: A replica takes a key's requests from its shared limit up to ``rate_lease`` at once and

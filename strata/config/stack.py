@@ -133,7 +133,8 @@ class ServeSettings(Section):
 class ActorSettings(Section):
     """How tenants map to layer actors (see README, "Tenants and actors")."""
 
-    #: Actors per layer; a tenant lives on shard ``crc32(tenant) % shards``.
+    #: Actors per layer at first start; the count then lives in the placement directory
+    #: (``strata scale``, docs/scaling.md), and a tenant on shard ``owner_shard(tenant, shards)``.
     working_shards: int = Field(default=2, ge=1, le=1024)
     episodic_shards: int = Field(default=2, ge=1, le=1024)
     semantic_shards: int = Field(default=2, ge=1, le=1024)

@@ -45,7 +45,7 @@ from tests.conftest import MilvusServer, free_port, leave_shared_ray, ray_token_
 
 ROOT = Path(__file__).resolve().parents[2]
 ADMIN = "sk-strata-autoscaling-admin"
-#: One load client each; three tenants on each shard of every layer (crc32 % 2).
+#: One load client each; three tenants on each shard of every layer (owner_shard with 2 shards).
 TENANTS = ("acme", "globex", "initech", "wayne", "wonka", "cyberdyne")
 #: The api deployment's autoscaling for this test: serve.yaml's shape, with delays of seconds.
 #: ``metrics_interval_s`` (deprecated, still read by Serve 2.60) is how often replicas report

@@ -48,7 +48,7 @@ OBJECT_STORE_BYTES = 78 * MIB
 #: The GCS declares a node dead after this many failed health checks this far apart.
 #: Ray's defaults (5 x 3 s) put a killed node's actors back after 21-23 s here; these, after 6-12 s.
 HEALTH_CHECKS = {"health_check_period_ms": 1000, "health_check_failure_threshold": 3}
-#: Three tenants on each shard of every layer (crc32 % 2: 0, 0, 0, 1, 1, 1).
+#: Three tenants on each shard of every layer (owner_shard with 2 shards: 0, 1, 0, 1, 0, 1).
 TENANTS = ("acme", "globex", "initech", "wayne", "wonka", "cyberdyne")
 
 
