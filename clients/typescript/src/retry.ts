@@ -43,8 +43,9 @@ export function resolveRetry(options: RetryOptions | false | undefined): Resolve
 
 /**
  * The wait before retry number `retry` (1 for the first): a uniform draw from
- * [0, min(maxDelayMs, baseDelayMs * 2^(retry-1))] ("full jitter"), raised to the server's
- * Retry-After when it asked for longer.
+ * [0, min(maxDelayMs, baseDelayMs * 2^(retry-1))] ("full jitter"), after the server's
+ * Retry-After when it sent one: never sooner than it asked, and the callers it refused
+ * together do not all come back at the same instant.
  */
 export function backoffMs(
   retry: number,
@@ -53,8 +54,7 @@ export function backoffMs(
   random: () => number = Math.random,
 ): number {
   const cap = Math.min(policy.maxDelayMs, policy.baseDelayMs * 2 ** Math.max(0, retry - 1));
-  const jittered = random() * cap;
-  return Math.max(jittered, retryAfterMs ?? 0);
+  return (retryAfterMs ?? 0) + random() * cap;
 }
 
 /**

@@ -17,10 +17,11 @@ test("full jitter: the n-th retry waits within [0, min(maxDelayMs, baseDelayMs *
   }
 });
 
-test("Retry-After is a floor under the jittered wait, even past maxDelayMs", () => {
+test("the jittered wait comes after Retry-After, even past maxDelayMs", () => {
   const policy = resolveRetry({ baseDelayMs: 100, maxDelayMs: 1000 });
-  assert.equal(backoffMs(1, policy, 3000, () => 0.5), 3000);
-  assert.equal(backoffMs(5, policy, 10, () => 0.5), 500);
+  assert.equal(backoffMs(1, policy, 3000, () => 0.5), 3050);
+  assert.equal(backoffMs(5, policy, 10, () => 0.5), 510);
+  assert.equal(backoffMs(2, policy, 1000, () => 0), 1000);
 });
 
 test("Retry-After as seconds, as an HTTP date, and unreadable", () => {
