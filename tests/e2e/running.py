@@ -3,9 +3,11 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import subprocess
 import sys
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -19,6 +21,10 @@ from tests.conftest import free_port
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 STRATA = [sys.executable, "-m", "strata_cli.main"]
+#: The shared stack's ``auth.admin_key`` and ``serve.max_body_bytes`` (tests/e2e/conftest.py
+#: ``agents_stack``): a 413 there costs a 1 MiB body, not 128 MiB.
+SHARED_ADMIN_KEY = "sk-strata-configured-" + uuid.uuid4().hex
+SHARED_BODY_LIMIT = 1 << 20
 
 
 class Running:
@@ -29,6 +35,7 @@ class Running:
         #: What ``strata up`` was given beyond the data dir and port (``--milvus-uri`` ...).
         self.up_args = up_args
         self.url = f"http://127.0.0.1:{port}"
+        self._admin_key = ""
 
     @property
     def ray_dir(self) -> Path:
@@ -54,10 +61,24 @@ class Running:
         )
 
     def new_key(self, *args: str) -> str:
-        """``strata keys <args>``; the key it prints on its last line."""
+        """The key ``strata keys <args>`` would print. ``create`` goes through ``POST
+        /v1/admin/keys`` (both call the same ``KeyStore.issue``), with an admin key made once
+        by the command: a ``strata`` process costs 1-2 s, the route milliseconds, and the
+        suites make ~70 keys. Anything else (``create-admin``, ``rotate``) runs the command."""
+        if args and args[0] == "create":
+            return self._created(_create_body(args[1:]))
         done = self.cli("keys", *args)
         assert done.returncode == 0, done.stdout + done.stderr
         key = done.stdout.strip().splitlines()[-1]
+        assert key.startswith("sk-strata-") and " " not in key
+        return key
+
+    def _created(self, body: dict[str, Any]) -> str:
+        if not self._admin_key:
+            self._admin_key = self.new_key("create-admin", "--name", "tests")
+        r = self.call("POST", "/v1/admin/keys", self._admin_key, body)
+        assert r.status_code == 201, r.text
+        key: str = r.json()["key"]
         assert key.startswith("sk-strata-") and " " not in key
         return key
 
@@ -78,6 +99,17 @@ class Running:
     def call(self, method: str, path: str, key: str | None, body: Any = None, **kw: Any) -> httpx.Response:
         headers = {"Authorization": f"Bearer {key}"} if key else {}
         return httpx.request(method, self.url + path, json=body, headers=headers, timeout=30, **kw)
+
+
+def _create_body(args: tuple[str, ...]) -> dict[str, Any]:
+    """``strata keys create``'s arguments as the body of ``POST /v1/admin/keys``."""
+    parser = argparse.ArgumentParser(prog="strata keys create", exit_on_error=False)
+    parser.add_argument("tenant")
+    parser.add_argument("--read-only", action="store_true")
+    parser.add_argument("--session", dest="session_id")
+    parser.add_argument("--shared", action=argparse.BooleanOptionalAction, default=None)
+    parser.add_argument("--name")
+    return {name: value for name, value in vars(parser.parse_args(list(args))).items() if value is not None}
 
 
 @contextmanager

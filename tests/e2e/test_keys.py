@@ -18,17 +18,16 @@ import pytest
 
 from strata.access.keys import hash_key
 from tests.conftest import free_port
-from tests.e2e.running import STRATA, Running, started
+from tests.e2e.running import SHARED_ADMIN_KEY, SHARED_BODY_LIMIT, STRATA, Running
 
-CONFIGURED_ADMIN = "sk-strata-configured-" + uuid.uuid4().hex
-BODY_LIMIT = 1 << 20  # serve.max_body_bytes of this module's stack: a 413 costs a 1 MiB body, not 128 MiB
+#: The shared stack's auth.admin_key and serve.max_body_bytes (tests/e2e/conftest.py).
+CONFIGURED_ADMIN = SHARED_ADMIN_KEY
+BODY_LIMIT = SHARED_BODY_LIMIT
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
-    with started(tmp_path_factory, "keys", STRATA_AUTH__ADMIN_KEY=CONFIGURED_ADMIN,
-                 STRATA_SERVE__MAX_BODY_BYTES=str(BODY_LIMIT)) as running:
-        yield running
+def stack(agents_stack: Running) -> Running:
+    return agents_stack  # the session's shared stack (tests/e2e/conftest.py): one start fewer
 
 
 def turn(text: str) -> dict[str, str]:
