@@ -13,7 +13,7 @@ import subprocess
 
 import pytest
 
-from tests.e2e.running import Running
+from tests.e2e.running import SHARED_ADMIN_KEY, Running
 from tests.layout import ROOT
 
 CLIENT = ROOT / "clients" / "typescript"
@@ -38,9 +38,14 @@ def _npm(*args: str, env: dict[str, str] | None = None, timeout_s: float = 240) 
 
 @pytest.fixture(scope="module")
 def stack_env(agents_stack: Running) -> dict[str, str]:
-    """The locked dependencies installed, and the variables the client's tests and example read."""
+    """The locked dependencies installed, and the variables the client's tests and example read
+    (the stack's configured admin key for the live test of the admin calls)."""
     _npm("ci", "--prefer-offline", "--no-audit")
-    return {"STRATA_URL": agents_stack.url, "STRATA_API_KEY": agents_stack.new_key("create", "ts-client")}
+    return {
+        "STRATA_URL": agents_stack.url,
+        "STRATA_API_KEY": agents_stack.new_key("create", "ts-client"),
+        "STRATA_ADMIN_KEY": SHARED_ADMIN_KEY,
+    }
 
 
 def test_the_generated_types_match_the_api_the_stack_serves(stack_env: dict[str, str]) -> None:
@@ -56,9 +61,15 @@ def test_npm_test_passes_against_the_stack(stack_env: dict[str, str]) -> None:
 
 
 def test_npm_test_fails_without_a_stack_to_run_against(stack_env: dict[str, str]) -> None:
-    env = {k: v for k, v in os.environ.items() if k not in ("STRATA_URL", "STRATA_API_KEY")}
+    env = {k: v for k, v in os.environ.items() if k not in ("STRATA_URL", "STRATA_API_KEY", "STRATA_ADMIN_KEY")}
     done = subprocess.run(
-        ["npm", "test"], cwd=CLIENT, env=env, capture_output=True, text=True, timeout=120, check=False
+        [shutil.which("npm") or "npm", "test"],
+        cwd=CLIENT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
     assert done.returncode != 0 and "STRATA_URL" in done.stderr, done.stdout + done.stderr
 

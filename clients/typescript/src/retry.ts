@@ -7,7 +7,8 @@
 export interface RetryOptions {
   /** Attempts in all, the first included; 1 turns retries off. Default 4. */
   maxAttempts?: number;
-  /** The first backoff's cap; the n-th retry waits a random time in [0, baseDelayMs * 2^(n-1)]. Default 250. */
+  /** The first backoff's cap: the n-th retry waits a random time in [0, baseDelayMs * 2^(n-1)],
+   * after the server's Retry-After when it sent one. Default 250. */
   baseDelayMs?: number;
   /** The cap of one backoff without Retry-After. Default 8,000. */
   maxDelayMs?: number;

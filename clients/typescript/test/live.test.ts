@@ -3,10 +3,12 @@
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 
-import { Conflict, InvalidInput, NotFound, StrataClient, Unauthorized } from "../src/index.js";
+import { Conflict, Forbidden, InvalidInput, NotFound, StrataClient, Unauthorized } from "../src/index.js";
 
 const url = process.env.STRATA_URL ?? "";
 const apiKey = process.env.STRATA_API_KEY ?? "";
+/** An admin key of the same stack, for the admin calls; without one that test says it is skipped. */
+const adminKey = process.env.STRATA_ADMIN_KEY ?? "";
 const run = `ts-${Date.now().toString(36)}-${Math.random().toString(36).slice(2, 8)}`;
 let strata: StrataClient;
 
@@ -156,3 +158,41 @@ test("live: a bad field is an InvalidInput with the server's message", async () 
   assert.match(error.message, /limit/);
   assert.equal(error.status, 422);
 });
+
+test(
+  "live: admin: a tenant's keys made, scoped, listed, revoked, and the tenant forgotten",
+  { skip: adminKey ? false : "set STRATA_ADMIN_KEY to an admin key of the stack to run it" },
+  async () => {
+    const admin = new StrataClient({ baseUrl: url, apiKey: adminKey });
+    const tenant = `${run}-tenant`;
+    try {
+      const writer = await admin.createKey({ tenant, name: "writer" });
+      const reader = await admin.createKey({ tenant, read_only: true });
+      const sessionKey = await admin.createKey({ tenant, session_id: "only-this" });
+      assert.ok(writer.key.startsWith("sk-strata-") && writer.tenant === tenant);
+      const listed = await admin.listKeys({ tenant });
+      assert.deepEqual(
+        new Set(listed.keys.map((k) => k.key_id)),
+        new Set([writer.key_id, reader.key_id, sessionKey.key_id]),
+      );
+
+      const asWriter = new StrataClient({ baseUrl: url, apiKey: writer.key });
+      const asReader = new StrataClient({ baseUrl: url, apiKey: reader.key });
+      const asSession = new StrataClient({ baseUrl: url, apiKey: sessionKey.key });
+      await asWriter.recordTurn("s1", { user: "written by the writer" });
+      assert.ok((await asReader.recordTurn("s1", { user: "no" }).catch((e) => e)) instanceof Forbidden);
+      assert.equal((await asReader.listTurns("s1")).turns.length, 1);
+      assert.ok((await asSession.listSessions().catch((e) => e)) instanceof Forbidden);
+      assert.ok((await asSession.listTurns("s1").catch((e) => e)) instanceof Forbidden);
+      assert.ok((await asWriter.createKey({ tenant }).catch((e) => e)) instanceof Forbidden);
+
+      const revoked = await admin.revokeKey(reader.key_id);
+      assert.ok(revoked.revoked_at);
+      const forgotten = await admin.forgetTenant(tenant);
+      assert.equal(forgotten.tenant, tenant);
+      assert.ok(forgotten.keys_revoked.includes(writer.key_id));
+    } finally {
+      admin.close();
+    }
+  },
+);
