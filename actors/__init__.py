@@ -1,6 +1,7 @@
 """Ray actors that own the memory layers per tenant, installed as ``strata_actors``.
 
-- ``placement``: which shard of a layer owns a tenant
+- ``placement``: which shard of a layer owns a tenant, and the fence of a move
+- ``directory``: each layer's shard count and epoch, and the one place they change (scaling)
 - ``residency``: which tenants a shard holds in memory: loading, locks, eviction
 - ``expiry``: purging what has expired before a call is answered, and the TTL sweep
 - ``shard``: the calls every layer actor answers: versioned reads and mutations, forgets

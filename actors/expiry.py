@@ -29,7 +29,7 @@ from strata.store.layout import Collections
 from strata.store.records import RecordStore
 from strata.store.ttl import EXPIRES
 from strata.store.versions import VersionStore
-from strata_actors.residency import TenantResidency, TenantSlot
+from strata_actors.residency import CALLER_EPOCH, TenantResidency, TenantSlot
 
 __all__ = ["EXPIRY_KEY_ID", "TenantExpiry", "WholeRecordExpiry"]
 
@@ -129,6 +129,7 @@ class TenantExpiry(TenantResidency[_L]):
             async with self._hold(slot):
                 if slot.dead:
                     continue
+                self._check_fence(tenant)  # the layer may have been scaled while this call waited
                 if self._expired(slot):
                     await self._expire_locked(tenant, slot)
                 yield slot
@@ -184,6 +185,7 @@ class TenantExpiry(TenantResidency[_L]):
         return store.delete(collection, tenant=tenant, pks=stale) if stale else 0
 
     async def _sweep_forever(self) -> None:
+        CALLER_EPOCH.set(None)  # a loop of the shard's own, not of the call that started it
         while True:
             await asyncio.sleep(self.settings.ttl.sweep_interval_s)
             try:

@@ -5,6 +5,12 @@ One handle per layer wraps one shard actor (the router hands them out:
 method with typed parameters and a typed result; the call is awaited and a failure mapped to
 Strata's errors (:func:`~strata_actors.errors.unwrap`) in one place, :meth:`LayerHandle._call`.
 
+A handle the router binds to a tenant (``router.episodic(tenant)``) does not hold one shard: it
+asks its :class:`Route` for the tenant's owner under the router's current placement view at each
+call, sends the view's epoch with the call, and when the shard refuses it
+(:class:`~strata.errors.TenantMoved`: the layer was scaled) or is gone, sends it again to the
+owner under the newer view (docs/scaling.md).
+
 Results keep the shape the shard sends. Where the API model is all a caller makes of it
 (a document, a skill, a page of them), the handle returns that model; where callers read
 parts of it or make different models of it (hits become ``SearchHit`` or ``ContextItem``),
@@ -20,12 +26,14 @@ from __future__ import annotations
 
 import asyncio
 import weakref
-from collections.abc import Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from datetime import datetime
-from typing import Any, ClassVar, NotRequired, TypedDict
+from typing import Any, ClassVar, NotRequired, Protocol, TypedDict
 
 import numpy as np
+from ray.exceptions import RayActorError
 
+from strata.errors import StoreUnavailable, TenantMoved
 from strata.layers import Layer, RetrievalPath
 from strata.providers.llm import LLMUsage
 from strata.schema import (
@@ -53,6 +61,7 @@ __all__ = [
     "RecordedTurn",
     "RecordedTurns",
     "Removed",
+    "Route",
     "SemanticHandle",
     "SessionLayerHandle",
     "Speakers",
@@ -166,6 +175,9 @@ class Ping(TypedDict):
     query_embeds: NotRequired[int]
     #: Semantic shards: documents being indexed now, every tenant's.
     indexing: NotRequired[int]
+    #: The placement epoch the shard serves by, and its layer's shard count at that epoch.
+    epoch: NotRequired[int]
+    shards: NotRequired[int]
 
 
 # -- the handles ----------------------------------------------------------------------------
@@ -189,10 +201,13 @@ class ReadBatcher:
 
     Args:
         actor: the shard's Ray actor handle.
+        epoch: the placement epoch its reads are sent with (:meth:`LayerShard.call
+            <strata_actors.shard.LayerShard.call>`); None: the shard's methods are called directly.
     """
 
-    def __init__(self, actor: Any) -> None:
+    def __init__(self, actor: Any, *, epoch: int | None = None) -> None:
         self.actor = actor
+        self.epoch = epoch
         #: Reads waiting for this turn's flush, per event loop: one batcher may serve several
         #: loops (a client driven by ``asyncio.run`` per call, or from several threads).
         self._pending: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, list[_Read]] = weakref.WeakKeyDictionary()
@@ -227,7 +242,10 @@ class ReadBatcher:
         self.calls += 1
         self.reads += 1
         try:
-            result = await getattr(self.actor, method).remote(*args, **kwargs)
+            if self.epoch is None:
+                result = await getattr(self.actor, method).remote(*args, **kwargs)
+            else:
+                result = await self.actor.call.remote(self.epoch, method, args, kwargs)
         except Exception as exc:
             _settle(future, error=unwrap(exc))
         else:
@@ -237,7 +255,9 @@ class ReadBatcher:
         self.calls += 1
         self.reads += len(batch)
         try:
-            answers = await self.actor.reads.remote([(method, args, kwargs) for method, args, kwargs, _ in batch])
+            calls = [(method, args, kwargs) for method, args, kwargs, _ in batch]
+            answers = await (self.actor.reads.remote(calls) if self.epoch is None
+                             else self.actor.reads.remote(calls, self.epoch))
         except Exception as exc:
             error = unwrap(exc)
             for *_, future in batch:
@@ -261,23 +281,46 @@ def _settle(future: asyncio.Future[Any], result: Any = None, *, error: BaseExcep
         future.set_result(result)
 
 
+class Route(Protocol):
+    """Where a handle bound to one tenant sends its calls (the router's side of it)."""
+
+    async def target(self) -> tuple[Any, ReadBatcher, int]:
+        """The tenant's owner under the current view: its actor, its read batcher, the epoch."""
+        ...
+
+    async def moved(self, error: StoreUnavailable, epoch: int) -> bool:
+        """After the owner at ``epoch`` refused a call or was gone: whether the placement has
+        changed since, so that the call is worth sending again (it may wait for a change in
+        progress to be published)."""
+        ...
+
+
+#: One send of a routed call: to the actor or its batcher, with the epoch it was placed by.
+_Send = Callable[[Any, ReadBatcher, int], Awaitable[Any]]
+
+
 class LayerHandle:
-    """One shard actor of a layer; the calls every layer's shard answers.
+    """One shard actor of a layer, or the owner of one tenant; the calls every layer's shard answers.
 
     Args:
-        actor: the shard's Ray actor handle (from :class:`~strata_actors.router.LayerRouter`).
+        actor: the shard's Ray actor handle, for a handle on one shard (operating the shards).
         reads: the shard's :class:`ReadBatcher` (the router keeps one per shard), through which
             the hot reads go; None: every call on its own.
+        route: for a handle bound to a tenant (:class:`~strata_actors.router.LayerRouter` makes
+            them): where each call goes, at the time it is made; ``actor`` and ``reads`` unused.
     """
 
     layer: ClassVar[Layer]
 
-    def __init__(self, actor: Any, reads: ReadBatcher | None = None) -> None:
+    def __init__(self, actor: Any = None, reads: ReadBatcher | None = None, *, route: Route | None = None) -> None:
         self._actor = actor
         self._reads = reads
+        self._route = route
 
     async def _read(self, method: str, /, *args: Any, **kwargs: Any) -> Any:
         """:meth:`_call` for a read the shard may answer in a batch (``batched_reads``)."""
+        if self._route is not None:
+            return await self._routed(lambda _, batcher, __: batcher.read(method, args, kwargs), read=True)
         if self._reads is None:
             return await self._call(method, *args, **kwargs)
         return await self._reads.read(method, args, kwargs)
@@ -288,10 +331,34 @@ class LayerHandle:
         Raises:
             StrataError: the shard's own error, or ``StoreUnavailable`` for a lost or slow actor.
         """
+        if self._route is not None:
+            return await self._routed(
+                lambda actor, _, epoch: actor.call.remote(epoch, method, args, kwargs), read=False)
         try:
             return await getattr(self._actor, method).remote(*args, **kwargs)
         except Exception as exc:
             raise unwrap(exc) from None
+
+    async def _routed(self, send: _Send, *, read: bool) -> Any:
+        """``send`` to the tenant's owner; again to the new owner while the placement moves on.
+
+        Sent again: a call the shard refused (``TenantMoved``: it wrote nothing), one whose actor
+        was gone before it answered (a shard a shrink retired), and a read; never a write whose
+        fate is unknown (a store timeout), which the caller must decide to retry."""
+        route = self._route
+        if route is None:
+            raise TypeError("a handle on one shard has no route")
+        while True:
+            actor, batcher, epoch = await route.target()
+            try:
+                return await send(actor, batcher, epoch)
+            except Exception as exc:
+                error = unwrap(exc)
+                if isinstance(error, StoreUnavailable) and (
+                    isinstance(error, TenantMoved) or read or isinstance(exc, RayActorError)
+                ) and await route.moved(error, epoch):
+                    continue  # each round is at a newer epoch than the last: this ends
+                raise error from None
 
     async def forget_tenant(self, tenant: str) -> int:
         """Delete every row this layer holds for ``tenant``; returns how many."""

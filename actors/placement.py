@@ -13,13 +13,18 @@ grows from n to n+1 shards moves only the tenants the new shard outweighs, 1/(n+
 average, and one that shrinks moves only the tenants of the shards removed (docs/scaling.md).
 The weights come from BLAKE2b and a fixed integer mixer, never Python's ``hash()``, which is
 salted per process.
+
+:func:`serves` is the fence: whether a shard answers a call for a tenant, given the placement
+epoch the caller placed it by and the shard's own view (docs/scaling.md, "Handoff with fencing").
 """
 
 from __future__ import annotations
 
 import hashlib
 
-__all__ = ["owner_shard"]
+from strata.store.placement import ShardView
+
+__all__ = ["owner_shard", "serves"]
 
 _MASK = (1 << 64) - 1
 
@@ -46,3 +51,19 @@ def owner_shard(tenant: str, shards: int) -> int:
     key = int.from_bytes(hashlib.blake2b(tenant.encode("utf-8", "surrogatepass"), digest_size=8).digest(), "big")
     weights = [_mix(key ^ _mix(shard + 1)) for shard in range(shards)]
     return max(range(shards), key=weights.__getitem__)
+
+
+def serves(view: ShardView, shard: int, tenant: str, epoch: int | None) -> bool:
+    """Whether ``shard``, placing by ``view``, answers a call for ``tenant`` that its caller
+    placed at ``epoch`` (None: a caller that placed by no epoch, such as an operator's call).
+
+    It must own the tenant under its view; a caller of the view's epoch is answered, and so is
+    one of the epoch before for a tenant that did not move. Older callers are refused whatever
+    they ask: their shard count may name a third owner.
+    """
+    if owner_shard(tenant, view.shards) != shard:
+        return False
+    if epoch is None or epoch == view.epoch:
+        return True
+    return (epoch == view.epoch - 1 and view.prev_shards is not None
+            and owner_shard(tenant, view.prev_shards) == shard)

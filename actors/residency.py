@@ -16,27 +16,44 @@ deletes them), never handing out a version twice.
 :class:`TenantResidency` is the bottom of a layer actor's classes: expiry
 (:mod:`strata_actors.expiry`) and the calls a layer answers (:mod:`strata_actors.shard`) build
 on it.
+
+Which tenants a shard may hold changes when its layer is scaled (docs/scaling.md): the shard
+keeps a view of its layer's placement (count and epoch, :mod:`strata.store.placement`), reads it
+from the store when it opens the store and is told each change (:meth:`TenantResidency.adopt_placement`).
+Every load of a tenant, and every write once it holds the tenant's lock, is checked against that
+view and the epoch its caller placed the call by (:data:`CALLER_EPOCH`): a tenant it does not own
+is refused with :class:`~strata.errors.TenantMoved`, and a change drops the tenants it loses
+under their locks, after the writes in flight, so none is written by two shards.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Sequence
 from contextlib import asynccontextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar, cast
 
 from strata.config import StrataSettings
+from strata.errors import TenantMoved
 from strata.ids import validate_id
 from strata.store.layout import Collections, open_store
+from strata.store.placement import PlacementStore, ShardView
 from strata.store.records import RecordStore
 from strata.store.vector_models import VectorModel, check_collection, check_tenant
 from strata.store.versions import VersionStore
-from strata_actors.placement import owner_shard
+from strata_actors.placement import owner_shard, serves
 
-__all__ = ["KeyedLocks", "TenantResidency", "TenantSlot"]
+__all__ = ["CALLER_EPOCH", "KeyedLocks", "TenantResidency", "TenantSlot"]
+
+#: The placement epoch the current call's caller placed it by (None: placed by none, e.g. an
+#: operator's direct call, or the shard's own background loops). Set per call by
+#: :meth:`LayerShard.call <strata_actors.shard.LayerShard.call>`; tasks a call starts inherit it.
+CALLER_EPOCH: ContextVar[int | None] = ContextVar("strata_caller_epoch", default=None)
 
 _L = TypeVar("_L")
 _log = logging.getLogger(__name__)
@@ -100,7 +117,12 @@ class TenantResidency(Generic[_L]):
         self._loading: dict[str, asyncio.Future[TenantSlot[_L]]] = {}
         #: Loads started by :meth:`reads` for tenants not in memory (held until done).
         self._warming: set[asyncio.Task[None]] = set()
+        #: Drops of the tenants a newer placement gave away, read from the store by a call.
+        self._adopting: set[asyncio.Task[int]] = set()
         self._evictor: asyncio.Task[None] | None = None
+        #: The layer's placement as this shard serves it: the settings' count until the store's
+        #: row is read (when the store opens), then the directory's (docs/scaling.md).
+        self._placement = ShardView(0, int(getattr(self.settings.actors, f"{self.layer_name}_shards", 1)))
 
     # -- to be provided by each layer ---------------------------------------
 
@@ -124,6 +146,9 @@ class TenantResidency(Generic[_L]):
             vectors = self._vector_collection(collections)
             if vectors is not None:  # before any use: a store of another embedder's vectors is refused
                 await asyncio.to_thread(check_collection, store, collections.state, vectors, self._vector_model)
+            row = await asyncio.to_thread(PlacementStore(store, collections.state).get, self.layer_name)
+            if row is not None and row.fenced.epoch >= self._placement.epoch:
+                self._placement = row.fenced
             self._store, self._collections = store, collections
             self._versions = VersionStore(store, collections.state)
         if self._evictor is None:
@@ -139,9 +164,55 @@ class TenantResidency(Generic[_L]):
         return None if self.vectors_in is None else str(getattr(collections, self.vectors_in))
 
     def _owns(self, tenant: str) -> bool:
-        """Whether this shard owns ``tenant`` (:mod:`strata_actors.placement`)."""
-        shards = int(getattr(self.settings.actors, f"{self.layer_name}_shards"))
-        return owner_shard(tenant, shards) == self.shard
+        """Whether this shard owns ``tenant`` under its view (:mod:`strata_actors.placement`)."""
+        return owner_shard(tenant, self._placement.shards) == self.shard
+
+    # -- the fence: only the owner under the current epoch answers --------------------
+
+    async def _fence(self, tenant: str) -> None:
+        """Refuse a call for ``tenant`` unless this shard serves it to this caller; a caller
+        of a newer epoch than this shard knows makes it read the directory's row first."""
+        if self._store is None:
+            await self._backend()  # reads the row
+        epoch = CALLER_EPOCH.get()
+        if epoch is not None and epoch > self._placement.epoch and self._store is not None and self._collections:
+            row = await asyncio.to_thread(PlacementStore(self._store, self._collections.state).get, self.layer_name)
+            if row is not None and row.fenced.epoch > self._placement.epoch:
+                self._placement = row.fenced
+                # The tenants it lost leave in the background: this call may hold one's lock.
+                task = asyncio.get_running_loop().create_task(self.adopt_placement(row.fenced))
+                self._adopting.add(task)
+                task.add_done_callback(self._adopting.discard)
+        self._check_fence(tenant)
+
+    def _check_fence(self, tenant: str) -> None:
+        if not serves(self._placement, self.shard, tenant, CALLER_EPOCH.get()):
+            raise TenantMoved(
+                f"{self.layer_name} shard {self.shard} does not hold this tenant at placement epoch "
+                f"{self._placement.epoch} (the layer was scaled): retry",
+                epoch=self._placement.epoch, retry_after_s=1,
+            )
+
+    async def adopt_placement(self, view: ShardView) -> int:
+        """Serve by ``view`` from now on (the directory's call during a change), and drop the
+        tenants it gives to other shards, each under its lock: a write in flight finishes first,
+        one waiting for the lock is then refused. Returns how many tenants left."""
+        if view.epoch < self._placement.epoch:
+            return 0
+        self._placement = view
+        for future in [f for t, f in self._loading.items() if not self._owns(t)]:
+            with contextlib.suppress(BaseException):  # a failed load holds nothing to drop
+                await asyncio.shield(future)
+        left = 0
+        for tenant in [t for t in self._tenants if not self._owns(t)]:
+            slot = self._tenants.get(tenant)
+            if slot is None:
+                continue
+            async with self._hold(slot):
+                if not slot.dead:
+                    self._retire(tenant, slot)
+                    left += 1
+        return left
 
     async def _load(self, tenant: str, *, scope: str | None = None) -> TenantSlot[_L]:
         """The tenant's slot, loading it if it is not in memory.
@@ -153,6 +224,7 @@ class TenantResidency(Generic[_L]):
         rows is safe because no one else writes this tenant: this shard owns it, and its
         own writes wait for the load (they go through this slot)."""
         validate_id(tenant, field="tenant")
+        await self._fence(tenant)
         slot = self._tenants.get(tenant)
         if slot is not None:
             slot.last_used = time.monotonic()
@@ -260,6 +332,7 @@ class TenantResidency(Generic[_L]):
         return [tenant for _, tenant in idle]
 
     async def _evict_idle(self) -> None:
+        CALLER_EPOCH.set(None)  # a loop of the shard's own, not of the call that started it
         idle_s = self.settings.actors.idle_evict_s
         while True:
             await asyncio.sleep(min(idle_s / 4, 60.0))

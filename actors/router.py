@@ -1,8 +1,10 @@
 """Which actor owns which tenant, and the one place ``ray.remote`` is applied.
 
-Tenants are sharded: layer ``L`` has ``actors.<L>_shards`` named, detached
-actors ``strata-L-0 … strata-L-(n-1)``, and tenant ``t`` lives on shard
-``owner_shard(t, n)`` (:mod:`strata_actors.placement`). A fixed, small set of actors
+Tenants are sharded: layer ``L`` has n named, detached actors ``strata-L-0 … strata-L-(n-1)``,
+and tenant ``t`` lives on shard ``owner_shard(t, n)`` (:mod:`strata_actors.placement`). n is
+the placement directory's (:mod:`strata_actors.directory`; ``actors.<L>_shards`` at first
+start): the router caches it with its epoch per layer, sends the epoch with every call, and
+reads the directory again when a shard refuses a call for a tenant that moved. A fixed, small set of actors
 hosts any number of tenants (DESIGN.md measured ~0.8 s and ~50–90 MiB per actor process, so one actor
 per tenant does not reach 1,000 tenants on a node); inside a shard, a
 tenant's state is loaded on first use and evicted when idle (see
@@ -16,14 +18,19 @@ operating the actors (killing, placing) and for tests.
 
 from __future__ import annotations
 
+import asyncio
 import gc
+import time
 from typing import Any
 
 import ray
 
 from strata.config import StrataSettings
+from strata.errors import StoreUnavailable, TenantMoved
 from strata.ids import validate_id
 from strata.layers import LAYERS, Layer
+from strata.store.placement import ShardView
+from strata_actors.directory import Directory
 from strata_actors.episodic import EpisodicShard
 from strata_actors.handles import (
     EpisodicHandle,
@@ -40,6 +47,11 @@ from strata_actors.semantic import SemanticShard
 from strata_actors.working import WorkingShard
 
 __all__ = ["LAYER_CLASSES", "LayerRouter", "actor_name", "shutdown_ray"]
+
+#: How long a call for a tenant that is moving waits for the move to be published, polling the
+#: directory this often, before it answers 503 (docs/scaling.md: callers wait briefly).
+_MOVE_WAIT_S = 30.0
+_MOVE_POLL_S = 0.05
 
 #: Each layer's shard actor class.
 LAYER_CLASSES: dict[Layer, type] = {
@@ -85,32 +97,77 @@ class LayerRouter:
         self._handles: dict[tuple[Layer, int], Any] = {}
         #: One per shard: concurrent reads of a shard share actor calls (handles.ReadBatcher).
         self._batchers: dict[tuple[Layer, int], ReadBatcher] = {}
+        self.directory = Directory(settings)
+        #: Each layer's placement as published by the directory, once read.
+        self._views: dict[Layer, ShardView] = {}
 
     # -- typed handles: how the orchestration calls the layers ------------------------------
 
     def working(self, tenant: str) -> WorkingHandle:
-        return WorkingHandle(*self._owner("working", tenant))
+        return WorkingHandle(route=self._route("working", tenant))
 
     def episodic(self, tenant: str) -> EpisodicHandle:
-        return EpisodicHandle(*self._owner("episodic", tenant))
+        return EpisodicHandle(route=self._route("episodic", tenant))
 
     def semantic(self, tenant: str) -> SemanticHandle:
-        return SemanticHandle(*self._owner("semantic", tenant))
+        return SemanticHandle(route=self._route("semantic", tenant))
 
     def procedural(self, tenant: str) -> ProceduralHandle:
-        return ProceduralHandle(*self._owner("procedural", tenant))
+        return ProceduralHandle(route=self._route("procedural", tenant))
 
     def layer(self, layer: Layer, tenant: str) -> LayerHandle:
         """The shard of ``layer`` that owns ``tenant``, for the calls every layer answers."""
-        return _HANDLES[layer](*self._owner(layer, tenant))
+        return _HANDLES[layer](route=self._route(layer, tenant))
+
+    def _route(self, layer: Layer, tenant: str) -> _TenantRoute:
+        validate_id(tenant, field="tenant")
+        return _TenantRoute(self, layer, tenant)
+
+    # -- the placement: each layer's shard count, as the directory publishes it ----------
+
+    async def view(self, layer: Layer) -> ShardView:
+        """The layer's placement, read from the directory the first time."""
+        found = self._views.get(layer)
+        return found if found is not None else await self._refresh(layer)
+
+    async def refresh(self) -> None:
+        """Read every layer's placement again (for the calls on every shard of a layer)."""
+        await asyncio.gather(*(self._refresh(layer) for layer in LAYERS))
+
+    async def _refresh(self, layer: Layer) -> ShardView:
+        view = (await self.directory.placement(layer)).published
+        known = self._views.get(layer)
+        if known is None or view.epoch > known.epoch:
+            self._views[layer] = known = view
+        return known
+
+    async def moved(self, layer: Layer, error: StoreUnavailable, epoch: int) -> bool:
+        """After the owner of a tenant at ``epoch`` refused a call or was gone: whether the
+        layer's placement is newer now. A shard that refused it at a newer epoch than the
+        directory has published is in the middle of a change: wait for it (up to 30 s)."""
+        need = max(epoch + 1, error.epoch if isinstance(error, TenantMoved) else 0)
+        waits = isinstance(error, TenantMoved) and error.epoch > epoch
+        deadline = time.monotonic() + (_MOVE_WAIT_S if waits else 0.0)
+        while True:
+            if (await self._refresh(layer)).epoch >= need:
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            await asyncio.sleep(_MOVE_POLL_S)
 
     def _owner(self, layer: Layer, tenant: str) -> tuple[Any, ReadBatcher]:
-        """The actor of the shard that owns ``tenant``, and its read batcher."""
-        key = (layer, self.shard_of(layer, tenant))
+        """The actor of the shard that owns ``tenant`` under the last view read (the settings'
+        count at epoch 0, the directory's first row, before any), and its read batcher."""
+        view = self._views.get(layer) or ShardView(0, self.shards(layer))
+        return self._shard_for(layer, owner_shard(tenant, view.shards), view.epoch)
+
+    def _shard_for(self, layer: Layer, shard: int, epoch: int) -> tuple[Any, ReadBatcher]:
+        """The actor of ``shard``, and its read batcher for calls placed at ``epoch``."""
+        key = (layer, shard)
         actor = self.shard_handle(*key)
         batcher = self._batchers.get(key)
-        if batcher is None or batcher.actor is not actor:  # a new handle: a new batcher for it
-            batcher = self._batchers[key] = ReadBatcher(actor)
+        if batcher is None or batcher.actor is not actor or batcher.epoch != epoch:
+            batcher = self._batchers[key] = ReadBatcher(actor, epoch=epoch)
         return actor, batcher
 
     def session_layer(self, layer: Layer, tenant: str) -> SessionLayerHandle:
@@ -128,7 +185,10 @@ class LayerRouter:
     # -- raw actor handles ----------------------------------------------------------------
 
     def shards(self, layer: Layer) -> int:
-        return int(getattr(self._settings.actors, f"{layer}_shards"))
+        """The layer's shard count as last read from the directory (:meth:`refresh`), or the
+        settings' first count before any read."""
+        known = self._views.get(layer)
+        return known.shards if known is not None else int(getattr(self._settings.actors, f"{layer}_shards"))
 
     def shard_of(self, layer: Layer, tenant: str) -> int:
         validate_id(tenant, field="tenant")
@@ -170,3 +230,18 @@ class LayerRouter:
     def every_handle(self) -> list[Any]:
         """Every shard of every layer."""
         return [handle for layer in LAYER_CLASSES for handle in self.all_handles(layer)]
+
+
+class _TenantRoute:
+    """Where the calls of a handle bound to ``tenant`` go: its owner under the router's view."""
+
+    def __init__(self, router: LayerRouter, layer: Layer, tenant: str) -> None:
+        self._router, self._layer, self._tenant = router, layer, tenant
+
+    async def target(self) -> tuple[Any, ReadBatcher, int]:
+        view = await self._router.view(self._layer)
+        actor, batcher = self._router._shard_for(self._layer, owner_shard(self._tenant, view.shards), view.epoch)
+        return actor, batcher, view.epoch
+
+    async def moved(self, error: StoreUnavailable, epoch: int) -> bool:
+        return await self._router.moved(self._layer, error, epoch)

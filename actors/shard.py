@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import inspect
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
@@ -40,6 +41,7 @@ from strata.ids import validate_id
 from strata.providers.embedder import Embedder, make_embedder
 from strata.providers.llm import LLM, LLMUsage
 from strata_actors.expiry import TenantExpiry
+from strata_actors.residency import CALLER_EPOCH
 
 __all__ = ["LayerShard"]
 
@@ -236,7 +238,22 @@ class LayerShard(TenantExpiry[_L]):
 
     # -- remote methods common to all layers -------------------------------------
 
-    async def reads(self, calls: list[tuple[str, tuple[Any, ...], dict[str, Any]]]) -> list[tuple[str, Any]]:
+    async def call(self, epoch: int | None, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """``method(*args, **kwargs)`` for a caller that placed the call at placement ``epoch``:
+        how the router's handles call a shard, so the fence (:data:`CALLER_EPOCH`) knows it.
+
+        Raises:
+            TenantMoved: this shard does not serve the tenant at that epoch.
+        """
+        if method.startswith("_") or method in ("call", "reads") or not callable(getattr(self, method, None)):
+            raise StrataError(f"{method!r} is not a call of the {self.layer_name} layer")
+        CALLER_EPOCH.set(epoch)  # this call's task only
+        result = getattr(self, method)(*args, **kwargs)
+        return await result if inspect.isawaitable(result) else result
+
+    async def reads(
+        self, calls: list[tuple[str, tuple[Any, ...], dict[str, Any]]], epoch: int | None = None
+    ) -> list[tuple[str, Any]]:
         """Several reads in one actor call (``(method, args, kwargs)``, the tenant first in
         args), run concurrently, each answered as ``("ok", result)``, ``("error", exc)`` or
         ``("cold", None)``: an actor call costs about 1.5 ms of CPU between the two processes
@@ -244,7 +261,8 @@ class LayerShard(TenantExpiry[_L]):
 
         A read of a tenant not in memory is not run here: its load from the store would hold
         up the warm reads sent with it. Its load is started, and the caller sends that read
-        on its own (which waits for the load)."""
+        on its own (which waits for the load). ``epoch``: as for :meth:`call`."""
+        CALLER_EPOCH.set(epoch)
 
         async def one(method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[str, Any]:
             if method not in self.batched_reads:
@@ -267,7 +285,7 @@ class LayerShard(TenantExpiry[_L]):
         await asyncio.to_thread(store.ping)
         return {
             "layer": self.layer_name, "shard": self.shard, "tenants_loaded": len(self._tenants),
-            "expired_items": self.expired_items,
+            "expired_items": self.expired_items, "epoch": self._placement.epoch, "shards": self._placement.shards,
         }
 
     async def llm_usage(self) -> LLMUsage:

@@ -44,7 +44,7 @@ from strata.procedural.extractors import (
 from strata.procedural.memory import ProceduralMemory, new_skill_id
 from strata.providers.llm import make_llm
 from strata.store.records import Record
-from strata_actors.residency import KeyedLocks
+from strata_actors.residency import CALLER_EPOCH, KeyedLocks
 from strata_actors.shard import LayerShard
 
 __all__ = ["SkillJobs"]
@@ -358,6 +358,7 @@ class SkillJobs(LayerShard[ProceduralMemory]):
 
     async def _run_jobs(self) -> None:
         """Retry pending jobs when they are due; runs for the life of the actor."""
+        CALLER_EPOCH.set(None)  # a loop of the shard's own, not of the call that started it
         while True:
             try:
                 await self._resume_jobs()

@@ -377,6 +377,10 @@ class Stack:
                 ]
                 # The API replicas' shared rate limits and claims (made by the first replica that asks).
                 names += [limits_actor_name(shard) for shard in range(self.settings.auth.limit_shards)]
+                # Shards a `strata scale` started past the settings' counts, and the directory.
+                names += [a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
+                          if a["namespace"] == self.settings.ray.namespace and a["name"].startswith("strata-")]
+                names = list(dict.fromkeys(names))
                 for name in names:
                     with contextlib.suppress(ValueError):  # not made, or gone already
                         ray.kill(ray.get_actor(name, namespace=self.settings.ray.namespace))

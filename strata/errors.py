@@ -14,6 +14,7 @@ place (``serve_app/errors.py``)::
     ├── PreconditionRequired  428  the change needs If-Match (the version it was made against)
     ├── RateLimited           429  the key sent more than its rate; carries retry_after_s
     ├── StoreUnavailable      503  Milvus (or another store) cannot be reached
+    │   └── TenantMoved            a layer shard no longer owns the tenant (a scale moved it): retried
     ├── VectorModelMismatch   503  stored vectors were made by another embedder: run `strata reindex`
     ├── EmbedderError         502  the configured embedding endpoint failed or answered garbage
     └── LLMError              502  the configured LLM failed or answered garbage
@@ -38,6 +39,7 @@ __all__ = [
     "RateLimited",
     "StoreUnavailable",
     "StrataError",
+    "TenantMoved",
     "Unauthorized",
     "VectorModelMismatch",
     "VersionConflict",
@@ -100,6 +102,17 @@ class RateLimited(StrataError):
 
 class StoreUnavailable(StrataError):
     status_code = 503
+
+
+class TenantMoved(StoreUnavailable):
+    """A layer shard refused a call for a tenant it does not own under its placement epoch
+    (``epoch``): the tenant moved, or the caller's view of the layer is stale. The router's
+    handles catch it and send the call to the new owner; it reaches an HTTP caller (503) only
+    when the move does not settle in time."""
+
+    def __init__(self, message: str, **details: Any) -> None:
+        super().__init__(message, **details)
+        self.epoch: int = int(details.get("epoch", 0))
 
 
 class VectorModelMismatch(StrataError):

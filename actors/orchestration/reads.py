@@ -67,6 +67,7 @@ class ReadFlow(FlowBase):
 
     async def llm_usage(self) -> LLMUsage:
         """LLM calls and tokens of every layer shard since it started, summed (all tenants)."""
+        await self.router.refresh()  # every shard of the layers as scaled now
         usages = await asyncio.gather(*(shard.llm_usage() for shard in self.router.layer_shards()))
         return LLMUsage(**{
             field.name: sum(getattr(usage, field.name) for usage in usages) for field in dataclasses.fields(LLMUsage)
@@ -80,6 +81,12 @@ class ReadFlow(FlowBase):
         """Ping every shard of every layer; the store's answer comes through them."""
         layers: dict[str, str] = {}
         milvus = "ok"
+        try:
+            await asyncio.wait_for(self.router.refresh(), timeout=10)  # every shard as scaled now
+        except BaseException as exc:
+            err = unwrap(exc)
+            return {"layers": dict.fromkeys(LAYERS, getattr(err, "message", None) or type(err).__name__),
+                    "milvus": "unknown"}
         for layer in LAYERS:
             shards = self.router.layer_shards(layer)
             try:

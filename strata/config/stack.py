@@ -9,7 +9,10 @@ from pydantic import Field, field_validator, model_validator
 
 from strata.config.validation import Section
 
-__all__ = ["ActorSettings", "MilvusSettings", "RaySettings", "ServeSettings"]
+__all__ = ["MAX_SHARDS", "ActorSettings", "MilvusSettings", "RaySettings", "ServeSettings"]
+
+#: The most shards a layer may have, at start (``actors.<layer>_shards``) or scaled (``strata scale``).
+MAX_SHARDS = 1024
 
 
 class MilvusSettings(Section):
@@ -135,10 +138,10 @@ class ActorSettings(Section):
 
     #: Actors per layer at first start; the count then lives in the placement directory
     #: (``strata scale``, docs/scaling.md), and a tenant on shard ``owner_shard(tenant, shards)``.
-    working_shards: int = Field(default=2, ge=1, le=1024)
-    episodic_shards: int = Field(default=2, ge=1, le=1024)
-    semantic_shards: int = Field(default=2, ge=1, le=1024)
-    procedural_shards: int = Field(default=2, ge=1, le=1024)
+    working_shards: int = Field(default=2, ge=1, le=MAX_SHARDS)
+    episodic_shards: int = Field(default=2, ge=1, le=MAX_SHARDS)
+    semantic_shards: int = Field(default=2, ge=1, le=MAX_SHARDS)
+    procedural_shards: int = Field(default=2, ge=1, le=MAX_SHARDS)
     #: Tenants whose in-memory state is evicted after this long without a call.
     idle_evict_s: float = Field(default=900.0, gt=0)
     #: Tenants one shard keeps in memory at most: loading one more evicts the least
