@@ -78,10 +78,24 @@ def _cmd_down(args: argparse.Namespace) -> int:
 def _cmd_status(args: argparse.Namespace) -> int:
     from strata_cli.status import stack_status
 
-    report = stack_status(_stack(args, running=True))
+    stack = _stack(args, running=True)
+    report = stack_status(stack)
     for name, state in report.items():
         print(f"{name:9} {state}")
+    if stack.ray_running():
+        from strata_cli.scale import layer_lines
+
+        for layer, line in layer_lines(stack).items():
+            print(f"{layer:10} {line}")
     return 0 if report["serve"].startswith("healthy") else 1
+
+
+def _cmd_scale(args: argparse.Namespace) -> int:
+    from strata_cli.scale import scale_layer
+
+    placement = scale_layer(_stack(args, running=True), args.layer, args.shards)
+    print(f"{placement.layer}: {placement.shards} shards (placement epoch {placement.epoch})")
+    return 0
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
@@ -271,6 +285,11 @@ def main(argv: list[str] | None = None) -> int:
             p.add_argument("--port", type=int, help="HTTP port (default 8000)")
             add_store_arguments(p)
         p.set_defaults(fn=fn)
+    scale = sub.add_parser("scale", help="grow or shrink a layer's shards on the running stack, moving its tenants")
+    scale.add_argument("layer", help="working, episodic, semantic or procedural")
+    scale.add_argument("shards", type=int, help="the layer's shard count from now on")
+    scale.add_argument("--data-dir", help="where data and logs live (default ./.strata)")
+    scale.set_defaults(fn=_cmd_scale)
     importing = sub.add_parser("import", help="index files and folders (Markdown, text) as documents")
     importing.add_argument("paths", nargs="+", help="files, or folders searched for .md .markdown .txt .rst .adoc")
     importing.add_argument("--url", help="Strata's HTTP address (default: the stack running in --data-dir)")

@@ -1,4 +1,4 @@
-"""Admin routes (an admin key only): API keys, and forgetting a whole tenant."""
+"""Admin routes (an admin key only): API keys, forgetting a whole tenant, and scaling a layer's shards."""
 
 # No `from __future__ import annotations` here: Serve rewrites these methods
 # and FastAPI then cannot resolve string annotations such as `Response`.
@@ -10,7 +10,8 @@ from fastapi import APIRouter, Header, Path, Query
 from strata.access.keys import KEY_ID_PATTERN, KeyCreated, KeyCreateIn, KeyInfo, KeyList
 from strata.errors import InvalidInput
 from strata.ids import ID_PATTERN, SYSTEM_TENANT
-from strata.schema import TenantForgotten
+from strata.schema import LayerPlacement, ScaleIn, TenantForgotten
+from strata_actors.directory import check_scale
 from strata_serve.routes.common import Routes, id_path
 
 __all__ = ["AdminRoutes", "router"]
@@ -22,7 +23,7 @@ _KEY_ID = Path(pattern=KEY_ID_PATTERN.pattern.join("^$"), description="Key id (1
 
 
 class AdminRoutes(Routes):
-    """API keys, and forgetting a tenant."""
+    """API keys, forgetting a tenant, and scaling a layer."""
 
     @router.post("/v1/admin/keys", status_code=201, response_model=KeyCreated, tags=["admin"])
     async def admin_create_key(self, body: KeyCreateIn, authorization: str | None = Header(default=None)) -> KeyCreated:
@@ -87,3 +88,17 @@ class AdminRoutes(Routes):
             await self._gate.revoke(key_id)
         removed: dict[str, int] = await self._flow.forget_tenant(tenant, by="admin")
         return TenantForgotten(tenant=tenant, removed=removed, keys_revoked=revoked)
+
+    @router.post("/v1/admin/layers/{layer}:scale", response_model=LayerPlacement, tags=["admin"])
+    async def admin_scale_layer(
+        self, body: ScaleIn, layer: str = Path(description="working, episodic, semantic or procedural"),
+        authorization: str | None = Header(default=None),
+    ) -> LayerPlacement:
+        """Grow or shrink a layer's shards. The tenants whose owner changes move: their old shard
+        finishes the writes in flight, drops them and refuses more; the new one loads them from
+        the store on first use (their callers wait meanwhile). Answers once the new count is
+        published (docs/scaling.md)."""
+        await self._gate.admin(authorization)
+        check_scale(layer, body.shards)  # 422 naming the field, before anything moves
+        placement = await self._flow.router.directory.scale(layer, body.shards)
+        return LayerPlacement(layer=placement.layer, shards=placement.shards, epoch=placement.epoch)

@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from strata.config.stack import MAX_SHARDS
 from strata.ids import ID_FIELD_PATTERN
 from strata.layers import Layer, RetrievalPath, Role
 from strata.limits import DOCUMENT_CHARS_MAX, MESSAGE_CHARS_MAX, SKILL_ITEM_CHARS_MAX, TTL_MAX_S
@@ -21,6 +22,7 @@ __all__ = [
     "DocumentIn",
     "InteractionIn",
     "OutcomeIn",
+    "ScaleIn",
     "SearchRequest",
     "SkillExtractIn",
     "SkillPatch",
@@ -116,6 +118,12 @@ def _aware(value: datetime | None) -> datetime | None:
     if value is not None and value.tzinfo is None:
         return value.replace(tzinfo=UTC)
     return value
+
+
+class ScaleIn(_In):
+    """``POST /v1/admin/layers/{layer}:scale``: the layer's shard count from now on."""
+
+    shards: int = Field(ge=1, le=MAX_SHARDS, description=f"The layer's shard count, 1 to {MAX_SHARDS}")
 
 
 class TurnIn(_In):

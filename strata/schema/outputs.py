@@ -27,6 +27,7 @@ __all__ = [
     "ForgetResult",
     "Health",
     "InteractionResult",
+    "LayerPlacement",
     "MatchedSpan",
     "RecordTurnsResult",
     "SearchHit",
@@ -362,6 +363,14 @@ class AuditEntryOut(_Out):
 class AuditHistory(_Out):
     entries: list[AuditEntryOut] = Field(description="Oldest first; never the content of what changed")
     next_after: str | None = Field(default=None, description="Pass as ?after= for the next page; null on the last")
+
+
+class LayerPlacement(_Out):
+    """A layer's shards as the placement directory publishes them (``strata scale``)."""
+
+    layer: str
+    shards: int = Field(description="The layer's shard count")
+    epoch: int = Field(description="Increments on each change of the count")
 
 
 class TenantForgotten(_Out):

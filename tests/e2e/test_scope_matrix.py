@@ -175,6 +175,8 @@ def base_request(op: str, kind: str, ids: dict[str, str]) -> tuple[str, Any, dic
         "POST /v1/admin/keys/{key_id}:rotate": ("/v1/admin/keys/000000000000:rotate", None, {}),
         "DELETE /v1/admin/keys/{key_id}": ("/v1/admin/keys/000000000000", None, {}),
         "DELETE /v1/admin/tenants/{tenant}": ("/v1/admin/tenants/never-made", None, {}),
+        # The stack's own count (the default settings' two): answered, and nothing moves.
+        "POST /v1/admin/layers/{layer}:scale": ("/v1/admin/layers/working:scale", {"shards": 2}, {}),
         "GET /v1/audit": ("/v1/audit", None, {}),
     }[op]
 

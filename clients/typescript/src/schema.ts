@@ -507,6 +507,29 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/admin/layers/{layer}:scale": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Admin Scale Layer
+         * @description Grow or shrink a layer's shards. The tenants whose owner changes move: their old shard
+         *     finishes the writes in flight, drops them and refuses more; the new one loads them from
+         *     the store on first use (their callers wait meanwhile). Answers once the new count is
+         *     published (docs/scaling.md).
+         */
+        post: operations["admin_scale_layer_v1_admin_layers__layer__scale_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/audit": {
         parameters: {
             query?: never;
@@ -1070,6 +1093,24 @@ export interface components {
             /** Keys */
             keys: components["schemas"]["KeyInfo"][];
         };
+        /**
+         * LayerPlacement
+         * @description A layer's shards as the placement directory publishes them (``strata scale``).
+         */
+        LayerPlacement: {
+            /** Layer */
+            layer: string;
+            /**
+             * Shards
+             * @description The layer's shard count
+             */
+            shards: number;
+            /**
+             * Epoch
+             * @description Increments on each change of the count
+             */
+            epoch: number;
+        };
         /** MatchedSpan */
         MatchedSpan: {
             /** Id */
@@ -1118,6 +1159,17 @@ export interface components {
              * @default false
              */
             replayed?: boolean;
+        };
+        /**
+         * ScaleIn
+         * @description ``POST /v1/admin/layers/{layer}:scale``: the layer's shard count from now on.
+         */
+        ScaleIn: {
+            /**
+             * Shards
+             * @description The layer's shard count, 1 to 1024
+             */
+            shards: number;
         };
         /** SearchHit */
         SearchHit: {
@@ -2806,6 +2858,44 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["TenantForgotten"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    admin_scale_layer_v1_admin_layers__layer__scale_post: {
+        parameters: {
+            query?: never;
+            header?: {
+                authorization?: string | null;
+            };
+            path: {
+                /** @description working, episodic, semantic or procedural */
+                layer: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ScaleIn"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["LayerPlacement"];
                 };
             };
             /** @description Validation Error */
