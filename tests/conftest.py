@@ -20,6 +20,7 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -191,26 +192,62 @@ def _fixture_names(item: pytest.Item) -> list[str]:
     return item.fixturenames if isinstance(item, pytest.Function) else []
 
 
-def xdist_group(item: pytest.Item) -> str:
-    """The tests one pytest-xdist worker runs together (``--dist loadgroup``), so that what they
-    share starts once: a module's (its module-scoped fixtures), or a session fixture's that
-    must not run twice (the Milvus server: its etcd ports are fixed) or costs a stack start."""
-    callspec = getattr(item, "callspec", None)
-    if "milvus_server" in _fixture_names(item) or (callspec and callspec.params.get("milvus") == "server"):
-        return "milvus-server"
-    if "agents_stack" in _fixture_names(item):
-        return "agents-stack"
-    return item.nodeid.split("::")[0]  # its module
+#: The session fixtures that must run once per machine, or cost a stack start: every test that
+#: uses one runs on the same pytest-xdist worker (:func:`worker_group`).
+_ONCE_PER_RUN = {
+    "milvus_server": "milvus-server",  # its embedded etcd's ports are fixed: one server per machine
+    "agents_stack": "agents-stack",  # ~40 s to start and stop
+}
+
+
+@cache
+def _session_fixtures_of(module: str) -> frozenset[str]:
+    """The fixtures of :data:`_ONCE_PER_RUN` a test module's source names."""
+    path = TESTS.parent / module
+    source = path.read_text() if path.is_file() else ""
+    return frozenset(name for name in _ONCE_PER_RUN if name in source)
+
+
+def worker_group(nodeid: str) -> str:
+    """The tests one pytest-xdist worker runs together, by test id: a module's (its
+    module-scoped fixtures start once), or a session fixture's that must not run twice or costs
+    a stack start. The ``[server]`` tests of every module share the one Milvus server."""
+    module, _, name = nodeid.partition("::")
+    params = name[name.find("[") + 1:].rstrip("]").split("-") if "[" in name else []
+    if "server" in params:
+        return _ONCE_PER_RUN["milvus_server"]
+    for fixture in sorted(_session_fixtures_of(module)):
+        return _ONCE_PER_RUN[fixture]
+    return module
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``-n N``: each worker takes whole :func:`worker_group` groups, the largest first (xdist's
+    own ``--dist loadgroup`` reads marks it attaches to ``item._nodeid``, which pytest 9.2 no
+    longer reads: pyproject.toml)."""
+    from xdist.scheduler import LoadScopeScheduling  # type: ignore[import-untyped]
+
+    class WorkerGroups(LoadScopeScheduling):  # type: ignore[misc]  # xdist is untyped
+        def _split_scope(self, nodeid: str) -> str:
+            return worker_group(nodeid)
+
+    if config.getvalue("dist") not in ("load", "loadgroup"):
+        return None  # an explicit --dist of xdist's own
+    config.option.loadscopereorder = False  # the groups come in the order the workers collected them
+    return WorkerGroups(config, log)
+
+
+#: A test's expected seconds by tier, and a group's start (its stack or server), for handing the
+#: longest groups out first when several workers run (from a run's ``--durations``: docs/benchmarks.md).
+_SECONDS_A_TEST = {"unit": 0.03, "integration": 6.0, "e2e": 5.0}
+_SECONDS_TO_START = {"milvus-server": 60.0, "agents-stack": 40.0}
 
 
 def pytest_itemcollected(item: pytest.Item) -> None:
-    """Mark every test with its folder's tier, and its xdist group, as it is collected: before
-    ``-m`` selects and any plugin's ``pytest_collection_modifyitems`` reads the marks.
-    (xdist 3.8.0's ``--dist loadgroup`` still does nothing under pytest 9.2: pyproject.toml.)"""
+    """Mark every test with its folder's tier as it is collected: before ``-m`` selects and any
+    plugin's ``pytest_collection_modifyitems`` reads the marks."""
     if tier := tier_of(item.path):
         item.add_marker(tier)
-    if item.config.pluginmanager.hasplugin("xdist"):
-        item.add_marker(pytest.mark.xdist_group(xdist_group(item)))
 
 
 @pytest.hookimpl(wrapper=True)
@@ -226,6 +263,16 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> Iterator[None]:
         return (TIERS.index(tier) if tier else len(TIERS), item.path not in shared_ray_modules)
 
     items.sort(key=rank)  # stable: modules and tests keep their order within a rank
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        # Several workers: the longest groups first, so that none starts last and runs alone
+        # (every worker collects the same items and sorts them the same way).
+        groups = [worker_group(item.nodeid) for item in items]
+        cost: dict[str, float] = {}
+        for item, group in zip(items, groups, strict=True):
+            cost[group] = cost.get(group, _SECONDS_TO_START.get(group, 0.0)) + _SECONDS_A_TEST.get(
+                tier_of(item.path) or "", 1.0)
+        order = {group: rank for rank, group in enumerate(sorted(cost, key=lambda g: -cost[g]))}
+        items[:] = [item for _, item in sorted(zip(groups, items, strict=True), key=lambda gi: order[gi[0]])]
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
