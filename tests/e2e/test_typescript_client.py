@@ -54,6 +54,10 @@ def test_the_generated_types_match_the_api_the_stack_serves(stack_env: dict[str,
     assert f"openapi.json matches {stack_env['STRATA_URL']}/openapi.json" in out
 
 
+def test_the_sources_are_formatted(stack_env: dict[str, str]) -> None:
+    _npm("run", "lint")
+
+
 def test_npm_test_passes_against_the_stack(stack_env: dict[str, str]) -> None:
     out = _npm("test", env=stack_env)
     assert "# fail 0" in out and "# skipped 0" in out

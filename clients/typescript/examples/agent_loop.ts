@@ -32,7 +32,9 @@ try {
     const context = await strata.buildContext({ message, session_id: session, max_tokens: 500 });
     const reply = answer(message, context.context);
     console.log(`user:    ${message}`);
-    console.log(`context: ${context.token_count} tokens from ${context.sections.map((s) => s.layer).join(", ") || "nothing yet"}`);
+    console.log(
+      `context: ${context.token_count} tokens from ${context.sections.map((s) => s.layer).join(", ") || "nothing yet"}`,
+    );
     for (const line of context.context.split("\n").filter(Boolean)) console.log(`         | ${line}`);
     console.log(`agent:   ${reply}\n`);
     await strata.recordTurn(session, { user: message, agent: reply });

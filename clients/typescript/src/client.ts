@@ -47,6 +47,8 @@ export type KeyInfo = Schemas["KeyInfo"];
 export type KeyList = Schemas["KeyList"];
 export type TenantForgotten = Schemas["TenantForgotten"];
 export type Health = Schemas["Health"];
+export type ScaleIn = Schemas["ScaleIn"];
+export type LayerPlacement = Schemas["LayerPlacement"];
 
 export type ListTurnsQuery = QueryOf<"/v1/sessions/{session_id}/turns">;
 export type PageQuery = QueryOf<"/v1/sessions">;
@@ -300,6 +302,14 @@ export class StrataClient {
   /** Admin key: revokes the tenant's keys, then forgets everything every layer holds for it. */
   forgetTenant(tenant: string, options: CallOptions = {}): Promise<TenantForgotten> {
     return this.transport.send({ method: "DELETE", path: `/v1/admin/tenants/${seg(tenant)}` }, options);
+  }
+
+  /** Admin key: grows or shrinks a layer's shards on the running stack (docs/scaling.md). */
+  scaleLayer(layer: string, request: ScaleIn, options: CallOptions = {}): Promise<LayerPlacement> {
+    return this.transport.send(
+      { method: "POST", path: `/v1/admin/layers/${seg(layer)}:scale`, body: request },
+      options,
+    );
   }
 
   private get<T>(path: string, query: object, options: CallOptions): Promise<T> {

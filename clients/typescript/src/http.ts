@@ -94,7 +94,8 @@ export class Transport {
 
     const controller = new AbortController();
     this.live.add(controller);
-    const onAbort = (): void => controller.abort(new AbortedError("the call was aborted", { cause: call.signal?.reason }));
+    const onAbort = (): void =>
+      controller.abort(new AbortedError("the call was aborted", { cause: call.signal?.reason }));
     if (call.signal?.aborted) onAbort();
     call.signal?.addEventListener("abort", onAbort, { once: true });
     try {

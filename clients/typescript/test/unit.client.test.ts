@@ -92,7 +92,8 @@ test("a write sends a generated Idempotency-Key, the same on every retry, and th
 
 test("Retry-After is honoured: the retry comes no sooner than the server asked", async () => {
   const { url, seen } = await fake((n) =>
-    n === 0 ? { status: 503, headers: { "retry-after": "1" }, body: { error: "StoreUnavailable", message: "down" } }
+    n === 0
+      ? { status: 503, headers: { "retry-after": "1" }, body: { error: "StoreUnavailable", message: "down" } }
       : { status: 200, body: { status: "ok" } },
   );
   const started = Date.now();
@@ -104,8 +105,13 @@ test("Retry-After is honoured: the retry comes no sooner than the server asked",
 });
 
 test("retries stop at maxAttempts with the last error, its attempts counted", async () => {
-  const { url, seen } = await fake(() => ({ status: 503, body: { error: "StoreUnavailable", message: "milvus down" } }));
-  const error = await client(url, { retry: { maxAttempts: 3, baseDelayMs: 1 } }).getDocument("d1").catch((e) => e);
+  const { url, seen } = await fake(() => ({
+    status: 503,
+    body: { error: "StoreUnavailable", message: "milvus down" },
+  }));
+  const error = await client(url, { retry: { maxAttempts: 3, baseDelayMs: 1 } })
+    .getDocument("d1")
+    .catch((e) => e);
   assert.ok(error instanceof Unavailable && error instanceof ServerError && error instanceof HTTPError);
   assert.equal(error.status, 503);
   assert.equal(error.message, "milvus down");
@@ -117,7 +123,9 @@ test("retries stop at maxAttempts with the last error, its attempts counted", as
 test("a wait past maxTotalWaitMs is not made: the error comes at once", async () => {
   const { url, seen } = await fake(() => busy("30"));
   const started = Date.now();
-  const error = await client(url, { retry: { maxTotalWaitMs: 2000 } }).search({ query: "x" }).catch((e) => e);
+  const error = await client(url, { retry: { maxTotalWaitMs: 2000 } })
+    .search({ query: "x" })
+    .catch((e) => e);
   assert.ok(error instanceof RateLimited && error instanceof ClientError);
   assert.equal(error.retryAfterMs, 30_000);
   assert.equal(seen.length, 1);
@@ -144,7 +152,11 @@ test("a write without an Idempotency-Key is not retried; reads never send one an
   assert.ok((await noKeys.recordTurn("s1", { user: "x" }).catch((e) => e)) instanceof RateLimited);
   assert.equal(seen.length, 1);
   assert.equal(seen[0]?.headers["idempotency-key"], undefined);
-  assert.ok((await client(url).recordTurn("s1", { user: "x" }, { idempotencyKey: false }).catch((e) => e)) instanceof RateLimited);
+  assert.ok(
+    (await client(url)
+      .recordTurn("s1", { user: "x" }, { idempotencyKey: false })
+      .catch((e) => e)) instanceof RateLimited,
+  );
   assert.equal(seen.length, 2);
 
   const reads = client(url, { retry: { maxAttempts: 2, baseDelayMs: 1 } });
@@ -153,13 +165,18 @@ test("a write without an Idempotency-Key is not retried; reads never send one an
   assert.ok(seen.slice(2).every((s) => s.headers["idempotency-key"] === undefined && s.method === "POST"));
   const given = await reads.recordTurn("s1", { user: "x" }, { idempotencyKey: "mine-1" }).catch((e) => e);
   assert.ok(given instanceof RateLimited);
-  assert.deepEqual(seen.slice(4).map((s) => s.headers["idempotency-key"]), ["mine-1", "mine-1"]);
+  assert.deepEqual(
+    seen.slice(4).map((s) => s.headers["idempotency-key"]),
+    ["mine-1", "mine-1"],
+  );
 });
 
 test("404 with Strata's body is NotFound, not retried; a non-JSON 404 (Serve's proxy starting) is retried", async () => {
   const { url, seen } = await fake((n) =>
-    n === 0 ? { status: 404, body: { error: "NotFound", message: "no document d1" } }
-      : n === 1 ? { status: 404, body: "Not Found" }
+    n === 0
+      ? { status: 404, body: { error: "NotFound", message: "no document d1" } }
+      : n === 1
+        ? { status: 404, body: "Not Found" }
         : { status: 200, body: { doc_id: "d1" } },
   );
   const c = client(url, { retry: { baseDelayMs: 1, maxTotalWaitMs: 5000 } });
@@ -173,7 +190,11 @@ test("404 with Strata's body is NotFound, not retried; a non-JSON 404 (Serve's p
 test("a 409 for an Idempotency-Key still being applied is retried after its Retry-After", async () => {
   const { url, seen } = await fake((n) =>
     n === 0
-      ? { status: 409, headers: { "retry-after": "0" }, body: { error: "Conflict", field: "Idempotency-Key", message: "being applied" } }
+      ? {
+          status: 409,
+          headers: { "retry-after": "0" },
+          body: { error: "Conflict", field: "Idempotency-Key", message: "being applied" },
+        }
       : { status: 201, body: OK_TURN },
   );
   assert.deepEqual(await client(url).recordTurn("s1", { user: "x" }), OK_TURN);
@@ -182,7 +203,10 @@ test("a 409 for an Idempotency-Key still being applied is retried after its Retr
 
 test("typed errors carry the server's message, name, field and details", async () => {
   const answers: Answer[] = [
-    { status: 422, body: { error: "InvalidInput", message: "limit: too big", field: "limit", problems: ["limit: too big"] } },
+    {
+      status: 422,
+      body: { error: "InvalidInput", message: "limit: too big", field: "limit", problems: ["limit: too big"] },
+    },
     { status: 409, headers: { etag: '"7"' }, body: { error: "VersionConflict", message: "stale", current_version: 7 } },
     { status: 403, body: { error: "Forbidden", message: "read-only key" } },
     { status: 502, body: { error: "LLMError", message: "the LLM failed", job_id: "job-1" } },
@@ -209,20 +233,27 @@ test("If-Match is sent quoted; a query drops undefined values", async () => {
   const c = client(url);
   await c.updateSkill("k/1", { steps: ["a"] }, { ifMatch: 3 });
   await c.listTurns("s1", { newest_first: true, limit: 5, after: undefined });
+  await c.scaleLayer("episodic", { shards: 4 });
   assert.equal(seen[0]?.headers["if-match"], '"3"');
   assert.equal(seen[0]?.method, "PATCH");
   assert.equal(seen[0]?.url, "/v1/skills/k%2F1");
   assert.equal(seen[1]?.url, "/v1/sessions/s1/turns?newest_first=true&limit=5");
+  assert.equal(seen[2]?.url, "/v1/admin/layers/episodic:scale");
+  assert.equal(seen[2]?.body, '{"shards":4}');
 });
 
 test("a call with no answer within timeoutMs rejects with TimeoutError, and is not retried", async () => {
   const { url, seen } = await fake(() => "hang");
   const started = Date.now();
-  const error = await client(url, { timeoutMs: 150 }).health().catch((e) => e);
+  const error = await client(url, { timeoutMs: 150 })
+    .health()
+    .catch((e) => e);
   assert.ok(error instanceof TimeoutError, String(error));
   assert.ok(Date.now() - started < 1000);
   assert.equal(seen.length, 1);
-  const perCall = await client(url).health({ timeoutMs: 100 }).catch((e) => e);
+  const perCall = await client(url)
+    .health({ timeoutMs: 100 })
+    .catch((e) => e);
   assert.ok(perCall instanceof TimeoutError);
 });
 
@@ -258,7 +289,9 @@ test("no server at all: ConnectionError, retried like a 503 for a read", async (
   const { url } = await fake(() => ({ status: 200 }));
   servers.pop()?.(); // stop it: the port refuses connections now
   await new Promise((r) => setTimeout(r, 50));
-  const error = await client(url, { retry: { maxAttempts: 2, baseDelayMs: 1 } }).health().catch((e) => e);
+  const error = await client(url, { retry: { maxAttempts: 2, baseDelayMs: 1 } })
+    .health()
+    .catch((e) => e);
   assert.ok(error instanceof ConnectionError, String(error));
   assert.match(error.message, /no answer from GET/);
 });

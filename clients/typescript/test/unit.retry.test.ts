@@ -7,10 +7,22 @@ import { resolveRetry } from "../src/retry.js";
 
 test("full jitter: the n-th retry waits within [0, min(maxDelayMs, baseDelayMs * 2^(n-1))]", () => {
   const policy = resolveRetry({ baseDelayMs: 100, maxDelayMs: 1000 });
-  assert.equal(backoffMs(1, policy, undefined, () => 0.999999), 99.9999);
-  assert.equal(backoffMs(3, policy, undefined, () => 0.5), 200);
-  assert.equal(backoffMs(10, policy, undefined, () => 0.5), 500); // capped at maxDelayMs
-  assert.equal(backoffMs(2, policy, undefined, () => 0), 0);
+  assert.equal(
+    backoffMs(1, policy, undefined, () => 0.999999),
+    99.9999,
+  );
+  assert.equal(
+    backoffMs(3, policy, undefined, () => 0.5),
+    200,
+  );
+  assert.equal(
+    backoffMs(10, policy, undefined, () => 0.5),
+    500,
+  ); // capped at maxDelayMs
+  assert.equal(
+    backoffMs(2, policy, undefined, () => 0),
+    0,
+  );
   for (let i = 0; i < 200; i++) {
     const wait = backoffMs(4, policy);
     assert.ok(wait >= 0 && wait <= 800, String(wait));
@@ -19,9 +31,18 @@ test("full jitter: the n-th retry waits within [0, min(maxDelayMs, baseDelayMs *
 
 test("the jittered wait comes after Retry-After, even past maxDelayMs", () => {
   const policy = resolveRetry({ baseDelayMs: 100, maxDelayMs: 1000 });
-  assert.equal(backoffMs(1, policy, 3000, () => 0.5), 3050);
-  assert.equal(backoffMs(5, policy, 10, () => 0.5), 510);
-  assert.equal(backoffMs(2, policy, 1000, () => 0), 1000);
+  assert.equal(
+    backoffMs(1, policy, 3000, () => 0.5),
+    3050,
+  );
+  assert.equal(
+    backoffMs(5, policy, 10, () => 0.5),
+    510,
+  );
+  assert.equal(
+    backoffMs(2, policy, 1000, () => 0),
+    1000,
+  );
 });
 
 test("Retry-After as seconds, as an HTTP date, and unreadable", () => {
