@@ -214,11 +214,13 @@ async def run_strata_context(
     """Ingest each conversation into a fresh tenant, ask every question at every budget, forget."""
     tallies = {b: BudgetTally(b) for b in budgets}
     kinds: dict[int, Counter[str]] = {b: Counter() for b in budgets}  # items placed, by layer/kind
-    ingest_s, turns, calls_ms = 0.0, 0, []
+    ingest_s, turns, refused, calls_ms = 0.0, 0, 0, []
     for conversation in benchmark.conversations:
         client = make_client(f"eval-{uuid.uuid4().hex[:10]}")
         started = time.perf_counter()
-        sessions, original = await ingest_conversation(client, conversation)
+        ingested = await ingest_conversation(client, conversation)
+        sessions, original = ingested.sessions, ingested.original
+        refused += len(ingested.refused)
         ingest_s += time.perf_counter() - started
         turns += len(conversation.turns)
         bar = progress(len(conversation.questions), f"context {conversation.id}")
@@ -248,6 +250,7 @@ async def run_strata_context(
         "budgets": [{**tallies[b].report(), "items_per_question": {k: round(n / asked, 2) for k, n in
                                                                   sorted(kinds[b].items())}} for b in budgets],
         "ingest_turns_per_s": round(turns / ingest_s, 1) if ingest_s else None,
+        "refused_turns": refused,
         "question_ms_mean": round(_mean(calls_ms), 1),
     }
 

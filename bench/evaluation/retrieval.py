@@ -45,6 +45,8 @@ class RetrieverRun:
     ingest_s: float = 0.0
     turns: int = 0
     query_ms: list[float] = field(default_factory=list)
+    #: Turns the write path refused (benchmark turn id -> reason): left out of the memory.
+    refused: dict[str, str] = field(default_factory=dict)
     #: LLM calls and tokens the run caused (None: no LLM configured).
     llm: dict[str, int] | None = None
 
@@ -53,6 +55,7 @@ class RetrieverRun:
             **self.board.report(ks),
             "ingest_turns_per_s": round(self.turns / self.ingest_s, 1) if self.ingest_s else None,
             **latency_ms(self.query_ms, quantiles=(0.5, 0.95), prefix="query_"),
+            "refused_turns": len(self.refused),
         }
         if self.llm is not None:
             tokens = self.llm.get("prompt_tokens", 0) + self.llm.get("completion_tokens", 0)
@@ -113,7 +116,9 @@ async def run_strata(
         if count_llm and before is None:
             before = await client.llm_usage()
         started = time.perf_counter()
-        sessions, unsafe = await ingest_conversation(client, conversation)
+        ingested = await ingest_conversation(client, conversation)
+        sessions, unsafe = ingested.sessions, ingested.original
+        run.refused.update(ingested.refused)
         run.ingest_s += time.perf_counter() - started
         run.turns += len(conversation.turns)
         if count_llm:
