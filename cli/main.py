@@ -266,45 +266,9 @@ def _cmd_eval_chunking(args: argparse.Namespace) -> int:
     return run(args, _settings(args).semantic)
 
 
-def main(argv: list[str] | None = None) -> int:
-    from strata_cli.options import add_store_arguments
-
-    parser = argparse.ArgumentParser(prog="strata", description="Strata: a four-layer memory runtime for AI agents")
-    parser.add_argument("--config", help="YAML settings file (default: $STRATA_CONFIG, else built-in defaults)")
-    sub = parser.add_subparsers(dest="command", required=True)
-    for name, fn, help_text in (
-        ("up", _cmd_up, "start milvus-lite, Ray and the HTTP API on 127.0.0.1"),
-        ("down", _cmd_down, "stop everything `up` started; keep the data"),
-        ("status", _cmd_status, "say what runs"),
-        ("demo", _cmd_demo, ("run a scripted conversation and show the context Strata returns; starts the "
-                             "stack if needed and leaves it running (the last line says how to stop it)")),
-    ):
-        p = sub.add_parser(name, help=help_text)
-        p.add_argument("--data-dir", help="where data and logs live (default ./.strata)")
-        if name in ("up", "demo"):
-            p.add_argument("--port", type=int, help="HTTP port (default 8000)")
-            add_store_arguments(p)
-        p.set_defaults(fn=fn)
-    scale = sub.add_parser("scale", help="grow or shrink a layer's shards on the running stack, moving its tenants")
-    scale.add_argument("layer", help="working, episodic, semantic or procedural")
-    scale.add_argument("shards", type=int, help="the layer's shard count from now on")
-    scale.add_argument("--data-dir", help="where data and logs live (default ./.strata)")
-    scale.set_defaults(fn=_cmd_scale)
-    importing = sub.add_parser("import", help="index files and folders (Markdown, text) as documents")
-    importing.add_argument("paths", nargs="+", help="files, or folders searched for .md .markdown .txt .rst .adoc")
-    importing.add_argument("--url", help="Strata's HTTP address (default: the stack running in --data-dir)")
-    importing.add_argument("--api-key", help="default: $STRATA_API_KEY, else the stack's dev key")
-    importing.add_argument("--data-dir", help="the stack's data dir (default ./.strata)")
-    importing.set_defaults(fn=_cmd_import)
-    mcp = sub.add_parser(
-        "mcp", help="serve the memory tools over MCP on stdin/stdout (for Claude Desktop, Cursor and other MCP clients)"
-    )
-    mcp.add_argument(
-        "--data-dir",
-        help="without STRATA_URL / STRATA_API_KEY: the stack running with this data dir and its dev key "
-        "(default ./.strata)",
-    )
-    mcp.set_defaults(fn=_cmd_mcp)
+def _add_eval(sub: Any) -> None:
+    """``strata eval``: its parsers read the benchmark modules (~0.5 s of imports, langchain's
+    splitters among them), so they are built only when the command is ``eval`` (or unknown)."""
     evaluation = sub.add_parser("eval", help="measure memory quality on a benchmark")
     kinds = evaluation.add_subparsers(dest="kind", required=True)
     retrieval = kinds.add_parser(
@@ -349,9 +313,14 @@ def main(argv: list[str] | None = None) -> int:
     add_arguments(chunking)
     chunking.add_argument("--config", default=argparse.SUPPRESS, help="YAML settings (as `strata --config`)")
     chunking.set_defaults(fn=_cmd_eval_chunking)
+
+
+def _add_bench(sub: Any) -> None:
+    """``strata bench`` and its benchmarks, built only when the command is ``bench`` (or unknown)."""
     from strata_bench import fanout as bench_fanout
     from strata_bench import service as bench_service
     from strata_cli.bench_stack import target as bench_target
+    from strata_cli.options import add_store_arguments
 
     bench = sub.add_parser(
         "bench", help="benchmarks that print figures measured in one run; without a name, the service benchmark",
@@ -380,6 +349,66 @@ def main(argv: list[str] | None = None) -> int:
     pii = benches.add_parser("pii", help="precision and recall of PII redaction per type, on the labelled corpus")
     bench_pii.add_arguments(pii)
     pii.set_defaults(fn=bench_pii.run)
+
+
+def _command_of(argv: list[str] | None) -> str | None:
+    """The command ``argv`` names (``keys`` in ``strata --config x.yaml keys list``), or None
+    (``--help``, nothing, or a name that is no command) for a parser with every command."""
+    first = argparse.ArgumentParser(add_help=False)
+    first.add_argument("--config")
+    first.add_argument("command", nargs="?")
+    known, _ = first.parse_known_args(sys.argv[1:] if argv is None else argv)
+    return known.command if known.command in _COMMANDS else None
+
+
+#: Every command, so that :func:`_command_of` knows one (tests/unit/test_cli_commands.py checks the list).
+_COMMANDS = ("up", "down", "status", "demo", "scale", "import", "mcp", "eval", "bench", "keys", "reindex")
+
+
+def main(argv: list[str] | None = None) -> int:
+    from strata_cli.options import add_store_arguments
+
+    command = _command_of(argv)
+    parser = argparse.ArgumentParser(prog="strata", description="Strata: a four-layer memory runtime for AI agents")
+    parser.add_argument("--config", help="YAML settings file (default: $STRATA_CONFIG, else built-in defaults)")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name, fn, help_text in (
+        ("up", _cmd_up, "start milvus-lite, Ray and the HTTP API on 127.0.0.1"),
+        ("down", _cmd_down, "stop everything `up` started; keep the data"),
+        ("status", _cmd_status, "say what runs"),
+        ("demo", _cmd_demo, ("run a scripted conversation and show the context Strata returns; starts the "
+                             "stack if needed and leaves it running (the last line says how to stop it)")),
+    ):
+        p = sub.add_parser(name, help=help_text)
+        p.add_argument("--data-dir", help="where data and logs live (default ./.strata)")
+        if name in ("up", "demo"):
+            p.add_argument("--port", type=int, help="HTTP port (default 8000)")
+            add_store_arguments(p)
+        p.set_defaults(fn=fn)
+    scale = sub.add_parser("scale", help="grow or shrink a layer's shards on the running stack, moving its tenants")
+    scale.add_argument("layer", help="working, episodic, semantic or procedural")
+    scale.add_argument("shards", type=int, help="the layer's shard count from now on")
+    scale.add_argument("--data-dir", help="where data and logs live (default ./.strata)")
+    scale.set_defaults(fn=_cmd_scale)
+    importing = sub.add_parser("import", help="index files and folders (Markdown, text) as documents")
+    importing.add_argument("paths", nargs="+", help="files, or folders searched for .md .markdown .txt .rst .adoc")
+    importing.add_argument("--url", help="Strata's HTTP address (default: the stack running in --data-dir)")
+    importing.add_argument("--api-key", help="default: $STRATA_API_KEY, else the stack's dev key")
+    importing.add_argument("--data-dir", help="the stack's data dir (default ./.strata)")
+    importing.set_defaults(fn=_cmd_import)
+    mcp = sub.add_parser(
+        "mcp", help="serve the memory tools over MCP on stdin/stdout (for Claude Desktop, Cursor and other MCP clients)"
+    )
+    mcp.add_argument(
+        "--data-dir",
+        help="without STRATA_URL / STRATA_API_KEY: the stack running with this data dir and its dev key "
+        "(default ./.strata)",
+    )
+    mcp.set_defaults(fn=_cmd_mcp)
+    if command is None or command == "eval":
+        _add_eval(sub)
+    if command is None or command == "bench":
+        _add_bench(sub)
     from strata_cli import keys as keys_cli
 
     keys = sub.add_parser("keys", help="create, list, rotate and revoke API keys")
@@ -394,6 +423,7 @@ def main(argv: list[str] | None = None) -> int:
     os.umask(0o077)
     from pydantic import ValidationError
 
+    from strata import schema
     from strata.errors import StrataError
     from strata_cli.errors import StackError
 
@@ -402,9 +432,12 @@ def main(argv: list[str] | None = None) -> int:
     except StackError as exc:
         print(f"strata {args.command}: {exc}", file=sys.stderr)
         return 2
-    except ValidationError as exc:  # the settings: a file, STRATA_* variables or flags
+    except ValidationError as exc:
         problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
-        print(f"strata {args.command}: invalid settings: {problems}", file=sys.stderr)
+        # A request body (strata.schema's models: a record the command was given) is not the
+        # settings (a file, STRATA_* variables or flags), which every other model here is.
+        what = f"invalid {exc.title}" if exc.title in schema.__all__ else "invalid settings"
+        print(f"strata {args.command}: {what}: {problems}", file=sys.stderr)
         return 2
     except StrataError as exc:
         print(f"strata {args.command}: {exc.message}", file=sys.stderr)
