@@ -22,10 +22,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import ray
+from ray.exceptions import RayActorError
 
 from strata.config import StrataSettings
 from strata.config.stack import MAX_SHARDS
@@ -136,29 +138,33 @@ class PlacementDirectory:
 
         if intent.next_shards is None:
             return intent
-        router = LayerRouter(self._settings)
         layer = check_scale(intent.layer, intent.next_shards)
-        handles = [router.shard_handle(layer, n) for n in range(max(intent.shards, intent.next_shards))]
+
+        def handle(shard: int) -> Any:  # a fresh lookup each time: made if missing, or gone meanwhile
+            return LayerRouter(self._settings).shard_handle(layer, shard)
+
+        shards = range(max(intent.shards, intent.next_shards))
         moved = await asyncio.wait_for(
-            asyncio.gather(*(self._adopt(h, intent) for h in handles)), _FENCE_TIMEOUT_S
+            asyncio.gather(*(self._adopt(handle, n, intent) for n in shards)), _FENCE_TIMEOUT_S
         )
         published = intent.publish()
         await asyncio.to_thread((await self._table()).put, published)
         self._placements[layer] = published
-        for handle in handles[published.shards:]:
-            ray.kill(handle, no_restart=True)
+        for n in shards[published.shards:]:
+            ray.kill(handle(n), no_restart=True)
         _log.info("%s: %d -> %d shards at epoch %d; %d tenants dropped by their old shards",
                   layer, intent.shards, published.shards, published.epoch, sum(moved))
         return published
 
     @staticmethod
-    async def _adopt(handle: Any, intent: Placement) -> int:
-        """The fence on one shard, until it answers (a restarting one reads the intent itself)."""
+    async def _adopt(handle: Callable[[int], Any], shard: int, intent: Placement) -> int:
+        """The fence on one shard, until it answers: a restarting one reads the intent itself, and
+        one killed by an earlier shrink whose name was not yet free is looked up (made) again."""
         while True:
             try:
-                left: int = await handle.adopt_placement.remote(intent.fenced)
+                left: int = await handle(shard).adopt_placement.remote(intent.fenced)
                 return left
-            except ray.exceptions.RayActorError:
+            except RayActorError:
                 await asyncio.sleep(0.5)
 
     async def status(self) -> list[ShardStatus]:

@@ -155,6 +155,23 @@ class LayerRouter:
                 return False
             await asyncio.sleep(_MOVE_POLL_S)
 
+    async def replaced(self, layer: Layer, shard: int, actor: Any) -> bool:
+        """After ``actor``, this router's handle on ``shard``, was found dead: whether the shard's
+        name now holds another actor (a shrink killed the shard, a later grow started it again),
+        which then replaces it here. A call to a dead actor never ran, and the one it killed held
+        no tenant (the fence had dropped them all), so the call may go to the new one."""
+        try:
+            current = await asyncio.to_thread(
+                ray.get_actor, actor_name(layer, shard), namespace=self._settings.ray.namespace)
+        except ValueError:  # no such actor: the next lookup makes it
+            if self._handles.get((layer, shard)) is actor:
+                del self._handles[(layer, shard)]
+            return False
+        if current._actor_id == actor._actor_id:
+            return False
+        self._handles[(layer, shard)] = current
+        return True
+
     def _owner(self, layer: Layer, tenant: str) -> tuple[Any, ReadBatcher]:
         """The actor of the shard that owns ``tenant`` under the last view read (the settings'
         count at epoch 0, the directory's first row, before any), and its read batcher."""
@@ -237,11 +254,17 @@ class _TenantRoute:
 
     def __init__(self, router: LayerRouter, layer: Layer, tenant: str) -> None:
         self._router, self._layer, self._tenant = router, layer, tenant
+        #: The shard and actor of the last :meth:`target`.
+        self._sent: tuple[int, Any] = (-1, None)
 
     async def target(self) -> tuple[Any, ReadBatcher, int]:
         view = await self._router.view(self._layer)
-        actor, batcher = self._router._shard_for(self._layer, owner_shard(self._tenant, view.shards), view.epoch)
+        shard = owner_shard(self._tenant, view.shards)
+        actor, batcher = self._router._shard_for(self._layer, shard, view.epoch)
+        self._sent = (shard, actor)
         return actor, batcher, view.epoch
 
     async def moved(self, error: StoreUnavailable, epoch: int) -> bool:
-        return await self._router.moved(self._layer, error, epoch)
+        if await self._router.moved(self._layer, error, epoch):
+            return True
+        return not isinstance(error, TenantMoved) and await self._router.replaced(self._layer, *self._sent)
