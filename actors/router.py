@@ -155,6 +155,10 @@ class LayerRouter:
                 return False
             await asyncio.sleep(_MOVE_POLL_S)
 
+    def knows(self, layer: Layer, shard: int) -> bool:
+        """Whether this router holds a handle on ``shard`` of ``layer`` already."""
+        return (layer, shard) in self._handles
+
     async def replaced(self, layer: Layer, shard: int, actor: Any) -> bool:
         """After ``actor``, this router's handle on ``shard``, was found dead: whether the shard's
         name now holds another actor (a shrink killed the shard, a later grow started it again),
@@ -260,6 +264,11 @@ class _TenantRoute:
     async def target(self) -> tuple[Any, ReadBatcher, int]:
         view = await self._router.view(self._layer)
         shard = owner_shard(self._tenant, view.shards)
+        if not self._router.knows(self._layer, shard):
+            # Looking a shard up makes it if it is missing: check first that the view is current,
+            # or a router that slept through a shrink would start a shard the shrink retired.
+            view = await self._router._refresh(self._layer)
+            shard = owner_shard(self._tenant, view.shards)
         actor, batcher = self._router._shard_for(self._layer, shard, view.epoch)
         self._sent = (shard, actor)
         return actor, batcher, view.epoch

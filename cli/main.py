@@ -83,9 +83,14 @@ def _cmd_status(args: argparse.Namespace) -> int:
     for name, state in report.items():
         print(f"{name:9} {state}")
     if stack.ray_running():
+        from strata.errors import StrataError
         from strata_cli.scale import layer_lines
 
-        for layer, line in layer_lines(stack).items():
+        try:
+            lines = layer_lines(stack)
+        except StrataError as exc:
+            lines = {"layers": f"not answering: {exc.message}"}
+        for layer, line in lines.items():
             print(f"{layer:10} {line}")
     return 0 if report["serve"].startswith("healthy") else 1
 
