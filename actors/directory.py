@@ -88,6 +88,8 @@ class PlacementDirectory:
         self._placements: dict[str, Placement] = {}
         self._changing = asyncio.Lock()
         self._reading = asyncio.Lock()
+        #: Changes found begun (recorded, not published) when the rows were first read.
+        self._resuming: set[asyncio.Task[None]] = set()
 
     async def _table(self) -> PlacementStore:
         if self._rows is None:
@@ -112,7 +114,21 @@ class PlacementDirectory:
                     found = Placement(layer, int(getattr(self._settings.actors, f"{layer}_shards")))
                     await asyncio.to_thread(rows.put, found)
                 self._placements[layer] = found
+                if found.next_shards is not None:  # a change this actor's last life began: finish it
+                    task = asyncio.get_running_loop().create_task(self._resume(layer))
+                    self._resuming.add(task)
+                    task.add_done_callback(self._resuming.discard)
             return found
+
+    async def _resume(self, layer: str) -> None:
+        try:
+            async with self._changing:
+                current = self._placements[layer]
+                if current.next_shards is not None:
+                    await self._finish(current)
+        except Exception as exc:  # the next scale of the layer finishes it
+            _log.warning("%s: the change to %s shards begun earlier is not finished: %s",
+                         layer, self._placements[layer].next_shards, exc)
 
     async def placements(self) -> dict[str, Placement]:
         return {layer: await self.placement(layer) for layer in LAYERS}

@@ -19,7 +19,9 @@ import pytest
 import ray
 
 from strata.errors import StrataError
+from strata.layers import Layer
 from strata.store.layout import open_store
+from strata.store.placement import PlacementStore, ShardView
 from strata_actors.placement import owner_shard
 from strata_actors.router import LayerRouter, actor_name
 from tests.conftest import MilvusServer, settings_for
@@ -131,6 +133,33 @@ async def test_episodic_grows_and_shrinks_under_a_writer_and_loses_nothing(setti
           f"2->3 {steps[2][1]:.2f} s; {moved}/{len(TENANTS)} tenants moved 2->4 and back, {again} 2->3; "
           f"writes p50 {1000 * float(np.median(waits)):.0f} ms, "
           f"max {1000 * max(waits):.0f} ms")
+
+
+async def test_a_change_begun_when_the_directory_died_is_finished_by_its_next_life(settings: Any) -> None:
+    """The row says a change of working from 1 to 2 shards began (the intent, not published) and the
+    directory actor dies: restarted, it finishes the change when a router next asks."""
+    await LayerRouter(settings).view("working")  # the directory up, its rows made
+    store, collections = open_store(settings)
+    rows = PlacementStore(store, collections.state)
+    before = rows.get("working")
+    assert before is not None and before.shards == 1
+    rows.put(before.begin(2))
+    ray.kill(LayerRouter(settings).directory.actor, no_restart=False)
+    deadline = time.monotonic() + 60
+    while (view := await _fresh_view(settings, "working")) is None or view.epoch == before.epoch:
+        assert time.monotonic() < deadline, "the change begun before the restart was not finished"
+        await asyncio.sleep(0.2)
+    assert (view.shards, view.epoch) == (2, before.epoch + 1)
+    ping = await LayerRouter(settings).shard_handle("working", 1).ping.remote()
+    assert (ping["epoch"], ping["shards"]) == (view.epoch, 2)
+
+
+async def _fresh_view(settings: Any, layer: Layer) -> ShardView | None:
+    """The layer's view from the directory, None while it restarts."""
+    try:
+        return await LayerRouter(settings).view(layer)
+    except StrataError:
+        return None
 
 
 async def test_bad_scale_requests_name_the_field(settings: Any) -> None:
