@@ -264,14 +264,17 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> Iterator[None]:
 
     items.sort(key=rank)  # stable: modules and tests keep their order within a rank
     if os.environ.get("PYTEST_XDIST_WORKER"):
-        # Several workers: the longest groups first, so that none starts last and runs alone
-        # (every worker collects the same items and sorts them the same way).
+        # Several workers: the unit tier first (a broken change still fails within a minute),
+        # then the longest groups first, so that none starts last and runs alone. Every worker
+        # collects the same items and sorts them the same way.
         groups = [worker_group(item.nodeid) for item in items]
         cost: dict[str, float] = {}
         for item, group in zip(items, groups, strict=True):
             cost[group] = cost.get(group, _SECONDS_TO_START.get(group, 0.0)) + _SECONDS_A_TEST.get(
                 tier_of(item.path) or "", 1.0)
-        order = {group: rank for rank, group in enumerate(sorted(cost, key=lambda g: -cost[g]))}
+        unit = {group for item, group in zip(items, groups, strict=True) if tier_of(item.path) == "unit"}
+        ranked = sorted(cost, key=lambda g: (g not in unit, -cost[g]))
+        order = {group: rank for rank, group in enumerate(ranked)}
         items[:] = [item for _, item in sorted(zip(groups, items, strict=True), key=lambda gi: order[gi[0]])]
 
 
