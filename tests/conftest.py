@@ -252,15 +252,29 @@ def pytest_itemcollected(item: pytest.Item) -> None:
 
 @pytest.hookimpl(wrapper=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> Iterator[None]:
-    """Run the tiers cheapest first. Within the integration tier, the modules on the session's
-    shared Ray come first: the modules that start a cluster of their own stop it
-    (:func:`leave_shared_ray`), and it starts once."""
+    """Run the tiers cheapest first, and within them spend as little CPU on idle services as
+    the order allows (the suite is CPU-bound on two cores):
+
+    - in the integration tier, the modules on the session's shared Ray first (the modules that
+      start a cluster of their own stop it, :func:`leave_shared_ray`), so it starts once;
+    - then every test of the Milvus server, together, so that it runs only that long
+      (:class:`_ServerTests` stops it after the last; idle, it takes half a core);
+    - in the e2e tier, the modules with a stack of their own first and the shared stack's last,
+      since that stack (a session fixture) stops at the session's end."""
     yield  # pytest orders each module's tests by their parameters (milvus: lite, server)
     shared_ray_modules = {item.path for item in items if "ray_local" in _fixture_names(item)}
 
-    def rank(item: pytest.Item) -> tuple[int, bool]:
-        tier = tier_of(item.path)
-        return (TIERS.index(tier) if tier else len(TIERS), item.path not in shared_ray_modules)
+    def rank(item: pytest.Item) -> tuple[int, int, int]:
+        tier = TIERS.index(tier_of(item.path) or "e2e")
+        group = worker_group(item.nodeid)
+        on_shared_ray = item.path in shared_ray_modules
+        if group == _ONCE_PER_RUN["milvus_server"]:
+            return (1, 1, 2 if tier == 2 else 0 if on_shared_ray else 1)
+        if tier == 1:
+            return (1, 0, 0 if on_shared_ray else 1)
+        if tier == 2:
+            return (2, 0, group == _ONCE_PER_RUN["agents_stack"])
+        return (tier, 0, 0)
 
     items.sort(key=rank)  # stable: modules and tests keep their order within a rank
     if os.environ.get("PYTEST_XDIST_WORKER"):
@@ -288,16 +302,41 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("milvus", stores, indirect=True, scope="module")
 
 
+class _ServerTests:
+    """The Milvus server's tests this process has still to run (:func:`worker_group`), and the
+    server while it runs: it is stopped after the last of them, not at the session's end. Idle,
+    with its 20 ms time tick, it takes about half a core, which the rest of the run needs."""
+
+    left = 0
+    server: MilvusStandalone | None = None
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    _ServerTests.left = sum(worker_group(item.nodeid) == _ONCE_PER_RUN["milvus_server"] for item in session.items)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    yield  # the test's fixtures are torn down (a module's last test: the module's too)
+    if worker_group(item.nodeid) == _ONCE_PER_RUN["milvus_server"]:
+        _ServerTests.left -= 1
+        if _ServerTests.left <= 0 and _ServerTests.server is not None:
+            _ServerTests.server.kill()
+
+
 @pytest.fixture(scope="session")
 def milvus_server() -> Iterator[MilvusStandalone]:
-    """One Milvus server for the session, on a free port in a temp dir of its own."""
+    """One Milvus server for the session's ``[server]`` tests, on a free port in a temp dir of
+    its own; stopped after the last of them (:class:`_ServerTests`)."""
     with tempfile.TemporaryDirectory(prefix="strata-milvus-server-") as root:
         server = MilvusStandalone(Path(root), free_port())
         try:
             server.start()
+            _ServerTests.server = server
             yield server
         finally:
             server.kill()
+            _ServerTests.server = None
 
 
 @pytest.fixture(scope="session")
