@@ -213,6 +213,8 @@ def worker_group(nodeid: str) -> str:
     module-scoped fixtures start once), or a session fixture's that must not run twice or costs
     a stack start. The ``[server]`` tests of every module share the one Milvus server."""
     module, _, name = nodeid.partition("::")
+    if tier_of(TESTS.parent / module) == "unit":
+        return module  # no Milvus server and no stack, whatever its parameters are called
     params = name[name.find("[") + 1:].rstrip("]").split("-") if "[" in name else []
     if "server" in params:
         return _ONCE_PER_RUN["milvus_server"]

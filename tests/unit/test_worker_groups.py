@@ -24,4 +24,7 @@ def test_anything_else_is_grouped_by_its_module() -> None:
     actors = "tests/integration/test_actors.py"
     assert worker_group(f"{actors}::test_llm[lite-hanging]") == actors
     assert worker_group("tests/unit/test_scopes.py::test_x") == "tests/unit/test_scopes.py"
+    # A unit module that names the fixtures (this one) or has a "server" parameter uses neither.
+    assert worker_group("tests/unit/test_worker_groups.py::test_x") == "tests/unit/test_worker_groups.py"
+    assert worker_group("tests/unit/test_store_options.py::test_x[server]") == "tests/unit/test_store_options.py"
     assert worker_group("tests/e2e/test_stack.py::test_up_recovers_after_ray_is_killed") == "tests/e2e/test_stack.py"
