@@ -255,7 +255,7 @@ def pytest_itemcollected(item: pytest.Item) -> None:
 @pytest.hookimpl(wrapper=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> Iterator[None]:
     """Run the tiers cheapest first, and within them spend as little CPU on idle services as
-    the order allows (the suite is CPU-bound on two cores):
+    the order allows (two cores are what the run is short of):
 
     - in the integration tier, the modules on the session's shared Ray first (the modules that
       start a cluster of their own stop it, :func:`leave_shared_ray`), so it starts once;
