@@ -116,7 +116,10 @@ async def test_expired_items_are_never_returned_and_the_rest_stays(settings: Any
 
 async def test_sweeper_purges_the_store_without_any_call(settings: Any) -> None:
     client = InClusterClient("ttl-b", settings)
-    _, written = await _fill(client, ttl_s=SHORT_S)
+    # Twice the short TTL: the rows must still be there when the check below first looks, and on a
+    # loaded machine (two xdist workers) writing them once took longer than SHORT_S.
+    ttl_s = 2 * SHORT_S
+    started, written = await _fill(client, ttl_s=ttl_s)
     store, names = open_store(settings)
 
     def rows_with(marker: str) -> int:
@@ -124,9 +127,10 @@ async def test_sweeper_purges_the_store_without_any_call(settings: Any) -> None:
         return sum(marker in r.text or marker in str(r.payload)
                    for c in collections for r in store.scan(c, tenant="ttl-b", with_vectors=False))
 
+    assert time.time() < started + ttl_s, "too slow to look before the first row expired: raise ttl_s"
     assert rows_with(GONE) >= 4
     # Nobody calls for ttl-b from now on: only the sweep (every 1 s) can remove the rows.
-    deadline = written + SHORT_S + 10
+    deadline = written + ttl_s + 10
     while rows_with(GONE) and time.time() < deadline:
         await asyncio.sleep(0.5)
     assert rows_with(GONE) == 0
