@@ -21,6 +21,8 @@ import time
 from collections import Counter
 from pathlib import Path
 
+from strata_bench.stats import cpu_s
+
 __all__ = ["kind_of", "main"]
 
 _TICK = os.sysconf("SC_CLK_TCK")
@@ -53,14 +55,6 @@ def kind_of(cmdline: str) -> str:
     return Path(cmdline.split(" ", 1)[0]).name[:30] or "?"
 
 
-def _cpu_s(pid: str) -> float | None:
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-    return (int(fields[11]) + int(fields[12])) / _TICK
-
-
 def _busy_s() -> float:
     fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
     user, nice, system, _idle, _iowait, irq, softirq, steal = (int(f) for f in fields[:8])
@@ -70,8 +64,9 @@ def _busy_s() -> float:
 def _sample(seen: dict[str, tuple[str, float]], stop: threading.Event) -> None:
     while not stop.is_set():
         for pid in filter(str.isdigit, os.listdir("/proc")):
-            cpu = _cpu_s(pid)
-            if cpu is None:
+            try:
+                cpu = cpu_s(pid)
+            except OSError:  # gone meanwhile
                 continue
             if pid in seen:
                 seen[pid] = (seen[pid][0], max(seen[pid][1], cpu))
