@@ -102,14 +102,16 @@ class Running:
 
 
 def _create_body(args: tuple[str, ...]) -> dict[str, Any]:
-    """``strata keys create``'s arguments as the body of ``POST /v1/admin/keys``."""
-    parser = argparse.ArgumentParser(prog="strata keys create", exit_on_error=False)
-    parser.add_argument("tenant")
-    parser.add_argument("--read-only", action="store_true")
-    parser.add_argument("--session", dest="session_id")
-    parser.add_argument("--shared", action=argparse.BooleanOptionalAction, default=None)
-    parser.add_argument("--name")
-    return {name: value for name, value in vars(parser.parse_args(list(args))).items() if value is not None}
+    """``strata keys create``'s arguments, read by the command's own parser, as the body of
+    ``POST /v1/admin/keys``."""
+    from strata_cli.keys import add_arguments
+
+    parser = argparse.ArgumentParser(prog="strata keys")
+    add_arguments(parser)
+    parsed = parser.parse_args(["create", *args])
+    body = {"tenant": parsed.tenant, "read_only": parsed.read_only, "session_id": parsed.session,
+            "shared": parsed.shared, "name": parsed.name}
+    return {name: value for name, value in body.items() if value is not None}
 
 
 @contextmanager
