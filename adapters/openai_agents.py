@@ -67,11 +67,13 @@ class StrataSession:
         session_id: the Strata session (letters, digits and ``_ . : -``, up to 128).
         connection: where Strata is and with which key; default
             :meth:`StrataConnection.from_env` (``STRATA_URL``, ``STRATA_API_KEY``).
-        session_settings: the SDK's settings; ``limit`` caps :meth:`get_items` when it is
+        session_settings: the SDK's settings, a ``SessionSettings`` or a dict of its fields (as
+            the SDK's own sessions take them); ``limit`` caps :meth:`get_items` when it is
             called without one.
 
     Raises:
         InvalidInput: ``session_id`` is not a valid Strata id.
+        TypeError: ``session_settings`` is neither, or names a field ``SessionSettings`` has not.
     """
 
     def __init__(
@@ -79,10 +81,16 @@ class StrataSession:
         session_id: str,
         connection: StrataConnection | None = None,
         *,
-        session_settings: SessionSettings | None = None,
+        session_settings: SessionSettings | dict[str, Any] | None = None,
     ) -> None:
         self.session_id = validate_id(session_id, field="session_id")
-        self.session_settings = session_settings
+        # The SDK's Runner reads this attribute too (``.resolve(...)``): a dict must become the
+        # settings object here, as the SDK's sessions do it, not be read as one later.
+        self.session_settings: SessionSettings | None = None
+        if session_settings is not None:
+            from agents.memory.session_settings import coerce_session_settings
+
+            self.session_settings = coerce_session_settings(session_settings)
         self.connection = connection or StrataConnection.from_env()
 
     async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:

@@ -5,11 +5,15 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+import httpx
 import pytest
+from agents.memory import SessionSettings
 
 from strata.schema import TurnIn
-from strata.schema.outputs import SessionTurn
-from strata_adapters.openai_agents import items_from_turn, turn_from_item
+from strata.schema.outputs import SessionTurn, SessionTurns
+from strata_adapters._common import StrataConnection
+from strata_adapters.openai_agents import StrataSession, items_from_turn, turn_from_item
+from strata_serve.client import AsyncStrataClient
 
 
 def _stored(turn: TurnIn) -> SessionTurn:
@@ -67,3 +71,34 @@ def test_what_no_turn_can_hold_is_refused_with_the_reason() -> None:
 def test_turns_of_other_writers_read_as_messages() -> None:
     turn = SessionTurn(turn_id="t", timestamp=datetime.now(UTC), text="", user="hello", agent="hi there")
     assert items_from_turn(turn) == [{"role": "user", "content": "hello"}, {"role": "assistant", "content": "hi there"}]
+
+
+class _Canned(StrataConnection):
+    """A connection whose async client is answered in this process, the session's turns newest first."""
+
+    def __init__(self, turns: list[SessionTurn]) -> None:
+        super().__init__("http://strata", "sk-test")
+
+        def answer(request: httpx.Request) -> httpx.Response:
+            limit = int(request.url.params["limit"])
+            page = SessionTurns(session_id="s1", turns=turns[::-1][:limit], total=len(turns))
+            return httpx.Response(200, content=page.model_dump_json())
+
+        self._canned = AsyncStrataClient(self.url, "sk-test", transport=httpx.MockTransport(answer))
+
+    @property
+    def async_client(self) -> AsyncStrataClient:
+        return self._canned
+
+
+@pytest.mark.parametrize("settings", [{"limit": 2}, SessionSettings(limit=2)], ids=["dict", "class"])
+async def test_session_settings_may_be_a_dict_as_the_sdks_sessions_take_them(settings: Any) -> None:
+    """The SDK's tests/test_session.py::test_session_settings_constructor_normalizes_dictionary
+    for this session: a dict raised AttributeError in ``get_items`` (issue 45)."""
+    said = [SessionTurn(turn_id=f"t{i}", timestamp=datetime.now(UTC), text="", user=f"m{i}") for i in range(4)]
+    session = StrataSession("s1", _Canned(said), session_settings=settings)
+    assert isinstance(session.session_settings, SessionSettings) and session.session_settings.limit == 2
+    assert session.session_settings.resolve({"limit": 4}).limit == 4  # what the SDK's Runner calls
+    assert await session.get_items() == [{"role": "user", "content": "m2"}, {"role": "user", "content": "m3"}]
+    with pytest.raises(TypeError, match="limitt"):
+        StrataSession("s1", _Canned(said), session_settings={"limitt": 2})
