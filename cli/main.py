@@ -191,12 +191,12 @@ def _in_cluster(args: argparse.Namespace) -> tuple[Any, Callable[[str], Any]]:
 
 
 def _write_document(args: argparse.Namespace, document: dict[str, Any], *,
-                    plot: Callable[[dict[str, Any], str], None]) -> None:
+                    plot: Callable[[dict[str, Any], str], None] | None = None) -> None:
     """An eval's ``--json`` (the document) and ``--plot`` (the chart ``plot`` draws of it)."""
     if args.json:
         Path(args.json).write_text(json.dumps(document, indent=2))
         print(f"\nwrote {args.json}")
-    if args.plot:
+    if plot is not None and args.plot:
         plot(document, args.plot)
         print(f"wrote {args.plot}")
 
@@ -265,6 +265,41 @@ def _cmd_eval_context(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_eval_answers(args: argparse.Namespace) -> int:
+    from strata_bench.evaluation.answers import evaluate_answers, format_answers_table, select_questions
+    from strata_bench.evaluation.chat import Endpoint
+    from strata_bench.evaluation.datasets import load_benchmark
+
+    benchmark = load_benchmark(args.dataset, args.format)
+    categories = None if args.categories == "all" else (
+        set(args.categories.split(",")) if args.categories else
+        {q.category for c in benchmark.conversations for q in c.questions} - {"adversarial"}
+    )
+    benchmark, without_gold = select_questions(benchmark, categories=categories, limit=args.limit)
+    # Never OPENAI_API_KEY: an OpenAI key is not sent to whatever URL --llm names.
+    key = args.api_key or os.environ.get("STRATA_EVAL_LLM_KEY") or "none"
+    answer = Endpoint(base_url=args.llm, model=args.model, api_key=key, max_tokens=args.max_tokens,
+                      timeout_s=args.timeout)
+    judge = Endpoint(base_url=args.judge_llm or args.llm, max_tokens=args.judge_max_tokens, api_key=key,
+                     model=args.judge_model or (args.model if args.judge_llm in (None, args.llm) else None),
+                     timeout_s=args.timeout)
+    stack, make_client = _in_cluster(args)
+    try:
+        document = evaluate_answers(benchmark, make_client=make_client, answer=answer, judge=judge,
+                                    budget_tokens=args.budget, top_k=args.top_k, concurrency=args.concurrency)
+    except ValueError as exc:  # an endpoint that cannot say which model it serves
+        print(f"strata eval answers: {exc}", file=sys.stderr)
+        return 2
+    document["questions_without_gold"] = without_gold
+    print(f"{benchmark.name}: {document['questions']} questions of {document['conversations']} conversations "
+          f"({benchmark.skipped_questions} skipped for empty evidence, {without_gold} without a gold answer), "
+          f"categories: {'all' if categories is None else ', '.join(sorted(categories))}")
+    print(format_answers_table(document))
+    _write_document(args, document)
+    print(_still_up(stack))
+    return 0
+
+
 def _cmd_eval_chunking(args: argparse.Namespace) -> int:
     from strata_bench.evaluation.chunking import run
 
@@ -309,6 +344,15 @@ def _add_eval(sub: Any) -> None:
     context.add_argument("--data-dir", help="the stack's data dir (default ./.strata)")
     context.add_argument("--config", default=argparse.SUPPRESS, help="YAML settings (as `strata --config`)")
     context.set_defaults(fn=_cmd_eval_context)
+    from strata_bench.evaluation import answers as eval_answers
+
+    answers = kinds.add_parser(
+        "answers", help="LoCoMo's protocol end to end: Strata's context, an LLM's answer, an LLM judge's "
+        "CORRECT/WRONG; starts the stack if needed and leaves it running",
+    )
+    eval_answers.add_arguments(answers)
+    answers.add_argument("--config", default=argparse.SUPPRESS, help="YAML settings (as `strata --config`)")
+    answers.set_defaults(fn=_cmd_eval_answers)
     from strata_bench.evaluation.chunking import add_arguments
 
     chunking = kinds.add_parser(

@@ -5,6 +5,9 @@ The runs, each a module of its own (not imported here):
 
 - :mod:`~strata_bench.evaluation.retrieval`: ``strata eval retrieval``, Strata against BM25,
   dense and RRF baselines on a conversation benchmark;
+- :mod:`~strata_bench.evaluation.answers`: ``strata eval answers``, LoCoMo's answer protocol
+  (Strata's context, an LLM's answer, an LLM judge's label; the calls in
+  :mod:`~strata_bench.evaluation.chat`);
 - :mod:`~strata_bench.evaluation.chunking`: ``strata eval chunking``, chunking strategies and
   retrieval paths of the semantic layer on documents made from a benchmark
   (:mod:`~strata_bench.evaluation.documents`);
