@@ -24,12 +24,13 @@ from typing import Annotated, Any, Literal, cast
 import httpx
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp_types import ToolAnnotations
+from mcp_types import CallToolResult, InputRequiredResult, ToolAnnotations
 from pydantic import BaseModel, Field, ValidationError
 
 from strata.errors import StrataError
 from strata.ids import ID_PATTERN
 from strata.layers import Layer
+from strata.limits import DOCUMENT_CHARS_MAX, MESSAGE_CHARS_MAX
 from strata_serve.client import AsyncStrataClient
 
 __all__ = [
@@ -81,10 +82,31 @@ async def _strata(ctx: Context) -> AsyncIterator[AsyncStrataClient]:
         status = exc.details.get("status", exc.status_code)
         raise ToolError(f"{type(exc).__name__} ({status}): {exc.message}") from None
     except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'input'}: {e['msg']}" for e in exc.errors())
-        raise ToolError(f"InvalidInput: {problems}") from None
+        raise ToolError(_invalid(exc)) from None
     except httpx.HTTPError as exc:
         raise ToolError(f"Strata did not answer ({type(exc).__name__}: {exc}); is it running?") from None
+
+
+def _invalid(exc: ValidationError) -> str:
+    """What is wrong with which field, in pydantic's words without its links to its documentation
+    (``str(exc)`` ends each error with one, a URL an agent cannot act on)."""
+    problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'input'}: {e['msg']}" for e in exc.errors())
+    return f"InvalidInput: {problems}"
+
+
+class _Server(MCPServer):
+    """The SDK's server, with arguments that fail a tool's schema reported as :func:`_invalid` says."""
+
+    async def call_tool(
+        self, name: str, arguments: dict[str, Any], context: Context | None = None
+    ) -> CallToolResult | InputRequiredResult:
+        try:
+            return await super().call_tool(name, arguments, context)
+        except ToolError as exc:
+            # The SDK wraps a failed argument check as "Error executing tool <name>: <str(exc)>".
+            if not isinstance(exc.__cause__, ValidationError):
+                raise
+            raise ToolError(f"Error executing tool {name}: {_invalid(exc.__cause__)}") from exc.__cause__
 
 
 def _out(model: BaseModel, *fields: str) -> dict[str, Any]:
@@ -95,7 +117,9 @@ def _out(model: BaseModel, *fields: str) -> dict[str, Any]:
 
 async def add_memory(
     ctx: Context,
-    text: Annotated[str, Field(min_length=1, description="What was said, or the note to keep")],
+    text: Annotated[
+        str, Field(min_length=1, max_length=MESSAGE_CHARS_MAX, description="What was said, or the note to keep")
+    ],
     session_id: _SESSION = "default",
     role: Annotated[
         Literal["user", "assistant", "note"],
@@ -141,7 +165,10 @@ async def add_memory(
 
 async def search_memory(
     ctx: Context,
-    query: Annotated[str, Field(min_length=1, description="What to look for, in words; may name a time")],
+    query: Annotated[
+        str,
+        Field(min_length=1, max_length=MESSAGE_CHARS_MAX, description="What to look for, in words; may name a time"),
+    ],
     layers: Annotated[
         list[Layer] | None,
         Field(
@@ -169,7 +196,9 @@ async def search_memory(
 
 async def get_context(
     ctx: Context,
-    message: Annotated[str, Field(min_length=1, description="The message about to be answered")],
+    message: Annotated[
+        str, Field(min_length=1, max_length=MESSAGE_CHARS_MAX, description="The message about to be answered")
+    ],
     session_id: _SESSION = "default",
     task_type: Annotated[
         str,
@@ -192,7 +221,9 @@ async def get_context(
 
 async def add_document(
     ctx: Context,
-    text: Annotated[str, Field(min_length=1, description="The document, plain text or Markdown")],
+    text: Annotated[
+        str, Field(min_length=1, max_length=DOCUMENT_CHARS_MAX, description="The document, plain text or Markdown")
+    ],
     title: Annotated[str | None, Field(max_length=500)] = None,
     doc_id: Annotated[
         str | None,
@@ -348,7 +379,7 @@ def build_server(lifespan: Lifespan) -> MCPServer:
     # wrapped at 80 columns over several lines. The process's logging is not the library's.
     root = logging.getLogger()
     handlers, level = list(root.handlers), root.level
-    server: MCPServer = MCPServer("strata", instructions=INSTRUCTIONS, lifespan=lifespan, log_level="WARNING")
+    server: MCPServer = _Server("strata", instructions=INSTRUCTIONS, lifespan=lifespan, log_level="WARNING")
     root.handlers[:] = handlers
     root.setLevel(level)
     for fn, hints in _TOOLS:
