@@ -226,3 +226,27 @@ def test_the_command_parses_and_runs_with_defaults(monkeypatch: pytest.MonkeyPat
     assert document["questions_without_gold"] == 1  # the adversarial question: no gold, never asked
     assert "secret-key" not in out.read_text()
     assert "overall" in capsys.readouterr().out
+
+
+def test_with_several_questions_in_flight_every_one_is_counted_in_question_order() -> None:
+    with llm_server(lambda n: "an answer") as (answer_url, asked), \
+            llm_server(lambda n: '{"label": "WRONG"}') as (judge_url, judged):
+        document = evaluate_answers(_answerable(), make_client=LayerClient, concurrency=3,
+                                    answer=_endpoint(answer_url, 64), judge=_endpoint(judge_url, 16))
+    assert len(asked) == len(judged) == 4
+    assert [r["id"] for r in document["records"]] == ["q1", "q2", "q3", "q5"]
+    assert document["overall"]["wrong"] == 4 and document["overall"]["accuracy"] == 0.0
+
+
+def test_an_endpoint_that_is_not_there_is_a_counted_failure() -> None:
+    import socket
+
+    with socket.socket() as unused:  # a port nothing listens on
+        unused.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{unused.getsockname()[1]}/v1"
+    with llm_server(lambda n: "CORRECT") as (judge_url, judged):
+        document = evaluate_answers(_answerable(), make_client=LayerClient, answer=_endpoint(url, 64),
+                                    judge=_endpoint(judge_url, 16))
+    assert judged == []
+    assert document["failures"] == {"answer: connection error": 4}
+    assert document["overall"]["answer_failed"] == 4 and document["overall"]["accuracy"] == 0.0
