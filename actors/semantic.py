@@ -6,6 +6,11 @@ tenant's lock, so searches and other tenants go on meanwhile; the write and
 the in-memory swap run under it (see :meth:`LayerShard.mutate`), so a
 search sees the old version of a document or the new one.
 
+With an LLM configured, a document is indexed with the rule extractor's entities and
+answered; the LLM's entities replace them in the background (:meth:`_draw_entities`),
+so a slow or dead LLM never holds a write. That work lives in this actor's memory: if
+the actor dies first, the document keeps the rules' entities.
+
 A large document may be indexed in the background (``wait=False``): the
 call returns at once, :meth:`get_document` reports progress, and the old
 version stays searchable until the new one is committed. A background job
@@ -21,7 +26,7 @@ import asyncio
 import logging
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -32,9 +37,9 @@ from strata.ids import validate_id
 from strata.providers.embedder import embedding_dim
 from strata.providers.llm import make_llm
 from strata.providers.tokens import TiktokenCounter
-from strata.retrieval.entities import EntityExtractor, make_extractor
+from strata.retrieval.entities import EntityExtractor, LLMExtractor, RuleExtractor
 from strata.semantic.chunking import make_chunker
-from strata.semantic.documents import DOC, DocumentInput, SemanticHit
+from strata.semantic.documents import DOC, DocumentInput, PreparedDocument, SemanticHit
 from strata.semantic.memory import SemanticMemory
 from strata.store.layout import Collections
 from strata.store.records import RecordStore
@@ -92,7 +97,11 @@ class SemanticShard(WholeRecordExpiry, LayerShard[SemanticMemory]):
         super().__init__(settings, shard)
         self._counter = TiktokenCounter(self.settings.working.encoding)
         self.llm = make_llm(self.settings.llm)
-        self._extractor: EntityExtractor = make_extractor(self.llm)
+        #: Entities while indexing: always the rules (fast, local); the LLM's come after.
+        self._extractor: EntityExtractor = RuleExtractor()
+        self._llm_extractor = LLMExtractor(self.llm) if self.llm is not None else None
+        #: Documents whose LLM entities are being drawn (held so none is collected mid-run).
+        self._drawing: set[asyncio.Task[None]] = set()
         self._jobs: dict[tuple[str, str], _Job] = {}
         #: Indexing tasks running, every tenant's: held here so none is collected mid-run (the
         #: event loop keeps only weak references), and counted by :meth:`ping`.
@@ -204,6 +213,12 @@ class SemanticShard(WholeRecordExpiry, LayerShard[SemanticMemory]):
                 generation=generation,
             )
             job.status, job.stage = "ready", "done"
+            if self._llm_extractor is not None:
+                task = asyncio.get_running_loop().create_task(
+                    self._draw_entities(tenant, prepared, vectors, self._llm_extractor)
+                )
+                self._drawing.add(task)
+                task.add_done_callback(self._drawing.discard)
             return {**document.to_dict(), "version": version, **job.view()}
         except BaseException as exc:
             job.status = "failed"
@@ -211,6 +226,32 @@ class SemanticShard(WholeRecordExpiry, LayerShard[SemanticMemory]):
             raise
         finally:
             job.finished = time.monotonic()
+
+    async def _draw_entities(
+        self, tenant: str, prepared: PreparedDocument, vectors: np.ndarray, extractor: LLMExtractor
+    ) -> None:
+        """Replace the rules' entities of an indexed document with the LLM's (it falls back to
+        the rules per passage by itself). Skipped when the document changed or went meanwhile."""
+        generation = self.generation(tenant)
+        try:
+            texts = [chunk.text for chunk in prepared.tree.children]
+            extractions = tuple([await asyncio.to_thread(extractor.extract, text) for text in texts])
+            if extractions == prepared.extractions:
+                return
+            drawn = replace(prepared, extractions=extractions)
+
+            async def swap(layer: SemanticMemory) -> None:
+                if generation != self.generation(tenant):
+                    return  # forgotten meanwhile: nothing of it may be written back
+                if await asyncio.to_thread(layer.write_entities, drawn, vectors):
+                    layer.index_entities(drawn)
+
+            await self.run_locked(tenant, swap)
+        except Exception as exc:  # the document stands with the rules' entities
+            _log.warning(
+                "the LLM's entities of a document of tenant %s were not kept: %s",
+                tenant, exc.message if isinstance(exc, StrataError) else type(exc).__name__,
+            )
 
     def _forget_old_jobs(self) -> None:
         cutoff = time.monotonic() - _JOB_KEEP_S

@@ -41,6 +41,7 @@ from strata.ids import validate_id
 from strata.providers.embedder import Embedder, make_embedder
 from strata.providers.llm import LLM, LLMUsage
 from strata_actors.expiry import TenantExpiry
+from strata_actors.meter import send_to_collector
 from strata_actors.residency import CALLER_EPOCH
 
 __all__ = ["LayerShard"]
@@ -62,6 +63,8 @@ class LayerShard(TenantExpiry[_L]):
         #: The LLM this shard calls, if any: its usage is reported by :meth:`llm_usage`.
         self.llm: LLM | None = None
         self._embedder: Embedder | None = None
+        if self.settings.llm.enabled:
+            send_to_collector(self.settings)
 
     # -- embedding, for layers that embed in the actor ------------------------------
 

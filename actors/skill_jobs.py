@@ -35,6 +35,7 @@ import numpy as np
 from strata.errors import InvalidInput, LLMError, NotFound, StrataError, VersionConflict
 from strata.ids import SYSTEM_TENANT, validate_id
 from strata.procedural.extractors import (
+    LLMSkillExtractor,
     RuleSkillExtractor,
     SkillDraft,
     SkillExtractor,
@@ -106,9 +107,12 @@ _JOB_FIELDS = frozenset(
 )
 
 
-def _extract(extractor: SkillExtractor, job: _Job) -> SkillDraft:
+def _extract(extractor: SkillExtractor, job: _Job, deadline: float | None = None) -> SkillDraft:
     try:
-        draft = extractor.extract(job.task, job.trace, job.outcome)
+        if deadline is not None and isinstance(extractor, LLMSkillExtractor):
+            draft = extractor.extract(job.task, job.trace, job.outcome, deadline=deadline)
+        else:
+            draft = extractor.extract(job.task, job.trace, job.outcome)
     except ValueError as exc:  # the extractors' word for an input they cannot use
         raise InvalidInput(f"the trace cannot be learned from: {exc}", field="trace") from None
     if not draft.steps:
@@ -157,7 +161,8 @@ class SkillJobs(LayerShard[ProceduralMemory]):
         """
         job = await self._enqueue(tenant, task, trace, outcome, by, extra={"ttl_s": ttl_s} if ttl_s else None)
         try:
-            return await self._attempt(job)
+            # The caller waits: the LLM has llm.request_timeout_s, once; the job retries later.
+            return await self._attempt(job, deadline=time.monotonic() + self.settings.llm.request_timeout_s)
         except LLMError as exc:
             raise LLMError(
                 f"{exc.message}; nothing is lost: the trace is kept as job {job.job_id} and "
@@ -238,14 +243,14 @@ class SkillJobs(LayerShard[ProceduralMemory]):
             job_id=job.job_id,
         )
 
-    async def _attempt(self, job: _Job) -> dict[str, Any]:
+    async def _attempt(self, job: _Job, *, deadline: float | None = None) -> dict[str, Any]:
         if self._forgotten(job):  # due before a forget dropped it: not worth an LLM call
             raise self._discard(job)
         job.status = "running"
         use_llm = job.attempts < self.settings.procedural.job_max_attempts
         extractor = self._extractor if use_llm else self._rules
         try:
-            draft = await asyncio.to_thread(_extract, extractor, job)
+            draft = await asyncio.to_thread(_extract, extractor, job, deadline)
             result = await self._learn(
                 job.tenant, draft, task=job.task, by=job.by, ttl_s=job.extra.get("ttl_s"), generation=job.generation
             )

@@ -124,7 +124,7 @@ ROUTES: dict[str, Need] = {
 #: The routes that take an admin key (and nothing else).
 ADMIN_ROUTES = frozenset(
     ("admin_create_key", "admin_list_keys", "admin_rotate_key", "admin_revoke_key", "admin_forget_tenant",
-     "admin_scale_layer")
+     "admin_scale_layer", "admin_metrics")
 )
 
 #: The key :class:`Authenticate` resolved for the request being served (a ContextVar: the

@@ -32,8 +32,11 @@ from typing import Any
 __all__ = [
     "EmbedderError",
     "InvalidInput",
+    "LLMBreakerOpen",
+    "LLMBusy",
     "LLMError",
     "LLMOutputInvalid",
+    "LLMTimedOut",
     "NotFound",
     "PreconditionRequired",
     "RateLimited",
@@ -134,3 +137,15 @@ class LLMError(StrataError):
 
 class LLMOutputInvalid(LLMError):
     pass
+
+
+class LLMTimedOut(LLMError):
+    """An LLM call had no answer in its time (or no time was left to start it)."""
+
+
+class LLMBusy(LLMError):
+    """Every slot of ``llm.max_concurrency`` stayed taken for the time an LLM call had."""
+
+
+class LLMBreakerOpen(LLMError):
+    """The feature's LLM breaker is open after failures in a row: it falls back without calling."""

@@ -67,3 +67,92 @@ def hang(seconds: float) -> Callable[[], tuple[int, dict[str, Any]]]:
         time.sleep(seconds)
         return 200, chat_body('{"summary": "too late"}')
     return reply
+
+
+class SmallModel:
+    """An OpenAI-compatible server that misbehaves as a small local model behind llama.cpp's
+    server did (SmolLM2-135M, issue 43), in seconds instead of minutes:
+
+    - it generates one reply at a time: a request waits behind the others (``waited_s``);
+    - it writes ``per_token_s`` per token, ~4 characters a token, and goes on generating after
+      the client gave up (holding up the requests behind it);
+    - without ``max_tokens`` it runs away: ``runaway_tokens`` of prose after the object;
+    - with ``max_tokens`` its reply is cut there, JSON and all (``finish_reason: length``);
+    - without a schema in ``response_format`` it leaves out every key but the first;
+    - it refuses OpenAI's ``json_schema`` form with a 422, as llama-cpp-python 0.3.36 does.
+
+    ``answer(body)`` gives the JSON object the model means to write for a request.
+    """
+
+    def __init__(
+        self,
+        answer: Callable[[dict[str, Any]], dict[str, Any]],
+        *,
+        per_token_s: float = 0.001,
+        runaway_tokens: int = 4000,
+        refuse_json_schema: bool = True,
+    ) -> None:
+        self.answer = answer
+        self.per_token_s = per_token_s
+        self.runaway_tokens = runaway_tokens
+        self.refuse_json_schema = refuse_json_schema
+        self.requests: list[dict[str, Any]] = []
+        self.waited_s: list[float] = []
+        self._generating = threading.Lock()
+
+    def reply(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        self.requests.append(body)
+        fmt = body.get("response_format") or {}
+        if self.refuse_json_schema and fmt.get("type") == "json_schema":
+            return 422, {"detail": [{"loc": ["body", "response_format", "type"],
+                                     "msg": "Input should be 'text' or 'json_object'", "type": "literal_error"}]}
+        meant = self.answer(body)
+        if "schema" not in fmt:
+            meant = dict(list(meant.items())[:1])
+        text = json.dumps(meant)
+        limit = body.get("max_tokens")
+        if limit is None:
+            text += " Let me explain." * (self.runaway_tokens // 4)
+            tokens = len(text) // 4 + 1
+        else:
+            tokens = min(len(text) // 4 + 1, int(limit))
+            text = text[: tokens * 4]
+        arrived = time.monotonic()
+        with self._generating:
+            self.waited_s.append(time.monotonic() - arrived)
+            time.sleep(tokens * self.per_token_s)
+        body_out = chat_body(text)
+        body_out["usage"] = {"prompt_tokens": 50, "completion_tokens": tokens, "total_tokens": 50 + tokens}
+        return 200, body_out
+
+    @contextmanager
+    def serving(self) -> Iterator[str]:
+        """Serve it on loopback; yields the base URL."""
+        model = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                length = int(self.headers.get("content-length", 0))
+                status, body = model.reply(json.loads(self.rfile.read(length) or b"{}"))
+                data = json.dumps(body).encode()
+                try:
+                    self.send_response(status)
+                    self.send_header("content-type", "application/json")
+                    self.send_header("content-length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the client gave up; the reply was generated for nobody
+
+        server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        server.daemon_threads = True
+        thread = threading.Thread(target=server.serve_forever, daemon=True)
+        thread.start()
+        try:
+            yield f"http://127.0.0.1:{server.server_address[1]}/v1"
+        finally:
+            server.shutdown()
+            server.server_close()

@@ -10,6 +10,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 import numpy as np
+import ray
 from pydantic import BaseModel
 
 from strata.access.audit import AuditWriter
@@ -21,6 +22,7 @@ from strata.providers.tokens import TiktokenCounter
 from strata.retrieval.timeparse import TimeRange
 from strata.schema import TimeRangeOut
 from strata_actors.handles import EpisodicHits, FoundSkill, Hit
+from strata_actors.meter import send_to_collector
 from strata_actors.router import LayerRouter
 
 __all__ = [
@@ -82,6 +84,8 @@ class FlowBase:
         self._counter = TiktokenCounter(settings.working.encoding)
         #: Refines a context that does not fit (``context.refine_with_llm``).
         self._llm = llm if llm is not None else make_llm(settings.llm)
+        if self._llm is not None and ray.is_initialized():
+            send_to_collector(settings)
         #: PII goes before anything is written, and queries use the same policy.
         self._pii = Redaction(settings.pii)
         self._audit: AuditWriter | None = None

@@ -5,6 +5,7 @@ and an LLM is configured, the layers' items are condensed by it instead."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Collection
 from datetime import UTC, datetime
 from typing import TypeVar, cast
@@ -13,7 +14,7 @@ from strata.config import LayerPolicy
 from strata.context.assemble import LAYER_TITLES, AssembledContext, assemble_context, render_refined
 from strata.context.refine import refine_items
 from strata.errors import InvalidInput, LLMError, StrataError
-from strata.providers.llm import LLM
+from strata.providers.llm import LLM, METER
 from strata.retrieval.timeparse import resolve_time_range
 from strata.schema import ContextItem, ContextRequest, ContextResult
 from strata_actors.errors import unwrap
@@ -23,6 +24,9 @@ from strata_actors.orchestration.base import FlowBase, over_text, range_out, ski
 __all__ = ["ContextFlow"]
 
 _T = TypeVar("_T")
+
+#: Seconds kept before the request's deadline to answer with what the layers gave.
+_ANSWER_MARGIN_S = 2.0
 
 
 class ContextFlow(FlowBase):
@@ -38,6 +42,7 @@ class ContextFlow(FlowBase):
         ``session_only``: episodic memory of this session only (a session-bound key).
         ``layers``: read no layer but these (and working memory): the ones the caller's key sees.
         """
+        started = time.monotonic()
         ctx = self.settings.context
         if req.task_type not in ctx.policies and req.layers is None:
             raise InvalidInput(
@@ -128,7 +133,7 @@ class ContextFlow(FlowBase):
         )
         refined, refine_error = False, None
         if assembled.cut and self._llm is not None and ctx.refine_with_llm:
-            candidate, refine_error = await self._refine(self._llm, req.message, assembled, max_tokens)
+            candidate, refine_error = await self._refine(self._llm, req.message, assembled, max_tokens, started)
             if candidate is not None:
                 assembled, refined = candidate, True
         return ContextResult(
@@ -147,10 +152,14 @@ class ContextFlow(FlowBase):
         )
 
     async def _refine(
-        self, llm: LLM, message: str, assembled: AssembledContext, max_tokens: int
+        self, llm: LLM, message: str, assembled: AssembledContext, max_tokens: int, started: float
     ) -> tuple[AssembledContext | None, str | None]:
         """Condense every candidate item with ``llm`` into what the budget holds; on any
-        failure the context trimmed by score stands (and the reason is returned)."""
+        failure the context trimmed by score stands (and the reason is returned).
+
+        The LLM has ``llm.request_timeout_s`` at most, and never more than the request has
+        left before its deadline (``serve.request_timeout_s`` from ``started``, less a margin
+        to answer): a slow model costs the caller that long, not a 504."""
         narrowed = {(i.layer, i.id) for i in assembled.narrowed}
         items = [
             i
@@ -164,14 +173,27 @@ class ContextFlow(FlowBase):
         budget = max_tokens - working_tokens - self._counter.count(LAYER_TITLES["refined"]) - 8
         if budget < 32:
             return None, "the budget left after working memory is too small to condense into"
+        now = time.monotonic()
+        deadline = min(
+            now + self.settings.llm.request_timeout_s,
+            started + self.settings.serve.request_timeout_s - _ANSWER_MARGIN_S,
+        )
+        if deadline - now < 1.0:
+            METER.result("refine", "no_time")
+            return None, "no time was left before the request's deadline to condense: trimmed by score instead"
         try:
             text = await asyncio.wait_for(
                 asyncio.to_thread(
-                    refine_items, llm, message=message, items=items, budget_tokens=budget, counter=self._counter
+                    refine_items, llm, message=message, items=items, budget_tokens=budget, counter=self._counter,
+                    deadline=deadline,
                 ),
-                timeout=self.settings.llm.timeout_s * 2 + 1,
+                # The call is bounded by its own timeout; this is the backstop for a thread that is not.
+                timeout=deadline - now + 1.0,
             )
-        except (LLMError, TimeoutError) as exc:
+        except TimeoutError:
+            METER.result("refine", "timeout")
+            return None, "LLM refinement failed (timed out): trimmed by score instead"
+        except LLMError as exc:
             return None, f"LLM refinement failed ({_failure(exc)}): trimmed by score instead"
         refined = render_refined(
             working_messages=assembled.messages, refined_text=text, max_tokens=max_tokens, counter=self._counter

@@ -1,4 +1,5 @@
-"""Admin routes (an admin key only): API keys, forgetting a whole tenant, and scaling a layer's shards."""
+"""Admin routes (an admin key only): API keys, forgetting a whole tenant, scaling a layer's
+shards, and the LLM's counts for Prometheus (``/metrics``)."""
 
 # No `from __future__ import annotations` here: Serve rewrites these methods
 # and FastAPI then cannot resolve string annotations such as `Response`.
@@ -6,12 +7,15 @@
 import asyncio
 
 from fastapi import APIRouter, Header, Path, Query
+from fastapi.responses import PlainTextResponse
 
 from strata.access.keys import KEY_ID_PATTERN, KeyCreated, KeyCreateIn, KeyInfo, KeyList
-from strata.errors import InvalidInput
+from strata.errors import InvalidInput, StoreUnavailable
 from strata.ids import ID_PATTERN, SYSTEM_TENANT
+from strata.providers.llm_meter import MeterCounts, prometheus_text
 from strata.schema import LayerPlacement, ScaleIn, TenantForgotten
 from strata_actors.directory import check_scale
+from strata_actors.meter import collector
 from strata_serve.routes.common import Routes, id_path
 
 __all__ = ["AdminRoutes", "router"]
@@ -102,3 +106,22 @@ class AdminRoutes(Routes):
         check_scale(layer, body.shards)  # 422 naming the field, before anything moves
         placement = await self._flow.router.directory.scale(layer, body.shards)
         return LayerPlacement(layer=placement.layer, shards=placement.shards, epoch=placement.epoch)
+
+    @router.get(
+        "/metrics",
+        response_class=PlainTextResponse,
+        tags=["admin"],
+        responses={200: {"content": {"text/plain": {}}, "description": "Prometheus text format 0.0.4"}},
+    )
+    async def admin_metrics(self, authorization: str | None = Header(default=None)) -> PlainTextResponse:
+        """The LLM's counts per feature (``refine``, ``summary``, ``skills``, ``entities``), summed
+        over every process of the stack since the counts' collector started: requests by outcome,
+        tokens in and out, request latency (a histogram), and each use's result — ``accepted``, or
+        the fallback taken and why (``invalid``, ``timeout``, ``error``, ``busy``, ``breaker``,
+        ``no_time``). For Prometheus, with the admin key as its bearer token."""
+        await self._gate.admin(authorization)
+        try:
+            counts = await asyncio.wait_for(collector(self._settings).snapshot.remote(), timeout=5.0)
+        except Exception as exc:
+            raise StoreUnavailable(f"the metrics collector did not answer ({type(exc).__name__}): retry") from None
+        return PlainTextResponse(prometheus_text(MeterCounts(counts)), media_type="text/plain; version=0.0.4")

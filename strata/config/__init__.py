@@ -28,7 +28,7 @@ from strata.config.layers import (
     WorkingSettings,
 )
 from strata.config.privacy import PII_TYPES, PIIAction, PIISettings, TTLLayers, TTLSettings
-from strata.config.providers import COSINE_SPANS, EmbeddingSettings, LLMSettings
+from strata.config.providers import COSINE_SPANS, EmbeddingSettings, LLMMaxTokens, LLMSettings
 from strata.config.settings import StrataSettings, load_settings
 from strata.config.stack import ActorSettings, MilvusSettings, RaySettings, ServeSettings
 
@@ -43,6 +43,7 @@ __all__ = [
     "ContextSettings",
     "EmbeddingSettings",
     "EpisodicSettings",
+    "LLMMaxTokens",
     "LLMSettings",
     "LayerPolicy",
     "MilvusSettings",

@@ -8,7 +8,7 @@ from pydantic import Field, model_validator
 
 from strata.config.validation import Section
 
-__all__ = ["COSINE_SPANS", "EmbeddingSettings", "LLMSettings"]
+__all__ = ["COSINE_SPANS", "EmbeddingSettings", "LLMMaxTokens", "LLMSettings"]
 
 
 class EmbeddingSettings(Section):
@@ -73,14 +73,46 @@ COSINE_SPANS: dict[str, tuple[float, float]] = {
 }
 
 
+class LLMMaxTokens(Section):
+    """The most tokens the LLM may write for one reply, per feature. Without a bound a small
+    model asked for JSON writes until its context is full (7,697 tokens in 662 s, seen with
+    SmolLM2-135M); each reply here is a short JSON object."""
+
+    #: Condensing an over-budget context; also cut to the context's own budget.
+    refine: int = Field(default=512, ge=16, le=32768)
+    summary: int = Field(default=384, ge=16, le=32768)
+    skills: int = Field(default=768, ge=16, le=32768)
+    entities: int = Field(default=384, ge=16, le=32768)
+    other: int = Field(default=512, ge=16, le=32768)
+
+
 class LLMSettings(Section):
     """An OpenAI-compatible chat endpoint; ``base_url`` unset means no LLM."""
 
     base_url: str | None = None
     api_key: str | None = None
     model: str = "gpt-4o-mini"
-    timeout_s: float = Field(default=30.0, gt=0)
+    #: Seconds one call may take in the background (summaries, entities of a document, skill jobs).
+    timeout_s: float = Field(default=30.0, gt=0, le=3600)
+    #: Seconds an LLM call may take on a request path (condensing a context, a direct skill
+    #: extraction), further cut to the time left before the request's deadline; past it the
+    #: feature falls back and the answer says so. Never retried on a request path.
+    request_timeout_s: float = Field(default=8.0, gt=0, le=600)
+    #: Transport retries of a background call (a request-path call is never retried).
     max_retries: int = Field(default=1, ge=0, le=5)
+    max_tokens: LLMMaxTokens = LLMMaxTokens()
+    #: Calls one process has in flight at most; the others wait (within their deadline) or
+    #: fall back. 1 suits a local server that generates one reply at a time.
+    max_concurrency: int = Field(default=4, ge=1, le=256)
+    #: How the reply's JSON schema is sent: ``json_schema`` (OpenAI's structured outputs, also
+    #: vLLM, Ollama), ``json_object_schema`` (``{"type": "json_object", "schema": ...}``: llama.cpp),
+    #: ``prompt`` (the schema in the system prompt only), or ``auto``: ``json_schema`` first, and
+    #: the next form down when the endpoint refuses a form with a 400 or 422 naming it.
+    structured_output: Literal["auto", "json_schema", "json_object_schema", "prompt"] = "auto"
+    #: After this many failed or timed-out calls in a row a feature falls back at once ...
+    breaker_failures: int = Field(default=3, ge=1, le=1000)
+    #: ... for this many seconds, then tries the LLM again.
+    breaker_cooldown_s: float = Field(default=30.0, ge=0, le=86400)
 
     @property
     def enabled(self) -> bool:

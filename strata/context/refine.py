@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from strata.providers.llm import LLM, complete_json
+from strata.providers.llm import LLM, LLMCall, complete_json
 from strata.providers.tokens import TokenCounter
 from strata.schema import ContextItem
 
@@ -89,6 +89,7 @@ def refine_items(
     budget_tokens: int,
     counter: TokenCounter,
     max_input_chars: int = 24000,
+    deadline: float | None = None,
 ) -> str:
     """Ask the LLM to condense ``items`` into what ``message`` needs, in at most ``budget_tokens``.
 
@@ -101,6 +102,8 @@ def refine_items(
             with ``counter``; :func:`strata.context.assemble.refined_budget` gives the
             room left beside the working messages.
         max_input_chars: bound on the user prompt (message and items).
+        deadline: ``time.monotonic()`` by which the reply must be in (a request path:
+            one attempt, no retry); None: ``llm.timeout_s`` and one repair attempt.
 
     Returns:
         The condensed text, stripped, non-empty, and of at most ``budget_tokens``
@@ -109,8 +112,8 @@ def refine_items(
     Raises:
         ValueError: ``items`` is empty or ``budget_tokens`` < 1 (check before calling).
         LLMError: the endpoint failed, timed out or refused.
-        LLMOutputInvalid: two replies in a row were not valid JSON, had no
-            ``context`` or were over the budget.
+        LLMOutputInvalid: the reply (both, when a second was asked for) was not valid
+            JSON, had no ``context`` or was over the budget.
     """
     if not items:
         raise ValueError("no items to refine")
@@ -134,5 +137,20 @@ def refine_items(
             )
         return text
 
-    refined: str = complete_json(llm, system, user, validate=validate)
+    call = LLMCall(feature="refine", max_tokens=_reply_tokens(budget_tokens), schema=_SCHEMA, deadline=deadline)
+    refined: str = complete_json(llm, system, user, validate=validate, call=call, retries=0 if deadline else 1)
     return refined
+
+
+#: The reply's schema: one non-empty string.
+_SCHEMA = {
+    "type": "object",
+    "properties": {"context": {"type": "string", "minLength": 1}},
+    "required": ["context"],
+}
+
+
+def _reply_tokens(budget_tokens: int) -> int:
+    """The reply's ``max_tokens``: the budget in the model's tokens (which may be twice as
+    many as cl100k's for the same text) and the JSON around it."""
+    return budget_tokens * 2 + 32

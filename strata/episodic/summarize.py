@@ -18,7 +18,7 @@ from typing import Any, Protocol
 from pydantic import BaseModel, ConfigDict, Field
 
 from strata.errors import LLMError
-from strata.providers.llm import LLM, complete_json
+from strata.providers.llm import LLM, LLMCall, complete_json, inline_schema
 from strata.retrieval.terms import extract_terms, stemmed_words
 
 __all__ = [
@@ -143,6 +143,10 @@ _SYSTEM = (
 )
 
 
+#: Background work: ``llm.timeout_s``, the feature's ``max_tokens``, the schema sent.
+_CALL = LLMCall(feature="summary", schema=inline_schema(_SummarySchema.model_json_schema()))
+
+
 class LLMSummarizer:
     """Summaries drafted by the LLM, validated; the extractive one when that fails."""
 
@@ -154,7 +158,7 @@ class LLMSummarizer:
         transcript = "\n".join(f"{t.speaker}: {t.text}" for t in turns)
         try:
             parsed: _SummarySchema = complete_json(
-                self._llm, _SYSTEM, transcript, validate=_SummarySchema.model_validate
+                self._llm, _SYSTEM, transcript, validate=_SummarySchema.model_validate, call=_CALL
             )
         except LLMError as exc:
             log.warning("LLM summary failed, using the extractive one: %s", exc.message)

@@ -25,7 +25,7 @@ from strata.procedural.draft import (
     slugify,
     unique_items,
 )
-from strata.providers.llm import LLM, complete_json
+from strata.providers.llm import LLM, LLMCall, complete_json, inline_schema
 
 __all__ = ["LLMSkillExtractor"]
 
@@ -45,6 +45,8 @@ class _SkillSchema(BaseModel):
     common_pitfalls: list[_Item] = Field(max_length=30)
     success_criteria: list[_Item] = Field(max_length=30)
 
+
+_SCHEMA = inline_schema(_SkillSchema.model_json_schema())
 
 _SYSTEM = """You turn an AI agent's execution trace into a reusable skill (procedural memory).
 Reply with ONE JSON object with exactly these keys:
@@ -75,7 +77,8 @@ class LLMSkillExtractor:
         self.max_trace_chars = max_trace_chars
 
     def extract(
-        self, task: str, trace: Sequence[Mapping[str, Any] | str], outcome: str | None = None
+        self, task: str, trace: Sequence[Mapping[str, Any] | str], outcome: str | None = None,
+        *, deadline: float | None = None,
     ) -> SkillDraft:
         """Ask the LLM for a skill draft.
 
@@ -83,6 +86,8 @@ class LLMSkillExtractor:
             task: what the agent was asked to do.
             trace: the steps in execution order; sent as JSON, cut to ``max_trace_chars``.
             outcome: how it ended.
+            deadline: ``time.monotonic()`` by which the reply must be in (a caller waits:
+                one attempt, no retry); None: ``llm.timeout_s`` and ``retries``.
 
         Raises:
             ValueError: the task is empty or the trace is not a list.
@@ -92,7 +97,8 @@ class LLMSkillExtractor:
         check_trace_input(task, trace)
         parsed: _SkillSchema = complete_json(
             self.llm, _SYSTEM, self.prompt(task, trace, outcome),
-            validate=_SkillSchema.model_validate, retries=self.retries,
+            validate=_SkillSchema.model_validate, retries=0 if deadline else self.retries,
+            call=LLMCall(feature="skills", schema=_SCHEMA, deadline=deadline),
         )
         lists = {key: unique_items(getattr(parsed, key), LIST_LIMITS[key]) for key in LIST_FIELDS}
         if not lists["success_criteria"]:

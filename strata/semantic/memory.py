@@ -224,6 +224,29 @@ class SemanticMemory:
         self._add_to_memory(doc, rows)
         return doc
 
+    def write_entities(self, prepared: PreparedDocument, vectors: np.ndarray) -> bool:
+        """Durably replace the entities of the passages of ``prepared``'s generation with its
+        ``extractions`` (drawn later, by the LLM); False, writing nothing, when the document
+        is gone or at another generation by now. Blocking I/O; no in-memory change."""
+        doc = self._docs.get(prepared.document.doc_id)
+        if doc is None or doc.generation != prepared.document.generation:
+            return False
+        rows = [row for row in self._chunk_rows(prepared, vectors) if row.kind == CHILD]
+        for i in range(0, len(rows), _WRITE_BATCH):
+            self._store.upsert(self._collection, rows[i : i + _WRITE_BATCH])
+        return True
+
+    def index_entities(self, prepared: PreparedDocument) -> None:
+        """Swap the in-memory graph edges of ``prepared``'s passages to its ``extractions``
+        (after :meth:`write_entities` returned True)."""
+        doc = prepared.document
+        if doc.doc_id not in self._docs or self._docs[doc.doc_id].generation != doc.generation:
+            return
+        pks = [self._pk(doc.doc_id, doc.generation, f"c{n}") for n in range(len(prepared.extractions))]
+        self._graph.remove(pks)
+        for pk, extraction in zip(pks, prepared.extractions, strict=True):
+            self._graph.add(pk, extraction)
+
     def delete(self, doc_id: str) -> int:
         """Durably remove the document and every row that came from it; returns the rows removed.
 

@@ -477,7 +477,11 @@ def test_llm_extractor_valid_reply() -> None:
     )
     assert extraction.relations == (Relation("Strata", "depends_on", "Milvus"),)
     (body,) = received
-    assert body["response_format"] == {"type": "json_object"}
+    # The reply's schema goes with the request (OpenAI's form first), and a bound on its length.
+    assert body["response_format"]["type"] == "json_schema"
+    schema = body["response_format"]["json_schema"]["schema"]
+    assert schema["required"] == ["entities"] and "$ref" not in json.dumps(schema)
+    assert body["max_tokens"] == 384
     assert len(body["messages"][1]["content"]) <= 6000  # long input is truncated
     assert (extractor.stats.calls, extractor.stats.fallbacks) == (1, 0)
     assert (extractor.stats.prompt_tokens, extractor.stats.completion_tokens) == (11, 7)
@@ -528,7 +532,7 @@ def test_llm_extractor_falls_back_on_refusal_and_uses_a_custom_fallback() -> Non
 
 def test_make_extractor() -> None:
     class Echo:
-        def complete(self, system: str, user: str, *, json_mode: bool = False) -> str:
+        def complete(self, system: str, user: str, *, json_mode: bool = False, call: object = None) -> str:
             return GOOD
 
     assert isinstance(make_extractor(None), RuleExtractor)

@@ -530,6 +530,30 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/metrics": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Admin Metrics
+         * @description The LLM's counts per feature (``refine``, ``summary``, ``skills``, ``entities``), summed
+         *     over every process of the stack since the counts' collector started: requests by outcome,
+         *     tokens in and out, request latency (a histogram), and each use's result — ``accepted``, or
+         *     the fallback taken and why (``invalid``, ``timeout``, ``error``, ``busy``, ``breaker``,
+         *     ``no_time``). For Prometheus, with the admin key as its bearer token.
+         */
+        get: operations["admin_metrics_metrics_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/audit": {
         parameters: {
             query?: never;
@@ -2896,6 +2920,37 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["LayerPlacement"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    admin_metrics_metrics_get: {
+        parameters: {
+            query?: never;
+            header?: {
+                authorization?: string | null;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Prometheus text format 0.0.4 */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/plain": string;
                 };
             };
             /** @description Validation Error */

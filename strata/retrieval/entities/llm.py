@@ -14,7 +14,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from strata.errors import LLMError
-from strata.providers.llm import LLM, LLMUsage, complete_json
+from strata.providers.llm import LLM, LLMCall, LLMUsage, complete_json, inline_schema
 from strata.retrieval.entities.extraction import (
     MAX_ALIASES_PER_ENTITY,
     MAX_ENTITIES_PER_TEXT,
@@ -107,6 +107,10 @@ def _validated(obj: dict[str, Any]) -> Extraction:
     return Extraction(tuple(entities.values()), tuple(relations))
 
 
+#: Background work (a document's entities are drawn after it is indexed): the schema sent.
+_CALL = LLMCall(feature="entities", schema=inline_schema(_ExtractionIn.model_json_schema()))
+
+
 @dataclass
 class LLMExtractorStats:
     """Counts for cost control. Token counts are deltas of the LLM's own usage, when it keeps one."""
@@ -139,7 +143,7 @@ class LLMExtractor:
         before = (usage.prompt_tokens, usage.completion_tokens) if isinstance(usage, LLMUsage) else None
         try:
             extraction: Extraction = complete_json(
-                self._llm, _SYSTEM, text[:LLM_MAX_INPUT_CHARS], validate=_validated
+                self._llm, _SYSTEM, text[:LLM_MAX_INPUT_CHARS], validate=_validated, call=_CALL
             )
         except LLMError as exc:  # LLMOutputInvalid included
             log.warning("LLM entity extraction failed, using the rules: %s", exc.message)
