@@ -17,6 +17,7 @@ from typing import Any, TypeVar, cast
 
 from strata.errors import StrataError
 from strata_serve.client import AsyncStrataClient, StrataClient
+from strata_serve.retry import Retry
 
 __all__ = ["DEFAULT_URL", "Flow", "Request", "StrataConnection", "call", "run_async", "run_sync"]
 
@@ -31,19 +32,32 @@ class StrataConnection:
         url: the API's base URL, e.g. ``http://127.0.0.1:8000``.
         api_key: a Strata key (``sk-strata-...``); its tenant is the one the adapter reads and writes.
         timeout_s: per request.
+        retry: when a call that met a 429 or a 503 is tried again (:class:`~strata_serve.retry.Retry`).
     """
 
-    def __init__(self, url: str, api_key: str, *, timeout_s: float = 30.0) -> None:
+    def __init__(
+        self,
+        url: str,
+        api_key: str,
+        *,
+        timeout_s: float = 30.0,
+        retry: Retry = Retry(),  # noqa: B008 (frozen: one shared default is safe)
+    ) -> None:
         if not api_key:
             raise ValueError("api_key is empty: pass a Strata key (sk-strata-...) or set STRATA_API_KEY")
-        self.url, self._api_key, self._timeout_s = url, api_key, timeout_s
+        self.url, self._api_key, self._timeout_s, self._retry = url, api_key, timeout_s, retry
         self._client: StrataClient | None = None
         self._async: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncStrataClient] = (
             weakref.WeakKeyDictionary()
         )
 
     @classmethod
-    def from_env(cls, *, timeout_s: float = 30.0) -> StrataConnection:
+    def from_env(
+        cls,
+        *,
+        timeout_s: float = 30.0,
+        retry: Retry = Retry(),  # noqa: B008 (frozen: one shared default is safe)
+    ) -> StrataConnection:
         """``STRATA_URL`` (default :data:`DEFAULT_URL`) and ``STRATA_API_KEY`` (required).
 
         Raises:
@@ -52,13 +66,13 @@ class StrataConnection:
         key = os.environ.get("STRATA_API_KEY", "")
         if not key:
             raise ValueError("STRATA_API_KEY is not set: export a Strata key (`strata keys create <tenant>` makes one)")
-        return cls(os.environ.get("STRATA_URL") or DEFAULT_URL, key, timeout_s=timeout_s)
+        return cls(os.environ.get("STRATA_URL") or DEFAULT_URL, key, timeout_s=timeout_s, retry=retry)
 
     @property
     def client(self) -> StrataClient:
         """The blocking client (made on first use)."""
         if self._client is None:
-            self._client = StrataClient(self.url, self._api_key, timeout_s=self._timeout_s)
+            self._client = StrataClient(self.url, self._api_key, timeout_s=self._timeout_s, retry=self._retry)
         return self._client
 
     @property
@@ -67,7 +81,9 @@ class StrataConnection:
         loop = asyncio.get_running_loop()
         client = self._async.get(loop)
         if client is None:
-            client = self._async[loop] = AsyncStrataClient(self.url, self._api_key, timeout_s=self._timeout_s)
+            client = self._async[loop] = AsyncStrataClient(
+                self.url, self._api_key, timeout_s=self._timeout_s, retry=self._retry
+            )
         return client
 
     def close(self) -> None:

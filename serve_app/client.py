@@ -12,12 +12,19 @@ here, aiohttp's about half of that: docs/benchmarks.md), and through httpx when 
 httpx transport (an ASGI app in the same process, a mock in a test). Either way a request that
 gets no answer raises an ``httpx.HTTPError``, and an answer that is an error a
 :class:`~strata.errors.StrataError`.
+
+Both retry a 429 or a 503 as :mod:`strata_serve.retry` says (bounded, with jitter, after the
+server's ``Retry-After``), a read always, a write only with the ``Idempotency-Key`` each write
+carries (a new key per call, the same for each of its attempts; ``idempotency_keys=False`` sends
+none, and then writes are not retried).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import time
+import uuid
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -76,6 +83,7 @@ from strata.schema import (
     WorkingItemsIn,
     WorkingState,
 )
+from strata_serve.retry import Attempts, Retry
 
 __all__ = ["AsyncStrataClient", "StrataClient"]
 
@@ -115,10 +123,18 @@ class _Call(Generic[_M]):
     body: BaseModel | None = None
     if_match: int | None = None
     params: dict[str, Any] | None = None
+    #: A read sent as a POST (``/v1/context``, ``/v1/search``): retried without an Idempotency-Key.
+    read: bool = False
 
-    def request(self) -> dict[str, Any]:
+    @property
+    def writes(self) -> bool:
+        return self.method != "GET" and not self.read
+
+    def request(self, *, idempotency_key: str | None = None) -> dict[str, Any]:
         """The request's method, path, body (JSON bytes, or None), headers and query parameters."""
         headers = {"If-Match": f'"{self.if_match}"'} if self.if_match is not None else {}
+        if idempotency_key is not None:
+            headers["Idempotency-Key"] = idempotency_key
         content = None
         if self.body is not None:
             content = self.body.model_dump_json(exclude_none=True).encode()
@@ -196,7 +212,7 @@ def _build_context(
         top_k=top_k,
         layers=layers,
     )
-    return _Call("POST", "/v1/context", ContextResult, body)
+    return _Call("POST", "/v1/context", ContextResult, body, read=True)
 
 
 def _search(
@@ -224,7 +240,7 @@ def _search(
         min_cosine=min_cosine,
         doc_ids=doc_ids,
     )
-    return _Call("POST", "/v1/search", SearchResult, body)
+    return _Call("POST", "/v1/search", SearchResult, body, read=True)
 
 
 def _index_document(
@@ -353,11 +369,28 @@ def _health() -> _Call[Health]:
     return _Call("GET", "/healthz", Health)
 
 
+def _attempts(call: _Call[Any], policy: Retry, keys: bool) -> tuple[dict[str, Any], Attempts]:
+    """The request to send (once, or again for each retry: the same bytes and key) and its attempts."""
+    key = str(uuid.uuid4()) if keys and call.writes else None
+    attempts = Attempts(policy, retriable=not call.writes or key is not None, keyed=key is not None)
+    return call.request(idempotency_key=key), attempts
+
+
 def _sync(spec: Callable[_P, _Call[_M]]) -> Callable[Concatenate[StrataClient, _P], _M]:
     def method(self: StrataClient, /, *args: _P.args, **kwargs: _P.kwargs) -> _M:
         call = spec(*args, **kwargs)
-        response = self._http.request(**call.request())
-        return call.parse(response.status_code, response.content)
+        request, attempts = _attempts(call, self._retry, self._idempotency_keys)
+        while True:
+            retry_after = None
+            try:
+                response = self._http.request(**request)
+                retry_after = response.headers.get("retry-after")
+                return call.parse(response.status_code, response.content)
+            except (StrataError, httpx.TransportError) as exc:
+                wait_s = attempts.wait_s(exc, retry_after)
+                if wait_s is None:
+                    raise
+            time.sleep(wait_s)
 
     method.__name__ = spec.__name__.removeprefix("_")
     method.__doc__ = f"``{method.__name__}`` over HTTP, blocking."
@@ -367,7 +400,17 @@ def _sync(spec: Callable[_P, _Call[_M]]) -> Callable[Concatenate[StrataClient, _
 def _async(spec: Callable[_P, _Call[_M]]) -> Callable[Concatenate[AsyncStrataClient, _P], Coroutine[Any, Any, _M]]:
     async def method(self: AsyncStrataClient, /, *args: _P.args, **kwargs: _P.kwargs) -> _M:
         call = spec(*args, **kwargs)
-        return call.parse(*await self._http.send(**call.request()))
+        request, attempts = _attempts(call, self._retry, self._idempotency_keys)
+        while True:
+            retry_after = None
+            try:
+                status, content, retry_after = await self._http.send(**request)
+                return call.parse(status, content)
+            except (StrataError, httpx.TransportError) as exc:
+                wait_s = attempts.wait_s(exc, retry_after)
+                if wait_s is None:
+                    raise
+            await asyncio.sleep(wait_s)
 
     method.__name__ = spec.__name__.removeprefix("_")
     method.__doc__ = f"``{method.__name__}`` over HTTP, awaitable."
@@ -377,8 +420,8 @@ def _async(spec: Callable[_P, _Call[_M]]) -> Callable[Concatenate[AsyncStrataCli
 class _AsyncSender(Protocol):
     async def send(
         self, *, method: str, url: str, content: bytes | None, headers: dict[str, str], params: dict[str, Any]
-    ) -> tuple[int, bytes]:
-        """The answer's status and body."""
+    ) -> tuple[int, bytes, str | None]:
+        """The answer's status, body and ``Retry-After`` header."""
         ...
 
     async def aclose(self) -> None: ...
@@ -390,9 +433,9 @@ class _Httpx:
 
     async def send(
         self, *, method: str, url: str, content: bytes | None, headers: dict[str, str], params: dict[str, Any]
-    ) -> tuple[int, bytes]:
+    ) -> tuple[int, bytes, str | None]:
         response = await self._client.request(method, url, content=content, headers=headers, params=params)
-        return response.status_code, response.content
+        return response.status_code, response.content, response.headers.get("retry-after")
 
     async def aclose(self) -> None:
         await self._client.aclose()
@@ -414,7 +457,7 @@ class _Aiohttp:
 
     async def send(
         self, *, method: str, url: str, content: bytes | None, headers: dict[str, str], params: dict[str, Any]
-    ) -> tuple[int, bytes]:
+    ) -> tuple[int, bytes, str | None]:
         loop = asyncio.get_running_loop()
         if self._session is None or self._session.closed or self._loop is not loop:
             self._session = aiohttp.ClientSession(headers=self._headers, timeout=self._timeout)
@@ -424,7 +467,7 @@ class _Aiohttp:
             async with self._session.request(
                 method, self._base + url, data=content, headers=headers, params=params or None
             ) as response:
-                return response.status, await response.read()
+                return response.status, await response.read(), response.headers.get("Retry-After")
         except aiohttp.ClientConnectorError as exc:
             raise httpx.ConnectError(f"{where}: {exc}") from exc
         except TimeoutError as exc:  # aiohttp's timeouts are TimeoutErrors (some also ClientErrors)
@@ -442,13 +485,24 @@ class StrataClient:
     """Synchronous HTTP client. ``with StrataClient(url, api_key) as c: c.build_context(...)``.
 
     Args:
+        timeout_s: per attempt.
+        retry: when a call is tried again (:class:`~strata_serve.retry.Retry`; ``NO_RETRY``: never).
+        idempotency_keys: send an ``Idempotency-Key`` with each write, so that it can be retried.
         transport: how requests reach ``base_url``; by default over the network
             (``httpx.MockTransport`` in a test, say).
     """
 
     def __init__(
-        self, base_url: str, api_key: str, *, timeout_s: float = 30.0, transport: httpx.BaseTransport | None = None
+        self,
+        base_url: str,
+        api_key: str,
+        *,
+        timeout_s: float = 30.0,
+        retry: Retry = Retry(),  # noqa: B008 (frozen: one shared default is safe)
+        idempotency_keys: bool = True,
+        transport: httpx.BaseTransport | None = None,
     ) -> None:
+        self._retry, self._idempotency_keys = retry, idempotency_keys
         self._http = httpx.Client(
             base_url=base_url, headers={"Authorization": f"Bearer {api_key}"}, timeout=timeout_s, transport=transport
         )
@@ -494,6 +548,9 @@ class AsyncStrataClient:
     """Asynchronous HTTP client with the same methods, each awaitable.
 
     Args:
+        timeout_s: per attempt.
+        retry: when a call is tried again (:class:`~strata_serve.retry.Retry`; ``NO_RETRY``: never).
+        idempotency_keys: send an ``Idempotency-Key`` with each write, so that it can be retried.
         transport: how requests reach ``base_url``; by default over the network.
             ``httpx.ASGITransport(app)`` sends them to an ASGI app in this process (the MCP
             endpoint calls the API it is mounted in so), through all of its middleware.
@@ -505,8 +562,11 @@ class AsyncStrataClient:
         api_key: str,
         *,
         timeout_s: float = 30.0,
+        retry: Retry = Retry(),  # noqa: B008 (frozen: one shared default is safe)
+        idempotency_keys: bool = True,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
+        self._retry, self._idempotency_keys = retry, idempotency_keys
         headers = {"Authorization": f"Bearer {api_key}"}
         self._http: _AsyncSender = (
             _Aiohttp(base_url, headers, timeout_s)

@@ -40,6 +40,7 @@ from strata_serve.auth import INNER_HEADER, bearer_key, inner_token
 from strata_serve.client import AsyncStrataClient
 from strata_serve.errors import error_response
 from strata_serve.mcp_tools import Connect, build_server
+from strata_serve.retry import NO_RETRY
 
 __all__ = ["McpHttp"]
 
@@ -56,7 +57,11 @@ async def _as_caller(ctx: Context) -> AsyncIterator[AsyncStrataClient]:
     if not key:  # the app's Authenticate refuses such a request before it gets here
         raise ToolError("send your API key as 'Authorization: Bearer <key>'")
     transport = _Inner(app=request.scope["app"])
-    async with AsyncStrataClient("http://strata", key, transport=transport) as client:
+    # No retries here: the /mcp request took the key's rate limit, and a busy store is the MCP
+    # client's to wait for, not a request the ingress holds open (nor an Idempotency-Key to keep).
+    async with AsyncStrataClient(
+        "http://strata", key, transport=transport, retry=NO_RETRY, idempotency_keys=False
+    ) as client:
         yield client
 
 

@@ -16,10 +16,12 @@ from aiohttp import web
 
 from strata.errors import EmbedderError, LLMError, NotFound, StoreUnavailable, StrataError, VersionConflict
 from strata_serve.client import AsyncStrataClient, StrataClient
+from strata_serve.retry import NO_RETRY
 
 
 def _client(response: httpx.Response) -> StrataClient:
-    return StrataClient("http://strata.test", "sk-strata-x", transport=httpx.MockTransport(lambda _: response))
+    transport = httpx.MockTransport(lambda _: response)
+    return StrataClient("http://strata.test", "sk-strata-x", retry=NO_RETRY, transport=transport)
 
 
 def test_a_plain_404_from_serves_proxy_is_retryable() -> None:
@@ -92,7 +94,7 @@ async def test_the_async_client_reads_serves_plain_404_as_retryable_and_strata_4
             return web.json_response({"error": "NotFound", "message": "no document 'd1'"}, status=404)
         return web.Response(status=404, text="Path '/v1/sessions' not found.")
 
-    async with _server(handler) as url, AsyncStrataClient(url, "sk-strata-x") as client:
+    async with _server(handler) as url, AsyncStrataClient(url, "sk-strata-x", retry=NO_RETRY) as client:
         with pytest.raises(NotFound, match="no document 'd1'"):
             await client.get_document("d1")
         with pytest.raises(StoreUnavailable):
@@ -112,13 +114,13 @@ async def test_the_async_client_raises_httpx_errors_when_no_answer_comes() -> No
     with socket.socket() as free:  # a port nothing listens on
         free.bind(("127.0.0.1", 0))
         closed = f"http://127.0.0.1:{free.getsockname()[1]}"
-    async with AsyncStrataClient(closed, "sk-strata-x") as client:
+    async with AsyncStrataClient(closed, "sk-strata-x", retry=NO_RETRY) as client:
         with pytest.raises(httpx.ConnectError):
             await client.health()
     async with _server(slow) as url, AsyncStrataClient(url, "sk-strata-x", timeout_s=0.2) as client:
         with pytest.raises(httpx.TimeoutException, match=r"no answer within 0\.2 s"):
             await client.health()
-    async with _server(hang_up) as url, AsyncStrataClient(url, "sk-strata-x") as client:
+    async with _server(hang_up) as url, AsyncStrataClient(url, "sk-strata-x", retry=NO_RETRY) as client:
         with pytest.raises(httpx.HTTPError):
             await client.health()
 

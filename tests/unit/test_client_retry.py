@@ -1,0 +1,144 @@
+"""The HTTP clients' retries (issue 45: a 429 reached the caller at once, "retry in 0.00 s"),
+both clients against a scripted server on loopback: Retry-After honoured, attempts and total wait
+bounded, and a write without an Idempotency-Key never sent twice."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
+from email.utils import format_datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+
+from strata.errors import RateLimited, StoreUnavailable
+from strata_serve.client import AsyncStrataClient, StrataClient
+from strata_serve.retry import Retry, parse_retry_after
+
+#: The n-th answer: a status and its Retry-After header (None: none), or None for Strata's success.
+Script = Callable[[int], tuple[int, str | None] | None]
+#: What the server saw of each request: method, path and the Idempotency-Key header.
+Seen = list[tuple[str, str, str | None]]
+
+_OK: dict[tuple[str, str], dict[str, Any]] = {
+    ("GET", "/v1/sessions"): {"sessions": [], "total": 0, "next_after": None},
+    ("POST", "/v1/search"): {"hits": [], "versions": {}},
+    ("DELETE", "/v1/sessions/s1"): {"session_id": "s1", "removed": {}, "versions": {}},
+}
+_REFUSED = {429: "RateLimited", 503: "StoreUnavailable"}
+
+
+@contextmanager
+def strata_server(script: Script) -> Iterator[tuple[str, Seen]]:
+    """A server on loopback answering as Strata does; ``script(n)`` decides the n-th answer."""
+    seen: Seen = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def answer(self) -> None:
+            self.rfile.read(int(self.headers.get("content-length", 0)))
+            path = self.path.split("?")[0]
+            seen.append((self.command, path, self.headers.get("Idempotency-Key")))
+            scripted = script(len(seen) - 1)
+            status, retry_after = scripted or (200, None)
+            body = _OK[(self.command, path)] if status == 200 else {"error": _REFUSED[status], "message": "busy"}
+            data = json.dumps(body).encode()
+            self.send_response(status)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(data)))
+            if retry_after is not None:
+                self.send_header("retry-after", retry_after)
+            self.end_headers()
+            self.wfile.write(data)
+
+        do_GET = do_POST = do_DELETE = answer
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", seen
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def call(kind: str, url: str, method: str, *, retry: Retry, idempotency_keys: bool = True) -> float:
+    """``method`` of the ``kind`` client ("sync" or "async") with no arguments but its session;
+    returns the seconds it took (the call's own error raised)."""
+    args: dict[str, tuple[Any, ...]] = {"list_sessions": (), "search": ("q",), "forget_session": ("s1",)}
+    start = time.monotonic()
+    if kind == "sync":
+        with StrataClient(url, "sk-x", retry=retry, idempotency_keys=idempotency_keys) as client:
+            getattr(client, method)(*args[method])
+    else:
+
+        async def run() -> None:
+            async with AsyncStrataClient(url, "sk-x", retry=retry, idempotency_keys=idempotency_keys) as client:
+                await getattr(client, method)(*args[method])
+
+        asyncio.run(run())
+    return time.monotonic() - start
+
+
+CLIENTS = pytest.mark.parametrize("kind", ["sync", "async"])
+#: No jitter: a retry waits exactly what the server's Retry-After says.
+EXACT = Retry(base_delay_s=0.0)
+
+
+@CLIENTS
+def test_a_429_is_retried_after_its_retry_after(kind: str) -> None:
+    with strata_server(lambda n: (429, "0.3") if n == 0 else None) as (url, seen):
+        took_s = call(kind, url, "list_sessions", retry=EXACT)
+    assert len(seen) == 2 and 0.3 <= took_s < 2.0
+
+
+@CLIENTS
+def test_a_write_is_retried_with_the_same_idempotency_key(kind: str) -> None:
+    with strata_server(lambda n: (503, "0") if n < 2 else None) as (url, seen):
+        call(kind, url, "forget_session", retry=EXACT)
+    keys = {key for _, _, key in seen}
+    assert len(seen) == 3 and len(keys) == 1 and None not in keys
+
+
+@CLIENTS
+def test_retries_are_bounded_in_attempts_and_in_total_wait(kind: str) -> None:
+    with strata_server(lambda n: (503, "0")) as (url, seen), pytest.raises(StoreUnavailable):
+        call(kind, url, "list_sessions", retry=Retry(max_attempts=3, base_delay_s=0.01))
+    assert len(seen) == 3
+    # A Retry-After past the total wait is not waited for: the error comes at once.
+    with strata_server(lambda n: (429, "5")) as (url, seen), pytest.raises(RateLimited):
+        took_s = call(kind, url, "list_sessions", retry=Retry(max_total_wait_s=2.0))
+        raise AssertionError(f"answered after {took_s:.1f} s")
+    assert len(seen) == 1
+
+
+@CLIENTS
+def test_a_write_without_an_idempotency_key_is_not_retried_and_a_read_is(kind: str) -> None:
+    with strata_server(lambda n: (503, "0")) as (url, seen), pytest.raises(StoreUnavailable):
+        call(kind, url, "forget_session", retry=EXACT, idempotency_keys=False)
+    assert seen == [("DELETE", "/v1/sessions/s1", None)]
+    with strata_server(lambda n: (503, "0") if n == 0 else None) as (url, seen):  # a search reads: no key
+        call(kind, url, "search", retry=EXACT, idempotency_keys=False)
+    assert seen == [("POST", "/v1/search", None)] * 2
+
+
+def test_retry_after_reads_seconds_and_dates_and_backoff_is_capped() -> None:
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    assert parse_retry_after("3") == 3.0 and parse_retry_after(" 0.5 ") == 0.5
+    assert parse_retry_after(format_datetime(now + timedelta(seconds=7), usegmt=True), now=now) == 7.0
+    assert parse_retry_after(format_datetime(now - timedelta(seconds=7), usegmt=True), now=now) == 0.0
+    assert [parse_retry_after(v) for v in (None, "-1", "soon", "nan")] == [None] * 4
+    policy = Retry(base_delay_s=0.25, max_delay_s=1.0)
+    assert [policy.backoff_s(n, draw=lambda: 1.0) for n in (1, 2, 3, 4)] == [0.25, 0.5, 1.0, 1.0]
+    assert policy.backoff_s(1, 2.0, draw=lambda: 0.0) == 2.0  # never sooner than Retry-After
+    with pytest.raises(ValueError, match="max_attempts"):
+        Retry(max_attempts=0)
