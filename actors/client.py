@@ -102,6 +102,16 @@ class InClusterClient:
     async def __aexit__(self, *_: object) -> None:
         await self.aclose()
 
+    def close(self) -> None:
+        """:meth:`aclose`, blocking, for code without an event loop (``with`` the client calls it)."""
+        _run(self.aclose())
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
     async def _embed(self, texts: Sequence[str]) -> np.ndarray:
         return await asyncio.to_thread(self._embedder.embed, list(texts))
 

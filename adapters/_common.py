@@ -2,9 +2,10 @@
 and one way to write logic once for a framework's sync and async interfaces (:func:`run_sync`,
 :func:`run_async`).
 
-An ``httpx.AsyncClient`` belongs to the event loop it first ran in, and frameworks run
-their async paths in whatever loop the caller has (``asyncio.run`` twice is two loops),
-so a connection keeps one async client per loop, made on first use in that loop.
+An async client belongs to the event loop it first ran in, and frameworks run their async
+paths in whatever loop the caller has (``asyncio.run`` twice is two loops), so a connection
+keeps one async client per loop, made on first use in that loop. Each adapter closes its
+connection (:class:`Closes`: ``close()``, ``aclose()``, ``with`` and ``async with``).
 """
 
 from __future__ import annotations
@@ -13,13 +14,13 @@ import asyncio
 import os
 import weakref
 from collections.abc import Generator
-from typing import Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Self, TypeVar, cast
 
 from strata.errors import StrataError
 from strata_serve.client import AsyncStrataClient, StrataClient
 from strata_serve.retry import Retry
 
-__all__ = ["DEFAULT_URL", "Flow", "Request", "StrataConnection", "call", "run_async", "run_sync"]
+__all__ = ["DEFAULT_URL", "Closes", "Flow", "Request", "StrataConnection", "call", "run_async", "run_sync"]
 
 #: Where ``strata up`` serves by default.
 DEFAULT_URL = "http://127.0.0.1:8000"
@@ -87,10 +88,63 @@ class StrataConnection:
         return client
 
     def close(self) -> None:
-        """Close the blocking client (async clients close with their loop's garbage)."""
+        """Close the blocking client, and the async clients of event loops not running now;
+        one of a running loop is closed in it, soon after (:meth:`aclose` awaits it). A closed
+        connection opens new clients if it is used again."""
         if self._client is not None:
             self._client.close()
             self._client = None
+        for loop, client in list(self._async.items()):
+            if loop.is_running():
+                asyncio.run_coroutine_threadsafe(client.aclose(), loop)
+            elif not loop.is_closed():  # a closed loop closed its clients' sessions as it shut down
+                loop.run_until_complete(client.aclose())
+        self._async.clear()
+
+    async def aclose(self) -> None:
+        """Close the running loop's async client, awaited, and the others as :meth:`close` does."""
+        client = self._async.pop(asyncio.get_running_loop(), None)
+        if client is not None:
+            await client.aclose()
+        self.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
+class Closes:
+    """``close()``, ``aclose()``, ``with`` and ``async with`` for an adapter: each closes the
+    adapter's :class:`StrataConnection` (which opens clients again if the adapter is used after)."""
+
+    if TYPE_CHECKING:  # the adapter's; not a class attribute (pydantic would take it for a field)
+        connection: StrataConnection
+
+    def close(self) -> None:
+        self.connection.close()
+
+    async def aclose(self) -> None:
+        await self.connection.aclose()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
 
 
 # -- one implementation, two drivers ---------------------------------------------------

@@ -50,7 +50,7 @@ from langchain_core.messages import (
 from strata.errors import NotFound
 from strata.ids import validate_id
 from strata.schema.outputs import SessionTurn, SessionTurns
-from strata_adapters._common import Flow, StrataConnection, call, run_async, run_sync
+from strata_adapters._common import Closes, Flow, StrataConnection, call, run_async, run_sync
 
 __all__ = ["StrataChatMessageHistory", "StrataConnection", "messages_from_turns", "turns_from_messages"]
 
@@ -172,8 +172,9 @@ def _clear(session_id: str) -> Flow[None]:
     return None
 
 
-class StrataChatMessageHistory(BaseChatMessageHistory):
+class StrataChatMessageHistory(Closes, BaseChatMessageHistory):
     """The messages of one Strata session (see the module docstring for the mapping).
+    ``close()`` / ``aclose()`` (or ``with`` / ``async with`` the history) close its connection.
 
     Args:
         session_id: the Strata session; 1-128 letters, digits and ``_ . : -``.

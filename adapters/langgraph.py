@@ -69,7 +69,7 @@ from langgraph.store.base import (
 
 from strata.errors import NotFound
 from strata.schema import DocumentList, DocumentOut, SearchResult
-from strata_adapters._common import Flow, StrataConnection, call, run_async, run_sync
+from strata_adapters._common import Closes, Flow, StrataConnection, call, run_async, run_sync
 
 __all__ = ["StrataConnection", "StrataStore", "item_doc_id", "matches_filter"]
 
@@ -320,11 +320,12 @@ def _op(op: Op) -> Flow[Result]:
     )
 
 
-class StrataStore(BaseStore):
+class StrataStore(Closes, BaseStore):
     """A LangGraph store whose items are documents in Strata (see the module docstring).
 
     ``builder.compile(store=StrataStore.from_env())``; a node reads it as ``runtime.store``.
-    Operations of a batch run one after another, in order.
+    Operations of a batch run one after another, in order. ``close()`` / ``aclose()`` (or
+    ``with`` / ``async with`` the store) close its connection.
 
     Args:
         connection: where Strata is, and the key (its tenant holds the items).
@@ -349,6 +350,3 @@ class StrataStore(BaseStore):
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
         client = self.connection.async_client
         return [await run_async(client, _op(op)) for op in ops]
-
-    def close(self) -> None:
-        self.connection.close()

@@ -40,7 +40,7 @@ from strata.ids import validate_id
 from strata.layers import Layer
 from strata.limits import MESSAGE_CHARS_MAX
 from strata.schema import TurnIn
-from strata_adapters._common import StrataConnection
+from strata_adapters._common import Closes, StrataConnection
 
 __all__ = ["StrataConnection", "StrataMemoryBlock", "turns_from_messages"]
 
@@ -49,8 +49,11 @@ _BATCH_MAX = 1000
 _METADATA = {"source": "llama_index"}
 
 
-class StrataMemoryBlock(BaseMemoryBlock[str]):
+class StrataMemoryBlock(Closes, BaseMemoryBlock[str]):
     """Strata's context for the latest user message; flushed messages recorded as turns.
+    ``close()`` / ``aclose()`` (or ``with`` / ``async with`` the block) close its connection:
+    the ``Memory``'s sync methods run the block in an event loop of their own, whose client
+    ``close()`` closes.
 
     Args:
         connection: where Strata is and with which key; default

@@ -34,7 +34,7 @@ import contextlib
 import json
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Self, cast
 
 from pydantic import ValidationError
 
@@ -134,6 +134,17 @@ class StrataSession:
     async def clear_session(self) -> None:
         """Forget the session in every layer (nothing to forget is no error)."""
         await _forget(self.connection, self.session_id)
+
+    async def close(self) -> None:
+        """Close the session's connection (as the SDK's own sessions' ``close``); ``async with``
+        the session closes it on leaving."""
+        await self.connection.aclose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
 
     async def _turns(self, *, latest: int | None = None) -> list[SessionTurn]:
         """The session's turns, oldest first; with ``latest``, only the newest ones that hold at

@@ -74,13 +74,12 @@ SCRIPT = [
 
 
 def main(user_id: str = "user-1") -> None:
-    store = StrataStore.from_env()  # was: store = InMemoryStore()
-    graph = build(store)
-    for message in SCRIPT:
-        out = graph.invoke({"message": message}, context=Context(user_id=user_id))  # type: ignore[attr-defined]
-        print(f"user:  {message}\nagent: {out['reply']}")
-    print("namespaces:", store.list_namespaces(prefix=("memories",)))
-    store.close()
+    with StrataStore.from_env() as store:  # was: store = InMemoryStore()
+        graph = build(store)
+        for message in SCRIPT:
+            out = graph.invoke({"message": message}, context=Context(user_id=user_id))  # type: ignore[attr-defined]
+            print(f"user:  {message}\nagent: {out['reply']}")
+        print("namespaces:", store.list_namespaces(prefix=("memories",)))
 
 
 if __name__ == "__main__":

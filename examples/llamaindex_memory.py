@@ -28,29 +28,29 @@ SCRIPT = [
 
 
 def main(session_id: str = "llamaindex-demo") -> None:
-    block = StrataMemoryBlock()
-    memory = Memory.from_defaults(
-        session_id=session_id,
-        token_limit=120,  # tiny, so the first exchanges are flushed to Strata during the demo
-        chat_history_token_ratio=0.5,
-        token_flush_size=40,
-        memory_blocks=[block],  # was: memory_blocks=[] (or FactExtractionMemoryBlock(...))
-    )
-    with contextlib.suppress(NotFound):  # nothing to forget on a first run
-        block.connection.client.forget_session(session_id)  # start the demo afresh
-    for question, answer in SCRIPT:
-        memory.put(ChatMessage(role="user", content=question))
-        seen = memory.get()
-        system = next((m.content for m in seen if m.role == "system"), None)
-        print(f"user:  {question}")
-        shown = [line for line in (system or "(no memory yet)").splitlines() if line.strip()][:12]
-        print("       the LLM would see:\n" + "\n".join(f"       | {line}" for line in shown))
-        print(f"agent: {answer}")
-        memory.put(ChatMessage(role="assistant", content=answer))
-    turns = block.connection.client.list_turns(session_id)
-    print(f"turns in Strata: {turns.total}: " + " / ".join((t.user or "")[:30] for t in turns.turns))
-    context = block.connection.client.build_context("what am I allergic to?", session_id).context
-    print("context for 'what am I allergic to?':", "peanut" in context and "mentions the peanut allergy")
+    with StrataMemoryBlock() as block:  # leaving closes its clients, the Memory's loop's too
+        memory = Memory.from_defaults(
+            session_id=session_id,
+            token_limit=120,  # tiny, so the first exchanges are flushed to Strata during the demo
+            chat_history_token_ratio=0.5,
+            token_flush_size=40,
+            memory_blocks=[block],  # was: memory_blocks=[] (or FactExtractionMemoryBlock(...))
+        )
+        with contextlib.suppress(NotFound):  # nothing to forget on a first run
+            block.connection.client.forget_session(session_id)  # start the demo afresh
+        for question, answer in SCRIPT:
+            memory.put(ChatMessage(role="user", content=question))
+            seen = memory.get()
+            system = next((m.content for m in seen if m.role == "system"), None)
+            print(f"user:  {question}")
+            shown = [line for line in (system or "(no memory yet)").splitlines() if line.strip()][:12]
+            print("       the LLM would see:\n" + "\n".join(f"       | {line}" for line in shown))
+            print(f"agent: {answer}")
+            memory.put(ChatMessage(role="assistant", content=answer))
+        turns = block.connection.client.list_turns(session_id)
+        print(f"turns in Strata: {turns.total}: " + " / ".join((t.user or "")[:30] for t in turns.turns))
+        context = block.connection.client.build_context("what am I allergic to?", session_id).context
+        print("context for 'what am I allergic to?':", "peanut" in context and "mentions the peanut allergy")
 
 
 if __name__ == "__main__":

@@ -78,17 +78,18 @@ def _reply(text: str) -> ModelResponse:
 async def main(session_id: str = "agents-demo") -> None:
     set_tracing_disabled(True)  # the SDK would send traces to OpenAI
     agent = Agent(name="travel", instructions="Help with trips.", tools=[get_weather], model=ScriptedModel())
-    session = StrataSession(session_id)  # was: SQLiteSession(session_id)
-    await session.clear_session()  # start the demo afresh
-    for question in QUESTIONS:
-        result = await Runner.run(agent, question, session=session)
-        print(f"user:  {question}\nagent: {result.final_output}")
-    items = await session.get_items()
-    print(f"session in Strata: {len(items)} items: {', '.join(i.get('type', i.get('role', '?')) for i in items)}")
-    undone = await session.pop_item()
-    print(f"pop_item: {undone.get('role') if undone else None}, {len(await session.get_items())} items left")
-    found = await session.connection.async_client.search("weather", layers=["episodic"], session_id=session_id, top_k=1)
-    print("search 'weather':", found.hits[0].text.replace("\n", " | ") if found.hits else "nothing")
+    async with StrataSession(session_id) as session:  # was: SQLiteSession(session_id)
+        await session.clear_session()  # start the demo afresh
+        for question in QUESTIONS:
+            result = await Runner.run(agent, question, session=session)
+            print(f"user:  {question}\nagent: {result.final_output}")
+        items = await session.get_items()
+        print(f"session in Strata: {len(items)} items: {', '.join(i.get('type', i.get('role', '?')) for i in items)}")
+        undone = await session.pop_item()
+        print(f"pop_item: {undone.get('role') if undone else None}, {len(await session.get_items())} items left")
+        client = session.connection.async_client
+        found = await client.search("weather", layers=["episodic"], session_id=session_id, top_k=1)
+        print("search 'weather':", found.hits[0].text.replace("\n", " | ") if found.hits else "nothing")
 
 
 if __name__ == "__main__":

@@ -25,7 +25,7 @@ import asyncio
 import json
 import time
 import uuid
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import AsyncGenerator, Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Concatenate, Generic, ParamSpec, Protocol, Self, TypeVar
@@ -446,7 +446,10 @@ class _Aiohttp:
 
     The session is opened by the first request, on the event loop that sends it: aiohttp binds
     a session to the loop it was made on, so a request from another loop (a client kept across
-    ``asyncio.run`` calls) opens a session of its own."""
+    ``asyncio.run`` calls) opens a session of its own. A session is closed by :meth:`aclose`,
+    or else when its loop shuts down: frameworks run an async adapter's calls in loops of their
+    own (``asyncio.run`` per call), which no caller can close a client in, and a loop that ends
+    with a session open prints "Unclosed client session"."""
 
     def __init__(self, base_url: str, headers: dict[str, str], timeout_s: float) -> None:
         self._base = base_url.rstrip("/")
@@ -454,17 +457,27 @@ class _Aiohttp:
         self._timeout = aiohttp.ClientTimeout(total=timeout_s)
         self._session: aiohttp.ClientSession | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._closer: AsyncGenerator[None, None] | None = None
+
+    async def _open(self, loop: asyncio.AbstractEventLoop) -> aiohttp.ClientSession:
+        self._session = session = aiohttp.ClientSession(headers=self._headers, timeout=self._timeout)
+        self._loop = loop
+        # An async generator started in a loop is closed by the loop's shutdown_asyncgens()
+        # (asyncio.run calls it before closing the loop): its `finally` closes the session then.
+        self._closer = _closing(session)
+        await anext(self._closer)
+        return session
 
     async def send(
         self, *, method: str, url: str, content: bytes | None, headers: dict[str, str], params: dict[str, Any]
     ) -> tuple[int, bytes, str | None]:
         loop = asyncio.get_running_loop()
-        if self._session is None or self._session.closed or self._loop is not loop:
-            self._session = aiohttp.ClientSession(headers=self._headers, timeout=self._timeout)
-            self._loop = loop
+        session = self._session
+        if session is None or session.closed or self._loop is not loop:
+            session = await self._open(loop)
         where = f"{method} {url}"
         try:
-            async with self._session.request(
+            async with session.request(
                 method, self._base + url, data=content, headers=headers, params=params or None
             ) as response:
                 return response.status, await response.read(), response.headers.get("Retry-After")
@@ -476,9 +489,17 @@ class _Aiohttp:
             raise httpx.TransportError(f"{where}: {type(exc).__name__}: {exc}") from exc
 
     async def aclose(self) -> None:
-        if self._session is not None and self._loop is asyncio.get_running_loop():
-            await self._session.close()
-        self._session = None
+        """Close the session (one of another loop, still open, closes when that loop shuts down)."""
+        if self._closer is not None and self._loop is asyncio.get_running_loop():
+            await self._closer.aclose()
+        self._session, self._closer = None, None
+
+
+async def _closing(session: aiohttp.ClientSession) -> AsyncGenerator[None, None]:
+    try:
+        yield
+    finally:
+        await session.close()
 
 
 class StrataClient:
