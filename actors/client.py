@@ -3,24 +3,29 @@ actors directly, with the same method names and results as the HTTP clients.
 
 It is bound to one tenant at construction and has no way to name another.
 Queries are embedded in this process (the packaged model, ~10 ms each) so a
-call costs no HTTP hop and no Serve hop.
+call costs no HTTP hop and no Serve hop. A read that meets a 503 (a layer actor
+restarting) or a 429 is tried again as :class:`~strata.retry.Retry` says; a write
+is not: nothing here tells a retry from a second write, as an Idempotency-Key does
+over HTTP.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from datetime import datetime
 from typing import Any, Self, TypeVar
 
 import numpy as np
 
 from strata.config import StrataSettings
+from strata.errors import StrataError
 from strata.ids import validate_id
 from strata.providers.batching import EmbedBatcher
 from strata.providers.embedder import make_embedder
 from strata.providers.llm import LLMUsage
+from strata.retry import Attempts, Retry
 from strata.schema import (
     AuditHistory,
     ContextRequest,
@@ -65,17 +70,34 @@ _BY = "in-cluster"
 
 
 class InClusterClient:
-    """Async methods (``await client.build_context(...)``); ``client.sync.<method>`` blocks."""
+    """Async methods (``await client.build_context(...)``); ``client.sync.<method>`` blocks.
 
-    def __init__(self, tenant: str, settings: StrataSettings) -> None:
+    Args:
+        retry: when a read that met a 429 or a 503 is tried again.
+    """
+
+    def __init__(
+        self,
+        tenant: str,
+        settings: StrataSettings,
+        *,
+        retry: Retry = Retry(),  # noqa: B008 (frozen: one shared default is safe)
+    ) -> None:
         self._tenant = validate_id(tenant, field="tenant")
+        self._retry = retry
         self._embedder = make_embedder(settings.embedding)
         self._queries = EmbedBatcher(self._embedder.embed_query)
         self._flow = Orchestration(settings, embed=self._embed, embed_query=self._embed_query)
         self.sync = _Sync(self)
 
     @classmethod
-    def for_running_stack(cls, tenant: str, *, data_dir: str = ".strata") -> InClusterClient:
+    def for_running_stack(
+        cls,
+        tenant: str,
+        *,
+        data_dir: str = ".strata",
+        retry: Retry = Retry(),  # noqa: B008 (frozen: one shared default is safe)
+    ) -> InClusterClient:
         """Attach to the stack ``strata up`` started with ``data_dir`` (same settings, same actors)."""
         import json
         from pathlib import Path
@@ -89,7 +111,7 @@ class InClusterClient:
 
             use_ray_auth(recorded.get("ray_auth", {}))
             ray.init(address=recorded["ray_address"], namespace=settings.ray.namespace, logging_level=logging.ERROR)
-        return cls(tenant, settings)
+        return cls(tenant, settings, retry=retry)
 
     async def aclose(self) -> None:
         """Write the audit entries of this client's changes still queued (an exiting interpreter
@@ -111,6 +133,18 @@ class InClusterClient:
 
     def __exit__(self, *_: object) -> None:
         self.close()
+
+    async def _read(self, read: Callable[[], Awaitable[_T]]) -> _T:
+        """``read()``, and again after a 429 or a 503 as the retry policy says."""
+        attempts = Attempts(self._retry, retriable=True)
+        while True:
+            try:
+                return await read()
+            except StrataError as exc:
+                delay_s = attempts.wait_s(exc)
+                if delay_s is None:
+                    raise
+            await asyncio.sleep(delay_s)
 
     async def _embed(self, texts: Sequence[str]) -> np.ndarray:
         return await asyncio.to_thread(self._embedder.embed, list(texts))
@@ -145,7 +179,7 @@ class InClusterClient:
                             top_k: int | None = None, layers: list[Layer] | None = None) -> ContextResult:
         req = ContextRequest(message=message, session_id=session_id, task_type=task_type, max_tokens=max_tokens,
                              reference_time=reference_time, top_k=top_k, layers=layers)
-        return await self._flow.build_context(self._tenant, req)
+        return await self._read(lambda: self._flow.build_context(self._tenant, req))
 
     async def search(self, query: str, *, layers: list[Layer] | None = None, top_k: int = 10,
                      session_id: str | None = None, start: datetime | None = None, end: datetime | None = None,
@@ -155,20 +189,20 @@ class InClusterClient:
         req = SearchRequest(query=query, layers=layers, top_k=top_k, session_id=session_id,
                             time_range=time_range, reference_time=reference_time, weights=weights,
                             min_cosine=min_cosine, doc_ids=doc_ids)
-        return await self._flow.search(self._tenant, req)
+        return await self._read(lambda: self._flow.search(self._tenant, req))
 
     async def get_working(self, session_id: str) -> WorkingState:
-        return await self._flow.working(self._tenant, session_id)
+        return await self._read(lambda: self._flow.working(self._tenant, session_id))
 
     async def list_sessions(self, *, after: str | None = None, limit: int = 50) -> SessionList:
-        return await self._flow.list_sessions(self._tenant, after=after, limit=limit)
+        return await self._read(lambda: self._flow.list_sessions(self._tenant, after=after, limit=limit))
 
     async def list_turns(
         self, session_id: str, *, after: str | None = None, limit: int = 50, newest_first: bool = False
     ) -> SessionTurns:
-        return await self._flow.list_turns(
+        return await self._read(lambda: self._flow.list_turns(
             self._tenant, session_id, after=after, limit=limit, newest_first=newest_first
-        )
+        ))
 
     async def add_working_items(self, session_id: str, items: Sequence[WorkingItemIn | dict[str, Any]], *,
                                 task: str | None = None, expected_version: int | None = None) -> WorkingState:
@@ -190,16 +224,16 @@ class InClusterClient:
         return await self._flow.index_document(self._tenant, body, expected_version=expected_version, wait=wait, by=_BY)
 
     async def get_document(self, doc_id: str, *, include_text: bool = False) -> DocumentOut:
-        return await self._flow.get_document(self._tenant, doc_id, include_text=include_text)
+        return await self._read(lambda: self._flow.get_document(self._tenant, doc_id, include_text=include_text))
 
     async def list_documents(self, *, after: str | None = None, limit: int = 50) -> DocumentList:
-        return await self._flow.list_documents(self._tenant, after=after, limit=limit)
+        return await self._read(lambda: self._flow.list_documents(self._tenant, after=after, limit=limit))
 
     async def delete_document(self, doc_id: str, *, expected_version: int | None = None) -> DocumentDeleted:
         return await self._flow.delete_document(self._tenant, doc_id, expected_version=expected_version, by=_BY)
 
     async def entity(self, name: str) -> EntityOut:
-        return EntityOut(**await self._flow.entity(self._tenant, name))
+        return EntityOut(**await self._read(lambda: self._flow.entity(self._tenant, name)))
 
     async def extract_skill(self, task: str, trace: Sequence[TraceStepIn | dict[str, Any] | str], *,
                             outcome: str | None = None, ttl_s: float | None = None) -> SkillOut:
@@ -208,11 +242,12 @@ class InClusterClient:
 
     async def find_skills(self, task: str | None = None, *, top_k: int = 5, min_success_rate: float | None = None,
                           after: str | None = None, limit: int = 50) -> SkillList:
-        return await self._flow.find_skills(self._tenant, task=task, top_k=top_k, min_success_rate=min_success_rate,
-                                            after=after, limit=limit)
+        return await self._read(lambda: self._flow.find_skills(
+            self._tenant, task=task, top_k=top_k, min_success_rate=min_success_rate, after=after, limit=limit
+        ))
 
     async def get_skill(self, skill_id: str) -> SkillOut:
-        return await self._flow.get_skill(self._tenant, skill_id)
+        return await self._read(lambda: self._flow.get_skill(self._tenant, skill_id))
 
     async def record_outcome(self, skill_id: str, success: bool, *, notes: str | None = None,
                              expected_version: int | None = None) -> SkillOut:
@@ -228,17 +263,17 @@ class InClusterClient:
         return await self._flow.delete_skill(self._tenant, skill_id, expected_version=expected_version, by=_BY)
 
     async def skill_history(self, skill_id: str) -> SkillHistory:
-        return await self._flow.skill_history(self._tenant, skill_id)
+        return await self._read(lambda: self._flow.skill_history(self._tenant, skill_id))
 
     async def skill_job(self, job_id: str) -> SkillJobOut:
-        return await self._flow.skill_job(self._tenant, job_id)
+        return await self._read(lambda: self._flow.skill_job(self._tenant, job_id))
 
     async def post_interaction(self, interaction: InteractionIn | dict[str, Any]) -> InteractionResult:
         body = interaction if isinstance(interaction, InteractionIn) else InteractionIn(**interaction)
         return await self._flow.post_interaction(self._tenant, body, by=_BY)
 
     async def audit(self, *, since: datetime | None = None, after: str | None = None, limit: int = 100) -> AuditHistory:
-        return await self._flow.audit(self._tenant, since=since, after=after, limit=limit)
+        return await self._read(lambda: self._flow.audit(self._tenant, since=since, after=after, limit=limit))
 
     # -- in-cluster only: operating and evaluating -----------------------------
 

@@ -83,7 +83,7 @@ from strata.schema import (
     WorkingItemsIn,
     WorkingState,
 )
-from strata_serve.retry import Attempts, Retry
+from strata_serve.retry import Attempts, Retry, wait_s
 
 __all__ = ["AsyncStrataClient", "StrataClient"]
 
@@ -387,10 +387,10 @@ def _sync(spec: Callable[_P, _Call[_M]]) -> Callable[Concatenate[StrataClient, _
                 retry_after = response.headers.get("retry-after")
                 return call.parse(response.status_code, response.content)
             except (StrataError, httpx.TransportError) as exc:
-                wait_s = attempts.wait_s(exc, retry_after)
-                if wait_s is None:
+                delay_s = wait_s(attempts, exc, retry_after)
+                if delay_s is None:
                     raise
-            time.sleep(wait_s)
+            time.sleep(delay_s)
 
     method.__name__ = spec.__name__.removeprefix("_")
     method.__doc__ = f"``{method.__name__}`` over HTTP, blocking."
@@ -407,10 +407,10 @@ def _async(spec: Callable[_P, _Call[_M]]) -> Callable[Concatenate[AsyncStrataCli
                 status, content, retry_after = await self._http.send(**request)
                 return call.parse(status, content)
             except (StrataError, httpx.TransportError) as exc:
-                wait_s = attempts.wait_s(exc, retry_after)
-                if wait_s is None:
+                delay_s = wait_s(attempts, exc, retry_after)
+                if delay_s is None:
                     raise
-            await asyncio.sleep(wait_s)
+            await asyncio.sleep(delay_s)
 
     method.__name__ = spec.__name__.removeprefix("_")
     method.__doc__ = f"``{method.__name__}`` over HTTP, awaitable."

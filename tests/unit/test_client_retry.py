@@ -8,13 +8,15 @@ import asyncio
 import time
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
 from strata.errors import RateLimited, StoreUnavailable
+from strata.schema import RecordTurnsResult, SessionList
+from strata_actors.client import InClusterClient
 from strata_serve.client import AsyncStrataClient, StrataClient
-from strata_serve.retry import Retry, parse_retry_after
+from strata_serve.retry import NO_RETRY, Retry, parse_retry_after
 from tests.strata_server import strata_server
 
 
@@ -89,3 +91,42 @@ def test_retry_after_reads_seconds_and_dates_and_backoff_is_capped() -> None:
     assert policy.backoff_s(1, 2.0, draw=lambda: 0.0) == 2.0  # never sooner than Retry-After
     with pytest.raises(ValueError, match="max_attempts"):
         Retry(max_attempts=0)
+
+_T = TypeVar("_T")
+
+
+class _Restarting:
+    """The in-cluster client's boundary to the layer actors (``Orchestration``): each call meets
+    a restarting actor ``refusals`` times, then answers."""
+
+    def __init__(self, refusals: int) -> None:
+        self.refusals, self.calls = refusals, 0
+
+    async def _answer(self, answer: _T) -> _T:
+        self.calls += 1
+        if self.calls <= self.refusals:
+            raise StoreUnavailable("a memory layer actor is restarting; retry shortly", retry_after_s=0.05)
+        return answer
+
+    async def list_sessions(self, tenant: str, **_: Any) -> SessionList:
+        return await self._answer(SessionList(sessions=[], total=0))
+
+    async def record_turns(self, tenant: str, session_id: str, turns: Any, **_: Any) -> RecordTurnsResult | None:
+        return await self._answer(None)
+
+
+def _in_cluster(flow: _Restarting, retry: Retry) -> InClusterClient:
+    client = InClusterClient.__new__(InClusterClient)  # no embedder, no Ray: only the boundary faked
+    client._tenant, client._retry, client._flow = "t1", retry, flow  # type: ignore[assignment]
+    return client
+
+
+async def test_the_in_cluster_client_retries_a_read_after_a_503_and_never_a_write() -> None:
+    flow = _Restarting(refusals=2)
+    assert (await _in_cluster(flow, EXACT).list_sessions()).total == 0 and flow.calls == 3
+    with pytest.raises(StoreUnavailable):
+        await _in_cluster(_Restarting(refusals=1), NO_RETRY).list_sessions()
+    writes = _Restarting(refusals=1)
+    with pytest.raises(StoreUnavailable):
+        await _in_cluster(writes, EXACT).record_turns("s1", [{"user": "hi"}])
+    assert writes.calls == 1
