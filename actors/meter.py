@@ -58,12 +58,15 @@ def collector(settings: StrataSettings) -> Any:
 
 
 _sending = threading.Lock()
+_sent_to: list[str] = []  # the namespace this process's counts go to
 
 
 def send_to_collector(settings: StrataSettings) -> None:
-    """Send this process's LLM counts to the collector from now on (once per process)."""
+    """Send this process's LLM counts to the stack's collector from now on (a process serves
+    one stack; a test process that makes stacks in several namespaces sends to the latest)."""
+    namespace = settings.ray.namespace
     with _sending:
-        if METER.sink is not None:
+        if METER.sink is not None and _sent_to == [namespace]:
             return
         handle: list[Any] = []
 
@@ -77,3 +80,4 @@ def send_to_collector(settings: StrataSettings) -> None:
                 log.debug("an LLM count was not sent: %s", exc)
 
         METER.sink = sink
+        _sent_to[:] = [namespace]

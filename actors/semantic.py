@@ -35,7 +35,7 @@ import numpy as np
 from strata.errors import NotFound, StrataError, VersionConflict
 from strata.ids import validate_id
 from strata.providers.embedder import embedding_dim
-from strata.providers.llm import make_llm
+from strata.providers.llm import METER, make_llm
 from strata.providers.tokens import TiktokenCounter
 from strata.retrieval.entities import EntityExtractor, LLMExtractor, RuleExtractor
 from strata.semantic.chunking import make_chunker
@@ -51,6 +51,9 @@ __all__ = ["SemanticShard", "hit_out"]
 _log = logging.getLogger(__name__)
 _EMBED_BATCH = 64
 _JOB_KEEP_S = 600.0
+#: Documents waiting for their LLM entities at most (each holds its passages and vectors); past
+#: it a document keeps the rules' entities (an import of thousands must not queue them all).
+_MAX_DRAWING = 64
 
 
 @dataclass
@@ -102,6 +105,9 @@ class SemanticShard(WholeRecordExpiry, LayerShard[SemanticMemory]):
         self._llm_extractor = LLMExtractor(self.llm) if self.llm is not None else None
         #: Documents whose LLM entities are being drawn (held so none is collected mid-run).
         self._drawing: set[asyncio.Task[None]] = set()
+        #: One document's entities at a time: the others wait here, on the event loop, not in
+        #: worker threads parked on the LLM's slots (the actor's store calls need those threads).
+        self._one_drawing = asyncio.Lock()
         self._jobs: dict[tuple[str, str], _Job] = {}
         #: Indexing tasks running, every tenant's: held here so none is collected mid-run (the
         #: event loop keeps only weak references), and counted by :meth:`ping`.
@@ -213,7 +219,9 @@ class SemanticShard(WholeRecordExpiry, LayerShard[SemanticMemory]):
                 generation=generation,
             )
             job.status, job.stage = "ready", "done"
-            if self._llm_extractor is not None:
+            if self._llm_extractor is not None and len(self._drawing) >= _MAX_DRAWING:
+                METER.result("entities", "busy")  # it keeps the rules' entities
+            elif self._llm_extractor is not None:
                 task = asyncio.get_running_loop().create_task(
                     self._draw_entities(tenant, prepared, vectors, self._llm_extractor)
                 )
@@ -234,8 +242,11 @@ class SemanticShard(WholeRecordExpiry, LayerShard[SemanticMemory]):
         the rules per passage by itself). Skipped when the document changed or went meanwhile."""
         generation = self.generation(tenant)
         try:
-            texts = [chunk.text for chunk in prepared.tree.children]
-            extractions = tuple([await asyncio.to_thread(extractor.extract, text) for text in texts])
+            async with self._one_drawing:
+                if generation != self.generation(tenant):
+                    return  # forgotten while it waited: not worth an LLM call
+                texts = [chunk.text for chunk in prepared.tree.children]
+                extractions = tuple([await asyncio.to_thread(extractor.extract, text) for text in texts])
             if extractions == prepared.extractions:
                 return
             drawn = replace(prepared, extractions=extractions)

@@ -379,7 +379,7 @@ def _add_bench(sub: Any) -> None:
     bench_service.add_arguments(bench)
     add_store_arguments(bench)
     bench.set_defaults(fn=lambda a: bench_service.run(a, bench_target))
-    benches = bench.add_subparsers(dest="bench", required=False, metavar="{contention,fanout,pii}")
+    benches = bench.add_subparsers(dest="bench", required=False, metavar="{contention,fanout,llm,pii}")
     contention = benches.add_parser(
         "contention", help="concurrent outcome updates of one skill, atomic and with If-Match: no update lost"
     )
@@ -393,6 +393,14 @@ def _add_bench(sub: Any) -> None:
     add_store_arguments(fanout)
     fanout.add_argument("--calls", type=int, default=60, help="measured calls per layer set")
     fanout.set_defaults(fn=lambda a: bench_fanout.run(a, "fanout", bench_target))
+    from strata_bench import llm as bench_llm
+
+    llm = benches.add_parser(
+        "llm", help="the LLM's four features end to end against a real model: acceptances, fallbacks, latency"
+    )
+    bench_llm.add_arguments(llm)
+    add_store_arguments(llm)
+    llm.set_defaults(fn=lambda a: bench_llm.run(a, bench_target))
     from strata_bench import pii as bench_pii
 
     pii = benches.add_parser("pii", help="precision and recall of PII redaction per type, on the labelled corpus")

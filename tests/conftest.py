@@ -161,7 +161,8 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 #: The tiers, cheapest first: each is a folder of tests/ and a marker (pyproject.toml).
-TIERS = ("unit", "integration", "e2e")
+#: ``real_llm`` runs only when ``-m`` names it (it serves a real model: minutes, and a build).
+TIERS = ("unit", "integration", "e2e", "real_llm")
 TESTS = Path(__file__).resolve().parent
 
 
@@ -253,7 +254,7 @@ def pytest_itemcollected(item: pytest.Item) -> None:
 
 
 @pytest.hookimpl(wrapper=True)
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> Iterator[None]:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> Iterator[None]:
     """Run the tiers cheapest first, and within them spend as little CPU on idle services as
     the order allows (two cores are what the run is short of):
 
@@ -264,6 +265,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> Iterator[None]:
     - in the e2e tier, the modules with a stack of their own first and the shared stack's last,
       since that stack (a session fixture) stops at the session's end."""
     yield  # pytest orders each module's tests by their parameters (milvus: lite, server)
+    if "real_llm" not in (config.option.markexpr or ""):
+        opt_in = [item for item in items if tier_of(item.path) == "real_llm"]
+        if opt_in:
+            config.hook.pytest_deselected(items=opt_in)
+            items[:] = [item for item in items if tier_of(item.path) != "real_llm"]
     shared_ray_modules = {item.path for item in items if "ray_local" in _fixture_names(item)}
 
     def rank(item: pytest.Item) -> tuple[int, int, int]:

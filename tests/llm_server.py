@@ -79,7 +79,8 @@ class SmallModel:
     - without ``max_tokens`` it runs away: ``runaway_tokens`` of prose after the object;
     - with ``max_tokens`` its reply is cut there, JSON and all (``finish_reason: length``);
     - without a schema in ``response_format`` it leaves out every key but the first;
-    - it refuses OpenAI's ``json_schema`` form with a 422, as llama-cpp-python 0.3.36 does.
+    - it refuses OpenAI's ``json_schema`` form with a 422, as llama-cpp-python 0.3.36 does
+      (a 500 naming ``response_format`` under FastAPI 0.165: ``refusal_status``).
 
     ``answer(body)`` gives the JSON object the model means to write for a request.
     """
@@ -91,11 +92,13 @@ class SmallModel:
         per_token_s: float = 0.001,
         runaway_tokens: int = 4000,
         refuse_json_schema: bool = True,
+        refusal_status: int = 422,
     ) -> None:
         self.answer = answer
         self.per_token_s = per_token_s
         self.runaway_tokens = runaway_tokens
         self.refuse_json_schema = refuse_json_schema
+        self.refusal_status = refusal_status
         self.requests: list[dict[str, Any]] = []
         self.waited_s: list[float] = []
         self._generating = threading.Lock()
@@ -104,7 +107,7 @@ class SmallModel:
         self.requests.append(body)
         fmt = body.get("response_format") or {}
         if self.refuse_json_schema and fmt.get("type") == "json_schema":
-            return 422, {"detail": [{"loc": ["body", "response_format", "type"],
+            return self.refusal_status, {"detail": [{"loc": ["body", "response_format", "type"],
                                      "msg": "Input should be 'text' or 'json_object'", "type": "literal_error"}]}
         meant = self.answer(body)
         if "schema" not in fmt:

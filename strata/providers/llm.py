@@ -23,11 +23,14 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from strata.config import LLMSettings
 from strata.errors import LLMBreakerOpen, LLMBusy, LLMError, LLMOutputInvalid, LLMTimedOut
 from strata.providers.llm_meter import FEATURES, LLMMeter
+
+if TYPE_CHECKING:
+    import openai
 
 __all__ = [
     "LLM",
@@ -141,10 +144,16 @@ class _Breaker:
 
 
 def inline_schema(schema: dict[str, Any]) -> dict[str, Any]:
-    """``schema`` with its ``$ref``s to ``$defs`` replaced by the definitions (pydantic puts
-    nested models there; not every server's grammar follows references). Titles go too:
-    they cost prompt tokens and say nothing the keys do not."""
+    """``schema`` as it is sent to the endpoint: its ``$ref``s to ``$defs`` replaced by the
+    definitions (pydantic puts nested models there; not every server's grammar follows
+    references), and without titles, defaults and upper bounds on lengths and counts.
+
+    The bounds stay in the validator, and ``max_tokens`` bounds the reply; sent, they become
+    grammar rules repeated as many times: ``maxLength: 4000`` made llama-cpp-python 0.3.36
+    segfault in libllama on the first summary (seen here), and even when a server copes
+    they cost time on every token."""
     defs = schema.get("$defs", {})
+    dropped = ("$defs", "title", "default", "maxLength", "maxItems")
 
     def walk(node: Any, depth: int) -> Any:
         if depth > 20:
@@ -153,7 +162,10 @@ def inline_schema(schema: dict[str, Any]) -> dict[str, Any]:
             ref = node.get("$ref")
             if isinstance(ref, str) and ref.startswith("#/$defs/"):
                 return walk(copy.deepcopy(defs[ref.removeprefix("#/$defs/")]), depth + 1)
-            return {k: walk(v, depth + 1) for k, v in node.items() if k not in ("$defs", "title")}
+            out = {k: walk(v, depth + 1) for k, v in node.items() if k not in dropped and k != "properties"}
+            if isinstance(node.get("properties"), dict):  # field names, whatever they are called
+                out["properties"] = {name: walk(v, depth + 1) for name, v in node["properties"].items()}
+            return out
         if isinstance(node, list):
             return [walk(v, depth + 1) for v in node]
         return node
@@ -254,13 +266,17 @@ class OpenAIChatLLM:
                     timeout=left,
                     **kwargs,
                 )
-            except (openai.BadRequestError, openai.UnprocessableEntityError) as exc:
-                if response_format is not None and self._step_down(form, exc, response_format) and (
+            except openai.APIStatusError as exc:
+                if self._step_down(form, exc, response_format) and (
                     call.deadline is None or timeout - (time.monotonic() - started) > _MIN_CALL_S
                 ):
                     self.meter.call(call.feature, seconds=time.monotonic() - started, outcome="rejected")
                     continue
-                raise self._failed(call, started, "rejected", LLMError(f"LLM request refused: {_said(exc)}")) from exc
+                if exc.status_code < 500:  # ours to fix, not the endpoint's failure: no breaker
+                    refused = LLMError(f"LLM request refused: {type(exc).__name__} ({exc.status_code}): {_said(exc)}")
+                    raise self._failed(call, started, "rejected", refused) from exc
+                failure = LLMError(f"LLM request failed: {type(exc).__name__} ({exc.status_code}): {_said(exc)[:200]}")
+                raise self._failed(call, started, "error", failure) from exc
             except (openai.APITimeoutError, TimeoutError) as exc:
                 raise self._failed(
                     call, started, "timeout", LLMTimedOut(f"the LLM did not answer within {timeout:.1f} s")
@@ -295,12 +311,15 @@ class OpenAIChatLLM:
             self.usage.failures += 1
         return error
 
-    def _step_down(self, form: str, exc: Exception, response_format: dict[str, Any] | None) -> bool:
-        """On ``auto``, whether the endpoint refused this structured-output form (and the next is in use)."""
+    def _step_down(self, form: str, exc: openai.APIStatusError, response_format: dict[str, Any] | None) -> bool:
+        """On ``auto``, whether the endpoint refused this structured-output form (and the next is
+        in use now): a 400 or 422 naming the response format or the schema, or a 500 naming the
+        response format (llama-cpp-python 0.3.36 under FastAPI 0.165 answers its validation error so)."""
         if self._settings.structured_output != "auto" or response_format is None or form == _FORMS[-1]:
             return False
         said = _said(exc).lower()
-        if "response_format" not in said and "schema" not in said:
+        named = "response_format" in said or (exc.status_code != 500 and "schema" in said)
+        if exc.status_code not in (400, 422, 500) or not named:
             return False
         with self._lock:
             if self._form == form:

@@ -5,6 +5,7 @@ failure must end in the feature's fallback, counted, within the call's time."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from typing import Any
@@ -21,7 +22,7 @@ from strata.providers.llm_meter import LLMMeter, MeterCounts, prometheus_text
 from strata.providers.tokens import TiktokenCounter
 from strata.retrieval.entities.llm import LLMExtractor
 from strata.schema import ContextItem
-from tests.llm_server import SmallModel
+from tests.llm_server import SmallModel, llm_server
 
 pytestmark = pytest.mark.unit
 
@@ -77,6 +78,26 @@ def test_every_feature_sends_max_tokens_and_its_schema_and_is_accepted() -> None
     for feature in ("summary", "entities", "skills", "refine"):
         assert counts.get("results", feature, "accepted") == 1
     assert counts.get("calls", "summary", "rejected") == 1  # the 422, counted, not a breaker failure
+
+
+@pytest.mark.parametrize("status", [400, 422, 500])
+def test_auto_steps_down_once_when_the_endpoint_refuses_a_form(status: int) -> None:
+    model = SmallModel(meant, refusal_status=status)
+    meter = LLMMeter()
+    with model.serving() as url:
+        client = llm(url, meter)
+        for _ in range(3):
+            assert LLMSummarizer(client).summarize(TURNS).method == "llm"
+    assert [body["response_format"]["type"] for body in model.requests] == ["json_schema"] + ["json_object"] * 3
+    assert meter.snapshot().get("calls", "summary", "rejected") == 1
+
+
+def test_a_server_error_that_names_no_form_is_a_failure_not_a_step_down() -> None:
+    with llm_server(lambda n: lambda: (500, {"error": {"message": "out of memory"}})) as (url, received):
+        client = llm(url, LLMMeter())
+        with pytest.raises(LLMError, match="500"):
+            client.complete("s", "u", json_mode=True, call=LLMCall(feature="summary", schema={"type": "object"}))
+    assert client.structured_output == "json_schema" and len(received) == 1
 
 
 def test_a_reply_cut_by_max_tokens_falls_back_to_the_extractive_summary() -> None:
@@ -233,3 +254,24 @@ def test_an_error_that_is_not_a_timeout_is_an_llm_error() -> None:
         client = llm(url, LLMMeter(), structured_output="json_schema")  # pinned: no step down
         with pytest.raises(LLMError, match="refused"):
             client.complete("s", "u", json_mode=True, call=LLMCall(feature="summary", schema={"type": "object"}))
+
+
+def test_the_schema_sent_has_no_references_titles_or_upper_bounds_but_keeps_field_names() -> None:
+    from pydantic import BaseModel, Field
+
+    from strata.providers.llm import inline_schema
+
+    class Inner(BaseModel):
+        title: str = Field(max_length=4000)  # a field named like a schema keyword
+        default: list[str] = Field(default_factory=list, max_length=20)
+
+    class Outer(BaseModel):
+        items: list[Inner] = Field(min_length=1)
+
+    sent = inline_schema(Outer.model_json_schema())
+    text = json.dumps(sent)
+    for keyword in ("$ref", "$defs", "maxLength", "maxItems", '"title": "'):
+        assert keyword not in text
+    inner = sent["properties"]["items"]["items"]
+    assert set(inner["properties"]) == {"title", "default"} and inner["required"] == ["title"]
+    assert sent["properties"]["items"]["minItems"] == 1
