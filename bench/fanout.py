@@ -26,7 +26,7 @@ from typing import Any
 
 from strata.errors import VersionConflict
 from strata_bench.stats import latency_ms
-from strata_bench.target import FindTarget, add_arguments
+from strata_bench.target import RAW, FindTarget, add_arguments
 from strata_serve.client import AsyncStrataClient, StrataClient
 
 __all__ = ["LAYER_SETS", "add_arguments", "contention", "fanout", "run"]
@@ -77,7 +77,7 @@ async def _atomic(url: str, key: str, skill_id: str, clients: int, updates: int)
             await client.record_outcome(skill_id, n % 5 != 0)
             done[0] += 1
 
-    pool = [AsyncStrataClient(url, key, timeout_s=120) for _ in range(clients)]
+    pool = [AsyncStrataClient(url, key, timeout_s=120, **RAW) for _ in range(clients)]
     elapsed = await _with_progress("atomic", clients * updates, done, asyncio.gather(*(one(c) for c in pool)))
     final = await pool[0].get_skill(skill_id)
     await asyncio.gather(*(c.aclose() for c in pool))
@@ -108,7 +108,7 @@ async def _if_match(url: str, key: str, skill_id: str, clients: int, updates: in
                     version = exc.current_version
                     await asyncio.sleep(rng.uniform(0, min(0.25, 0.004 * 2**lost)))
 
-    pool = [AsyncStrataClient(url, key, timeout_s=120) for _ in range(clients)]
+    pool = [AsyncStrataClient(url, key, timeout_s=120, **RAW) for _ in range(clients)]
     elapsed = await _with_progress("if_match", clients * updates, done, asyncio.gather(*(one(c) for c in pool)))
     final = await pool[0].get_skill(skill_id)
     await asyncio.gather(*(c.aclose() for c in pool))
@@ -120,7 +120,7 @@ async def _if_match(url: str, key: str, skill_id: str, clients: int, updates: in
 async def contention(url: str, key: str, *, clients: int = 16, updates: int = 50) -> dict[str, Any]:
     """Both update modes on a fresh skill each; the skills are deleted afterwards."""
     results: dict[str, Any] = {"clients": clients, "updates_per_client": updates, "expected_total": clients * updates}
-    async with AsyncStrataClient(url, key, timeout_s=120) as admin:
+    async with AsyncStrataClient(url, key, timeout_s=120, **RAW) as admin:
         for mode, fn in (("atomic", _atomic), ("if_match", _if_match)):
             skill_id = await _bench_skill(admin, mode)
             try:
@@ -191,7 +191,7 @@ def _seed(client: StrataClient, session: str, *, turns: int, docs: int, skills: 
 def fanout(url: str, key: str, *, calls: int = 60, warmup: int = 5) -> dict[str, Any]:
     """p50/p95 of /v1/context per layer set, the sets interleaved call by call so they share the noise."""
     session = f"bench-fanout-{uuid.uuid4().hex[:8]}"
-    with StrataClient(url, key, timeout_s=120) as client:
+    with StrataClient(url, key, timeout_s=120, **RAW) as client:
         print("seeding 200 turns, 8 documents and 8 skills", flush=True)
         _seed(client, session, turns=200, docs=8, skills=8)
         questions = [f"how do I restart the {name} workers and what do we know about {name}?" for name, _ in _TOPICS]

@@ -13,12 +13,18 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
+
+from strata.retry import Retry
 
 if TYPE_CHECKING:
     from strata.config import StrataSettings
 
-__all__ = ["FindTarget", "MeasuredStack", "Target", "add_arguments"]
+__all__ = ["RAW", "FindTarget", "MeasuredStack", "Target", "add_arguments"]
+
+#: How a benchmark's clients call: each call once and no Idempotency-Key, so the figures are
+#: the service's (a 429 counted, not retried away; a write not paying for its key's record).
+RAW: dict[str, Any] = {"retry": Retry(max_attempts=1), "idempotency_keys": False}
 
 
 class MeasuredStack(Protocol):

@@ -46,6 +46,7 @@ from strata_bench.service.latency import _timed, cpu_ms_per_unit, stack_cpu_s
 from strata_bench.service.sizes import Sizes
 from strata_bench.service.text import hostile_texts
 from strata_bench.service.timing import summary
+from strata_bench.target import RAW
 from strata_serve.client import AsyncStrataClient
 
 __all__ = ["BODY_MARGIN_BYTES", "FLOOD", "NEIGHBOUR_ADDRESS", "hostile_queries", "maximal_body", "measure_hostile",
@@ -195,7 +196,7 @@ async def measure_hostile(url: str, key: str, queries: list[str], session: str, 
         body_bytes: the size of the neighbour's maximal body (``serve.max_body_bytes`` less
             :data:`BODY_MARGIN_BYTES`).
     """
-    clients = [AsyncStrataClient(url, key, timeout_s=120) for _ in range(sizes.clients)]
+    clients = [AsyncStrataClient(url, key, timeout_s=120, **RAW) for _ in range(sizes.clients)]
     errors: Counter[str] = Counter()
     turn = [0]
 

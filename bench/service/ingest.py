@@ -13,6 +13,7 @@ from typing import Any
 from strata_bench.service.latency import cpu_ms_per_unit, stack_cpu_s
 from strata_bench.service.sizes import SESSION_TURNS
 from strata_bench.service.timing import Ticker, pool
+from strata_bench.target import RAW
 from strata_serve.client import AsyncStrataClient
 
 __all__ = ["ingest", "read_your_writes"]
@@ -25,7 +26,7 @@ async def ingest(url: str, key: str, sessions: list[tuple[str, list[dict[str, An
     ``pids`` (the stack's processes), the CPU the turns cost the stack, per turn and by process."""
     total = sum(len(t) for _, t in sessions)
     done = [0, 0]
-    clients = [AsyncStrataClient(url, key, timeout_s=300) for _ in range(writers)]
+    clients = [AsyncStrataClient(url, key, timeout_s=300, **RAW) for _ in range(writers)]
     tick = Ticker("ingest", total, "turns")
 
     async def write(item: tuple[str, list[dict[str, Any]]], n: int) -> None:
@@ -58,7 +59,7 @@ async def read_your_writes(url: str, key: str, session: str, sentences: Sequence
     """Write a turn carrying a unique marker, then search for it at once: it must rank first.
     Each trial says something different, so an earlier trial's turn cannot outrank it on content."""
     outcomes: list[dict[str, Any]] = []
-    async with AsyncStrataClient(url, key, timeout_s=120) as client:
+    async with AsyncStrataClient(url, key, timeout_s=120, **RAW) as client:
         for sentence in sentences:
             text = f"{sentence} (reference ryw{uuid.uuid4().hex[:10]})"
             t0 = time.perf_counter()

@@ -13,6 +13,7 @@ from typing import Any
 from strata_bench.service.sizes import Sizes
 from strata_bench.service.timing import Ticker, pool, summary
 from strata_bench.stats import cpu_s, process_name
+from strata_bench.target import RAW
 from strata_serve.client import AsyncStrataClient
 
 __all__ = ["cpu_ms_per_unit", "measure_latency", "stack_cpu_s"]
@@ -78,7 +79,7 @@ async def measure_latency(url: str, key: str, queries: list[str], session: str, 
     ``pids`` lists the stack's processes: the CPU they spend over each context phase, summed
     from ``/proc`` (this process, the clients', is not counted), is reported per call.
     """
-    clients = [AsyncStrataClient(url, key, timeout_s=120) for _ in range(sizes.clients)]
+    clients = [AsyncStrataClient(url, key, timeout_s=120, **RAW) for _ in range(sizes.clients)]
     turn = [0]
 
     def context(q: str) -> Callable[[], Awaitable[Any]]:

@@ -22,7 +22,7 @@ from strata_bench.service.sizes import Sizes
 from strata_bench.service.text import TextSource, make_sessions
 from strata_bench.service.timing import Phases, Ticker, pool, summary
 from strata_bench.stats import processes_memory
-from strata_bench.target import MeasuredStack, Target
+from strata_bench.target import RAW, MeasuredStack, Target
 from strata_serve.client import AsyncStrataClient
 
 __all__ = ["SCALE_WRITE_ATTEMPTS", "measure_scale", "stack_memory", "stack_pids", "wait_for_summaries"]
@@ -87,7 +87,7 @@ async def _scale_ingest(url: str, admin_key: str, source: TextSource, sizes: Siz
                                    {"tenant": tenant, "name": "strata bench"})
             sessions = make_sessions(source, sizes.tenant_turns, "chat", now=now)
             title, text = source.document(n, paragraphs=2)
-            async with AsyncStrataClient(url, created["key"], timeout_s=300) as client:
+            async with AsyncStrataClient(url, created["key"], timeout_s=300, **RAW) as client:
                 for session, turns in sessions:
                     await _retried(partial(client.record_turns, session, turns), retries)
                 await _retried(partial(client.index_document, text, doc_id="notes", title=title), retries)
@@ -111,7 +111,7 @@ async def _contexts(url: str, tenants: Sequence[tuple[str, str, str]], question:
     async def one(item: tuple[str, str, str], _: int) -> None:
         nonlocal answered, complete
         tenant, key, session = item
-        async with AsyncStrataClient(url, key, timeout_s=120) as client:
+        async with AsyncStrataClient(url, key, timeout_s=120, **RAW) as client:
             for n in range(calls):
                 t0 = time.perf_counter()
                 try:
