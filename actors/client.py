@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
 from datetime import datetime
 from typing import Any, Self, TypeVar
 
@@ -22,6 +22,7 @@ import numpy as np
 from strata.config import StrataSettings
 from strata.errors import StrataError
 from strata.ids import validate_id
+from strata.layers import LAYERS
 from strata.providers.batching import EmbedBatcher
 from strata.providers.embedder import make_embedder
 from strata.providers.llm import LLMUsage
@@ -60,6 +61,7 @@ from strata.schema import (
     WorkingItemsIn,
     WorkingState,
 )
+from strata.schema.export import export_lines
 from strata_actors.orchestration import Orchestration
 
 __all__ = ["InClusterClient"]
@@ -274,6 +276,12 @@ class InClusterClient:
 
     async def audit(self, *, since: datetime | None = None, after: str | None = None, limit: int = 100) -> AuditHistory:
         return await self._read(lambda: self._flow.audit(self._tenant, since=since, after=after, limit=limit))
+
+    def export_lines(self, layers: Sequence[Layer] = LAYERS) -> AsyncIterator[str]:
+        """The tenant's export (:mod:`strata.schema.export`), a line at a time, read a page at a
+        time from the layers: ``GET /v1/export`` without a key's limits (every layer by default)."""
+        header = self._flow.export_header(self._tenant, layers)
+        return export_lines(header, self._flow.export_records(self._tenant, header.layers))
 
     # -- in-cluster only: operating and evaluating -----------------------------
 

@@ -297,6 +297,17 @@ class EpisodicShard(LayerShard[EpisodicMemory]):
             "next_after": page[-1].turn_id if more and page else None,
         }
 
+    async def list_summaries(self, tenant: str, session_id: str) -> list[dict[str, Any]]:
+        """The session's summaries, oldest first: id, the turns each covers, and its content."""
+        found, _ = await self.read(
+            tenant, _SCOPE,
+            lambda layer: [
+                {"summary_id": s.summary_id, "turn_ids": list(s.turn_ids), **s.content.to_dict()}
+                for s in layer.summaries(session_id)
+            ],
+        )
+        return list(found)
+
     async def session_state(self, tenant: str, session_id: str) -> dict[str, Any]:
         """The session's raw window and its summaries."""
         def view(layer: EpisodicMemory) -> dict[str, Any]:

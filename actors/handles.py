@@ -471,6 +471,11 @@ class EpisodicHandle(SessionLayerHandle):
             "list_turns", tenant, session_id, after=after, limit=limit, newest_first=newest_first
         ))
 
+    async def list_summaries(self, tenant: str, session_id: str) -> list[dict[str, Any]]:
+        """The session's summaries, oldest first (``SummaryRecord`` fields but the session)."""
+        found: list[dict[str, Any]] = await self._call("list_summaries", tenant, session_id)
+        return found
+
     async def wait_for_summaries(self, tenant: str) -> int:
         """Wait for the tenant's background summaries; returns chunks still pending."""
         return int(await self._call("wait_for_summaries", tenant))

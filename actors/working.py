@@ -14,7 +14,7 @@ from strata.store.layout import Collections
 from strata.store.records import RecordStore
 from strata.working.memory import WorkingItem
 from strata.working.sessions import KIND as WORKING_KIND
-from strata.working.sessions import WorkingSessions
+from strata.working.sessions import TURN_ID, WorkingSessions
 from strata_actors.shard import LayerShard
 
 __all__ = ["WorkingShard"]
@@ -31,6 +31,7 @@ def _item(item: WorkingItem, expires: int | None) -> dict[str, Any]:
         "created_at": item.created_at,
         "reasons": list(item.reasons),
         "expires_at": from_ms_or_none(expires),
+        "turn_id": item.metadata.get(TURN_ID),
     }
 
 

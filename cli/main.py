@@ -419,7 +419,9 @@ def _command_of(argv: list[str] | None) -> str | None:
 
 
 #: Every command, so that :func:`_command_of` knows one (tests/unit/test_cli_commands.py checks the list).
-_COMMANDS = ("up", "down", "status", "demo", "scale", "import", "mcp", "eval", "bench", "keys", "reindex")
+_COMMANDS = (
+    "up", "down", "status", "demo", "scale", "import", "mcp", "eval", "bench", "keys", "reindex", "export", "restore"
+)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -475,6 +477,12 @@ def main(argv: list[str] | None = None) -> int:
     reindex_cli.add_arguments(sub.add_parser(
         "reindex", help="embed every stored vector again with the configured embedder (with the stack down)"
     ))
+    from strata_cli import portable
+
+    portable.add_arguments(
+        sub.add_parser("export", help="write a tenant's memory to a JSON Lines file (from the running stack)"),
+        sub.add_parser("restore", help="write an export back into a tenant of the running stack"),
+    )
     args = parser.parse_args(argv)
     # Everything this command writes (data dir, logs, Ray's driver files) is owner-only.
     os.umask(0o077)

@@ -49,7 +49,7 @@ from strata_serve.guards import BodyLimit, Deadline, Internal
 from strata_serve.headers import SecurityHeaders
 from strata_serve.idempotent import Idempotent, Replica, replica_parts
 from strata_serve.mcp_http import McpHttp
-from strata_serve.routes import admin, audit, context, documents, skills, turns, working
+from strata_serve.routes import admin, audit, context, documents, export, skills, turns, working
 
 __all__ = ["Api", "app"]
 
@@ -128,7 +128,7 @@ app.router.routes.append(
 app.mount(UI_PATH, StaticFiles(directory=pathlib.Path(__file__).with_name("ui"), html=True), name="ui")
 
 # Each group's routes (their methods are Api's, below); the OpenAPI document lists them in this order.
-for _group in (turns, context, working, documents, skills, admin, audit):
+for _group in (turns, context, working, documents, skills, admin, audit, export):
     app.include_router(_group.router)
 
 
@@ -142,6 +142,7 @@ class Api(
     skills.SkillRoutes,
     admin.AdminRoutes,
     audit.AuditRoutes,
+    export.ExportRoutes,
 ):
     """The ingress deployment: the replica's state, ``/healthz``, and the routes of its bases
     (:mod:`strata_serve.routes`)."""

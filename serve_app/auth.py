@@ -120,6 +120,8 @@ ROUTES: dict[str, Need] = {
     "list_sessions": Need(reads=_EPISODIC),
     # every layer's changes, of every session
     "audit": Need(reads=_ALL),
+    # every record of the layers the request names (by default all the key sees), of every session
+    "export": Need(reads=_ALL, chosen=True),
 }
 #: The routes that take an admin key (and nothing else).
 ADMIN_ROUTES = frozenset(

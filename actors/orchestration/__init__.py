@@ -15,20 +15,24 @@ composed of one part per job:
 - :mod:`.reads`: a document, an entity, working memory; health and LLM usage
 - :mod:`.context`: ``build_context``, fitted to the budget and refined by the LLM
 - :mod:`.search`: ``search`` across layers, with working memory's term-overlap score
+- :mod:`.export`: the whole tenant as export records, a page at a time
 """
 
 from __future__ import annotations
 
 from strata_actors.orchestration.base import Embed
 from strata_actors.orchestration.context import ContextFlow
+from strata_actors.orchestration.export import ExportFlow
 from strata_actors.orchestration.search import SearchFlow
 from strata_actors.orchestration.skills import SkillFlow
 from strata_actors.orchestration.writes import SESSION_LAYERS, WriteFlow
 
-__all__ = ["SESSION_LAYERS", "ContextFlow", "Embed", "Orchestration", "SearchFlow", "SkillFlow", "WriteFlow"]
+__all__ = [
+    "SESSION_LAYERS", "ContextFlow", "Embed", "ExportFlow", "Orchestration", "SearchFlow", "SkillFlow", "WriteFlow",
+]
 
 
-class Orchestration(WriteFlow, SkillFlow, SearchFlow, ContextFlow):
+class Orchestration(WriteFlow, SkillFlow, SearchFlow, ContextFlow, ExportFlow):
     """Every operation of the memory API for any tenant, over the layer actors.
 
     Args:

@@ -9,6 +9,7 @@ in its app (``@serve.ingress`` serves the routes of the ingress class and of its
 - :mod:`.skills`: skills, and the background skill-extraction jobs
 - :mod:`.admin`: API keys, and forgetting a whole tenant (an admin key only)
 - :mod:`.audit`: the tenant's audit history
+- :mod:`.export`: the tenant's whole memory as JSON Lines
 - :mod:`.common`: what they share: the replica's state they use, id path parameters, If-Match
 """
 

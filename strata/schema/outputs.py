@@ -202,6 +202,7 @@ class WorkingItemOut(_Out):
     created_at: datetime
     reasons: list[str] = Field(default_factory=list)
     expires_at: datetime | None = _expires()
+    turn_id: str | None = Field(default=None, description="The turn it is a copy of; null for an item added alone")
 
 
 class WorkingState(_Out):

@@ -71,6 +71,7 @@ EXPECTED: dict[str, tuple[bool, ...]] = {
     "skill_history": (_, X, X, _, _, X, _),
     "skill_job": (_, X, X, _, _, X, _),
     "audit": (_, X, X, _, _, _, _),
+    "export": (_, X, X, _, _, _, X),
     "list_turns": (_, X, X, X, X, X, X),
     "list_sessions": (_, X, X, _, _, _, X),
 }
@@ -103,7 +104,7 @@ def test_the_table_names_every_route_of_the_api() -> None:
     assert names == set(ROUTES) | ADMIN_ROUTES
     assert set(EXPECTED) == set(ROUTES)
     assert all(ROUTES[name].stores == bool(ROUTES[name].writes) for name in ROUTES)
-    reads = {"search", "build_context", "audit", "list_sessions", "list_turns"}
+    reads = {"search", "build_context", "audit", "export", "list_sessions", "list_turns"}
     assert {name for name, need in ROUTES.items() if not need.stores} >= reads
 
 
@@ -210,3 +211,12 @@ def test_an_empty_layer_list_searches_nothing_it_is_never_every_layer() -> None:
         if not info.admin:
             assert visible_layers(info, [], default=LAYERS) == []  # asked for nothing: nothing to read
 
+
+
+def test_an_export_reads_only_the_layers_the_key_sees() -> None:
+    """``GET /v1/export`` is decided on the layers it will read: without documents and skills, a
+    key exports its sessions only; asking for a layer it does not see is refused."""
+    unshared = KEYS["tenant unshared"]
+    assert visible_layers(unshared, None, default=LAYERS) == ["working", "episodic"]
+    with pytest.raises(Forbidden, match="documents"):
+        visible_layers(unshared, ["semantic"], default=LAYERS)

@@ -575,6 +575,29 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/export": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Export
+         * @description Everything your tenant holds in the layers your key may read, as JSON Lines (a
+         *     header, then turns, summaries, working memory, documents, skills with their history,
+         *     then an end line with the count): never keys, no vectors. Streamed a page at a time;
+         *     a response without its end line was cut short. Not for a session key.
+         */
+        get: operations["export_v1_export_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/healthz": {
         parameters: {
             query?: never;
@@ -1817,6 +1840,11 @@ export interface components {
              * @description When it expires and is purged; null: never
              */
             expires_at?: string | null;
+            /**
+             * Turn Id
+             * @description The turn it is a copy of; null for an item added alone
+             */
+            turn_id?: string | null;
         };
         /** WorkingItemsIn */
         WorkingItemsIn: {
@@ -2988,6 +3016,40 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["AuditHistory"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    export_v1_export_get: {
+        parameters: {
+            query?: {
+                /** @description The layers to export; by default every layer the key may read */
+                layers?: ("working" | "episodic" | "semantic" | "procedural")[] | null;
+            };
+            header?: {
+                authorization?: string | null;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description JSON Lines: a header, one record a line, an end line */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/x-ndjson": string;
                 };
             };
             /** @description Validation Error */

@@ -1,0 +1,92 @@
+"""Export and restore (issue 45) on the shared stack: a tenant's turns, a document and working
+memory go out through ``GET /v1/export`` and ``strata export``, come back into a new tenant
+with ``strata restore`` (twice: the second run writes nothing), and the same searches return
+the same items there."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from tests.e2e.running import Running
+
+SOURCE, TARGET = "export-src", "export-dst"
+SESSION = "trip"
+TURNS: list[dict[str, Any]] = [
+    {"turn_id": "t-001", "timestamp": "2026-02-01T09:00:00Z", "speaker": "Ana",
+     "user": "I am flying to Lisbon on the 14th for the Kestrel-Quay conference.", "agent": "Noted: Lisbon, the 14th."},
+    {"turn_id": "t-002", "timestamp": "2026-02-01T09:01:00Z", "metadata": {"channel": "chat"},
+     "user": "Book a hotel near Cais do Sodre, under 180 euros a night.", "agent": "I will look near Cais do Sodre."},
+    {"turn_id": "t-003", "timestamp": "2026-02-02T10:00:00Z",
+     "user": "My colleague Bruno prefers window seats on the train to Porto.", "agent": "Window seats for Bruno."},
+]
+DOCUMENT: dict[str, Any] = {
+    "doc_id": "travel-policy", "title": "Travel policy", "metadata": {"owner": "finance"},
+    "text": "# Travel policy\n\nHotels are refunded up to 200 euros a night in Lisbon and Porto.\n\n"
+            "## Trains\n\nBook second class; first class needs a manager's approval.",
+}
+NOTE = {"role": "system", "content": "Ana is planning the Kestrel-Quay trip; keep answers short.", "importance": 0.9}
+QUERIES = ["hotel near Cais do Sodre", "Kestrel-Quay conference Lisbon", "train seats to Porto",
+           "refund limit for hotels", "first class approval"]
+
+
+def _search(stack: Running, key: str, query: str) -> list[tuple[str, str]]:
+    answer = stack.call("POST", "/v1/search", key, {"query": query, "top_k": 5})
+    assert answer.status_code == 200, answer.text
+    return [(hit["layer"], hit["text"]) for hit in answer.json()["hits"]]
+
+
+def _records(lines: list[str]) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in lines[1:]]
+
+
+def test_a_tenant_exported_and_restored_answers_the_same_searches(agents_stack: Running, tmp_path: Path) -> None:
+    stack = agents_stack
+    source = stack.new_key("create", SOURCE)
+    assert stack.call("POST", f"/v1/sessions/{SESSION}/turns/batch", source, {"turns": TURNS}).status_code == 201
+    assert stack.call("POST", "/v1/documents", source, DOCUMENT).status_code == 201
+    assert stack.call("POST", f"/v1/sessions/{SESSION}/working/items", source, {"items": [NOTE]}).status_code == 200
+
+    streamed = stack.call("GET", "/v1/export", source)
+    assert streamed.status_code == 200, streamed.text
+    assert streamed.headers["content-type"].startswith("application/x-ndjson")
+    lines = streamed.text.splitlines()
+    header = json.loads(lines[0])
+    assert header["format"] == "strata-export" and header["version"] == 1 and header["tenant"] == SOURCE
+    assert header["embedder"]["dim"] == 384 and header["vectors"] is False
+    records = _records(lines)
+    assert records[-1] == {"kind": "end", "records": len(records) - 1}
+    turns = [r for r in records if r["kind"] == "turn"]
+    assert [t["turn_id"] for t in turns] == [t["turn_id"] for t in TURNS]
+    assert turns[0]["speaker"] == "Ana" and turns[1]["metadata"] == {"channel": "chat"}
+    docs = [r for r in records if r["kind"] == "document"]
+    assert docs == [{"kind": "document", **DOCUMENT, "created_at": docs[0]["created_at"],
+                     "updated_at": docs[0]["updated_at"]}]
+    working = [r for r in records if r["kind"] == "working_item"]
+    assert any(w["content"] == NOTE["content"] and "turn_id" not in w for w in working)
+    assert {w.get("turn_id") for w in working} >= {"t-001", "t-002", "t-003"}  # the turns' copies
+    assert "sk-strata-" not in streamed.text  # never a key
+
+    out = tmp_path / "export.jsonl"
+    done = stack.cli("export", SOURCE, "--out", str(out))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert _records(out.read_text().splitlines()) == records  # the CLI writes what the route streams
+
+    restored = stack.cli("restore", str(out), "--tenant", TARGET)
+    assert restored.returncode == 0, restored.stdout + restored.stderr
+    assert "written 1 document, 3 turn, 1 working_item" in restored.stdout, restored.stdout
+    again = stack.cli("restore", str(out), "--tenant", TARGET)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "written nothing" in again.stdout, again.stdout
+
+    target = stack.new_key("create", TARGET)
+    for query in QUERIES:
+        assert _search(stack, target, query) == _search(stack, source, query), query
+    back = stack.call("GET", "/v1/export", target).text.splitlines()
+    kept = ("turn", "document", "working_item")
+
+    def comparable(rs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [{k: v for k, v in r.items() if k not in ("created_at", "updated_at")} for r in rs if r["kind"] in kept]
+
+    assert comparable(_records(back)) == comparable(records)
