@@ -76,7 +76,10 @@ class ExportFlow(ReadFlow):
                     async for record in self._turns(tenant, sid):
                         yield record
                     for summary in await self.router.episodic(tenant).list_summaries(tenant, sid):
-                        yield SummaryRecord(session_id=sid, **summary)
+                        # The fields this version of the format has: a field the layer adds later
+                        # must not break an export (extra fields are refused by the format).
+                        known = {k: v for k, v in summary.items() if k in SummaryRecord.model_fields}
+                        yield SummaryRecord(session_id=sid, **known)
                 if working:
                     state = await self.working(tenant, sid)
                     for item in state.items:

@@ -108,6 +108,7 @@ class SummaryRecord(_Line):
     action_items: list[str] = Field(default_factory=list)
     user_preferences: list[str] = Field(default_factory=list)
     method: str = "extractive"
+    fallback_reason: str | None = Field(default=None, description="Why the LLM's summary was not used")
 
 
 class DocumentRecord(_Line):

@@ -45,7 +45,8 @@ SKILL = SkillOut(
 RECORDS: list[ExportRecord] = [
     TurnRecord(session_id="s", turn_id="t1", timestamp=T0, user="I moved to Lisbon", agent="Noted.",
                speaker="ana", metadata={"channel": "chat"}),
-    SummaryRecord(session_id="s", summary_id="sum1", turn_ids=["t1"], summary="moved", key_topics=["Lisbon"]),
+    SummaryRecord(session_id="s", summary_id="sum1", turn_ids=["t1"], summary="moved", key_topics=["Lisbon"],
+                  fallback_reason="the LLM timed out"),
     DocumentRecord(doc_id="d1", title="Runbook", text="# Runbook\n\nRestart the queue.", metadata={"team": "ops"}),
     SkillRecord(skill=SKILL, history=[SkillVersionOut(version=1, at=T0, by="k", change="created", uses=0,
                                                       successes=0)]),
