@@ -347,3 +347,16 @@ def test_stack_json_is_owner_only(stack: Running) -> None:
     """It records the settings, secrets included, like the key files beside it."""
     for name in ("stack.json", *BY_DESIGN):
         assert (stack.data_dir / name).stat().st_mode & 0o077 == 0, name
+
+
+def test_metrics_are_for_the_admin_key_only_and_in_prometheus_text(stack: Running) -> None:
+    """``GET /metrics`` (the LLM's counts, docs/llm.md): the admin key reads it; a tenant's key
+    is refused, and no key at all is a 401. The shared stack has no LLM: the families are there,
+    without samples."""
+    answer = stack.call("GET", "/metrics", CONFIGURED_ADMIN)
+    assert answer.status_code == 200, answer.text
+    assert answer.headers["content-type"].startswith("text/plain")
+    for family in ("strata_llm_calls_total", "strata_llm_results_total", "strata_llm_latency_seconds"):
+        assert f"# TYPE {family} " in answer.text
+    assert stack.call("GET", "/metrics", stack.key).status_code == 403
+    assert stack.call("GET", "/metrics", None).status_code == 401
