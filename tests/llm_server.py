@@ -27,10 +27,9 @@ def chat_body(content: str | None, refusal: str | None = None) -> dict[str, Any]
 
 
 @contextmanager
-def llm_server(script: Callable[[int], Reply]) -> Iterator[tuple[str, list[dict[str, Any]]]]:
-    """Serve ``/v1/chat/completions``; ``script(n)`` decides the n-th reply.
-    Yields the base URL and the list of received request bodies."""
-    received: list[dict[str, Any]] = []
+def serving(answer: Callable[[dict[str, Any]], tuple[int, dict[str, Any]]]) -> Iterator[str]:
+    """Serve ``POST`` on loopback: ``answer(body)`` gives each reply's status and JSON body.
+    Yields the base URL (``/v1`` included)."""
 
     class Handler(BaseHTTPRequestHandler):
         def log_message(self, *args: object) -> None:
@@ -38,9 +37,7 @@ def llm_server(script: Callable[[int], Reply]) -> Iterator[tuple[str, list[dict[
 
         def do_POST(self) -> None:
             length = int(self.headers.get("content-length", 0))
-            received.append(json.loads(self.rfile.read(length) or b"{}"))
-            reply = script(len(received) - 1)
-            status, body = reply() if callable(reply) else (200, chat_body(reply))
+            status, body = answer(json.loads(self.rfile.read(length) or b"{}"))
             data = json.dumps(body).encode()
             try:
                 self.send_response(status)
@@ -49,17 +46,32 @@ def llm_server(script: Callable[[int], Reply]) -> Iterator[tuple[str, list[dict[
                 self.end_headers()
                 self.wfile.write(data)
             except (BrokenPipeError, ConnectionResetError):
-                pass
+                pass  # the client gave up; the reply was made for nobody
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     server.daemon_threads = True
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/v1", received
+        yield f"http://127.0.0.1:{server.server_address[1]}/v1"
     finally:
         server.shutdown()
         server.server_close()
+
+
+@contextmanager
+def llm_server(script: Callable[[int], Reply]) -> Iterator[tuple[str, list[dict[str, Any]]]]:
+    """Serve ``/v1/chat/completions``; ``script(n)`` decides the n-th reply.
+    Yields the base URL and the list of received request bodies."""
+    received: list[dict[str, Any]] = []
+
+    def answer(body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        received.append(body)
+        reply = script(len(received) - 1)
+        return reply() if callable(reply) else (200, chat_body(reply))
+
+    with serving(answer) as url:
+        yield url, received
 
 
 def hang(seconds: float) -> Callable[[], tuple[int, dict[str, Any]]]:
@@ -131,31 +143,5 @@ class SmallModel:
     @contextmanager
     def serving(self) -> Iterator[str]:
         """Serve it on loopback; yields the base URL."""
-        model = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: object) -> None:
-                pass
-
-            def do_POST(self) -> None:
-                length = int(self.headers.get("content-length", 0))
-                status, body = model.reply(json.loads(self.rfile.read(length) or b"{}"))
-                data = json.dumps(body).encode()
-                try:
-                    self.send_response(status)
-                    self.send_header("content-type", "application/json")
-                    self.send_header("content-length", str(len(data)))
-                    self.end_headers()
-                    self.wfile.write(data)
-                except (BrokenPipeError, ConnectionResetError):
-                    pass  # the client gave up; the reply was generated for nobody
-
-        server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        server.daemon_threads = True
-        thread = threading.Thread(target=server.serve_forever, daemon=True)
-        thread.start()
-        try:
-            yield f"http://127.0.0.1:{server.server_address[1]}/v1"
-        finally:
-            server.shutdown()
-            server.server_close()
+        with serving(self.reply) as url:
+            yield url

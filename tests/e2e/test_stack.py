@@ -214,7 +214,7 @@ async def test_async_client_has_the_same_methods(stack: Running) -> None:
     assert public(StrataClient) - {"close"} == public(AsyncStrataClient) - {"aclose"}
     # The in-cluster client speaks the same API (health is the HTTP stack's own).
     in_cluster_only = {"for_running_stack", "sync", "llm_usage", "wait_for_summaries"}
-    assert public(StrataClient) - {"close", "health"} == public(InClusterClient) - in_cluster_only - {"aclose"}
+    assert public(StrataClient) - {"close", "health"} == public(InClusterClient) - in_cluster_only - {"aclose", "close"}
 
 
 def test_in_cluster_client_sees_http_writes(stack: Running) -> None:
