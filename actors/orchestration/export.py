@@ -54,9 +54,9 @@ class ExportFlow(ReadFlow):
         """Every record of ``tenant`` in ``layers`` (already authorized by the caller): per
         session its turns, summaries and working memory, then documents, then skills.
         Working memory is exported for the sessions with turns (the sessions episodic memory
-        lists), so it needs ``episodic`` among ``layers``."""
+        lists; a working-memory-only export reads that list and no turns)."""
         wanted = set(layers)
-        if wanted & {"episodic", "working"} and "episodic" in wanted:
+        if wanted & {"episodic", "working"}:
             async for record in self._sessions(tenant, turns="episodic" in wanted, working="working" in wanted):
                 yield record
         if "semantic" in wanted:
