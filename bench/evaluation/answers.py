@@ -31,7 +31,15 @@ from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from strata_bench.evaluation.chat import ChatEndpoint, Endpoint, Reply, answer_prompt, judge_prompt, parse_label
+from strata_bench.evaluation.chat import (
+    JUDGE_SCHEMA,
+    ChatEndpoint,
+    Endpoint,
+    Reply,
+    answer_prompt,
+    judge_prompt,
+    parse_label,
+)
 from strata_bench.evaluation.context import ASK_SESSION, ContextClient
 from strata_bench.evaluation.datasets import Benchmark, EvalConversation, EvalQuestion, reference_time
 from strata_bench.evaluation.ingest import ingest_conversation, progress
@@ -167,7 +175,7 @@ async def _ask(client: ContextClient, conversation: EvalConversation, question: 
         return record
     record.answer = reply.text
     verdict = await models.judge.complete(judge_prompt(question.question, record.gold, reply.text),
-                                          model=models.judge_model)
+                                          model=models.judge_model, schema=JUDGE_SCHEMA)
     _usage(record, "judge", verdict)
     record.judge_reply = verdict.text
     if verdict.text is None:

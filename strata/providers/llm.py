@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     import openai
 
 __all__ = [
+    "FORMS",
     "LLM",
     "METER",
     "LLMCall",
@@ -42,6 +43,8 @@ __all__ = [
     "failure_reason",
     "inline_schema",
     "make_llm",
+    "refuses_form",
+    "response_format",
 ]
 
 log = logging.getLogger(__name__)
@@ -53,7 +56,28 @@ METER = LLMMeter()
 _MIN_CALL_S = 0.5
 
 #: The structured-output forms, best first (``auto`` walks down on a refusal).
-_FORMS = ("json_schema", "json_object_schema", "prompt")
+FORMS = ("json_schema", "json_object_schema", "prompt")
+
+
+def response_format(form: str, name: str, schema: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The ``response_format`` that sends ``schema`` in ``form`` (None: send none: ``prompt``);
+    without a schema, JSON mode alone."""
+    if form == "prompt":
+        return None
+    if schema is None:
+        return {"type": "json_object"}
+    if form == "json_schema":
+        return {"type": "json_schema", "json_schema": {"name": name, "schema": schema, "strict": False}}
+    return {"type": "json_object", "schema": schema}
+
+
+def refuses_form(status: int, said: str) -> bool:
+    """Whether an endpoint's error (its status and its words) refuses the structured-output form
+    sent: a 400 or 422 naming the response format or the schema, or a 500 naming the response
+    format (llama-cpp-python 0.3.36 under FastAPI 0.165 answers its validation error so)."""
+    said = said.lower()
+    named = "response_format" in said or (status != 500 and "schema" in said)
+    return status in (400, 422, 500) and named
 
 
 @dataclass(frozen=True)
@@ -197,7 +221,7 @@ class OpenAIChatLLM:
         self._slots = threading.BoundedSemaphore(settings.max_concurrency)
         self._breaker = _Breaker(settings.breaker_failures, settings.breaker_cooldown_s)
         configured = settings.structured_output
-        self._form = _FORMS[0] if configured == "auto" else configured
+        self._form = FORMS[0] if configured == "auto" else configured
         self.usage = LLMUsage()
         self._lock = threading.Lock()
 
@@ -210,15 +234,6 @@ class OpenAIChatLLM:
         budget = getattr(self._settings.max_tokens, call.feature, self._settings.max_tokens.other)
         return min(call.max_tokens, budget) if call.max_tokens else budget
 
-    def _response_format(self, call: LLMCall, form: str, json_mode: bool) -> dict[str, Any] | None:
-        if not json_mode or form == "prompt":
-            return None
-        if call.schema is None:
-            return {"type": "json_object"}
-        if form == "json_schema":
-            schema = {"name": call.feature, "schema": call.schema, "strict": False}
-            return {"type": "json_schema", "json_schema": schema}
-        return {"type": "json_object", "schema": call.schema}
 
     def complete(self, system: str, user: str, *, json_mode: bool = False, call: LLMCall | None = None) -> str:
         call = call or LLMCall()
@@ -251,11 +266,11 @@ class OpenAIChatLLM:
         started = time.monotonic()
         while True:
             form = self._form
-            response_format = self._response_format(call, form, json_mode)
+            sent_format = response_format(form, call.feature, call.schema) if json_mode else None
             prompt = system
             if json_mode and call.schema is not None and form == "prompt":
                 prompt += "\n\nThe reply must be valid against this JSON schema:\n" + json.dumps(call.schema)
-            kwargs: dict[str, Any] = {"response_format": response_format} if response_format else {}
+            kwargs: dict[str, Any] = {"response_format": sent_format} if sent_format else {}
             left = timeout - (time.monotonic() - started)
             try:
                 response = client.chat.completions.create(
@@ -267,7 +282,7 @@ class OpenAIChatLLM:
                     **kwargs,
                 )
             except openai.APIStatusError as exc:
-                if self._step_down(form, exc, response_format) and (
+                if self._step_down(form, exc, sent_format) and (
                     call.deadline is None or timeout - (time.monotonic() - started) > _MIN_CALL_S
                 ):
                     self.meter.call(call.feature, seconds=time.monotonic() - started, outcome="rejected")
@@ -311,19 +326,16 @@ class OpenAIChatLLM:
             self.usage.failures += 1
         return error
 
-    def _step_down(self, form: str, exc: openai.APIStatusError, response_format: dict[str, Any] | None) -> bool:
-        """On ``auto``, whether the endpoint refused this structured-output form (and the next is
-        in use now): a 400 or 422 naming the response format or the schema, or a 500 naming the
-        response format (llama-cpp-python 0.3.36 under FastAPI 0.165 answers its validation error so)."""
-        if self._settings.structured_output != "auto" or response_format is None or form == _FORMS[-1]:
+    def _step_down(self, form: str, exc: openai.APIStatusError, sent_format: dict[str, Any] | None) -> bool:
+        """On ``auto``, whether the endpoint refused this structured-output form (:func:`refuses_form`),
+        and the next is in use now."""
+        if self._settings.structured_output != "auto" or sent_format is None or form == FORMS[-1]:
             return False
-        said = _said(exc).lower()
-        named = "response_format" in said or (exc.status_code != 500 and "schema" in said)
-        if exc.status_code not in (400, 422, 500) or not named:
+        if not refuses_form(exc.status_code, _said(exc)):
             return False
         with self._lock:
             if self._form == form:
-                self._form = _FORMS[_FORMS.index(form) + 1]
+                self._form = FORMS[FORMS.index(form) + 1]
                 log.warning(
                     "the LLM endpoint refused %s structured output (%s): using %s", form, _said(exc)[:200], self._form
                 )

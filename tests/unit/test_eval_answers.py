@@ -140,6 +140,8 @@ def test_every_call_sends_max_tokens_and_accuracy_comes_from_the_judge() -> None
         assert body["max_tokens"] == 64 and body["temperature"] == 0 and body["model"] == "answerer"
     for body in judged:
         assert body["max_tokens"] == 16 and body["temperature"] == 0 and body["model"] == "judge"
+        assert body["response_format"]["json_schema"]["schema"]["properties"]["label"]["enum"] == ["CORRECT", "WRONG"]
+    assert all("response_format" not in body for body in asked)  # an answer is free text
     # The answer is asked from Strata's context, with the day the question is asked.
     first = asked[0]["messages"][0]["content"]
     assert "Pixel" in first and "What is the name of Ann's cat?" in first and "08 May 2023" in first
@@ -250,3 +252,18 @@ def test_an_endpoint_that_is_not_there_is_a_counted_failure() -> None:
     assert judged == []
     assert document["failures"] == {"answer: connection error": 4}
     assert document["overall"]["answer_failed"] == 4 and document["overall"]["accuracy"] == 0.0
+
+
+def test_a_judge_that_refuses_openais_form_is_sent_llama_cpps_from_then_on() -> None:
+    """llama-cpp-python refuses ``json_schema`` (a 422 naming response_format): the judge's next
+    request, and every later one, sends ``json_object`` with the schema."""
+    refused = {"detail": [{"loc": ["body", "response_format", "type"], "msg": "Input should be 'json_object'"}]}
+
+    def verdict(n: int) -> Any:
+        return (lambda: (422, refused)) if n == 0 else '{"label": "CORRECT"}'
+
+    document, _, judged = _run(lambda n: f"answer {n}", verdict)
+    assert document["overall"]["correct"] == 4 and document["overall"]["judge_failed"] == 0
+    assert judged[0]["response_format"]["type"] == "json_schema"
+    assert [body["response_format"]["type"] for body in judged[1:]] == ["json_object"] * 4
+    assert all(body["response_format"]["schema"]["required"] == ["label"] for body in judged[1:])
