@@ -490,6 +490,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from strata import schema
     from strata.errors import StrataError
+    from strata.schema import export as export_format
     from strata_cli.errors import StackError
 
     try:
@@ -501,7 +502,8 @@ def main(argv: list[str] | None = None) -> int:
         problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
         # A request body (strata.schema's models: a record the command was given) is not the
         # settings (a file, STRATA_* variables or flags), which every other model here is.
-        what = f"invalid {exc.title}" if exc.title in schema.__all__ else "invalid settings"
+        records = (*schema.__all__, *export_format.__all__)
+        what = f"invalid {exc.title}" if exc.title in records else "invalid settings"
         print(f"strata {args.command}: {what}: {problems}", file=sys.stderr)
         return 2
     except StrataError as exc:
