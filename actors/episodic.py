@@ -81,6 +81,10 @@ class EpisodicShard(LayerShard[EpisodicMemory]):
         self.llm = make_llm(self.settings.llm)
         self._summarizer: Summarizer = LLMSummarizer(self.llm) if self.llm else ExtractiveSummarizer()
         self._summarising: dict[str, asyncio.Task[None]] = {}
+        #: Summaries being made at once, every tenant's: as many as the LLM's slots in this process
+        #: (``llm.max_concurrency``), so the others wait on the event loop, not in worker threads
+        #: parked on those slots (the shard's store calls need the threads).
+        self._summary_slots = asyncio.Semaphore(self.settings.llm.max_concurrency)
         #: Searches whose query this shard embedded itself (its speakers taken out), since it
         #: started: a caller that keeps the tenant's speakers sends that vector along instead.
         self.query_embeds = 0
@@ -352,7 +356,8 @@ class EpisodicShard(LayerShard[EpisodicMemory]):
                 if not chunks:
                     return
                 for chunk in chunks:
-                    content = await asyncio.to_thread(self._summarizer.summarize, summary_inputs(chunk))
+                    async with self._summary_slots:
+                        content = await asyncio.to_thread(self._summarizer.summarize, summary_inputs(chunk))
                     vector = (await self.embed([summary_vector_text(content, chunk[0])]))[0]
 
                     async def store(

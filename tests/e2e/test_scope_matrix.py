@@ -179,6 +179,7 @@ def base_request(op: str, kind: str, ids: dict[str, str]) -> tuple[str, Any, dic
         "POST /v1/admin/layers/{layer}:scale": ("/v1/admin/layers/working:scale", {"shards": 2}, {}),
         "GET /v1/audit": ("/v1/audit", None, {}),
         "GET /v1/export": ("/v1/export", None, {}),
+        "GET /metrics": ("/metrics", None, {}),
     }[op]
 
 
