@@ -49,7 +49,8 @@ from strata_serve.guards import BodyLimit, Deadline, Internal
 from strata_serve.headers import SecurityHeaders
 from strata_serve.idempotent import Idempotent, Replica, replica_parts
 from strata_serve.mcp_http import McpHttp
-from strata_serve.routes import admin, audit, context, documents, export, skills, turns, working
+from strata_serve.routes import admin, audit, context, documents, export, skills, turns, usage, working
+from strata_serve.usage import CountCalls, UsageBook
 
 __all__ = ["Api", "app"]
 
@@ -96,13 +97,21 @@ def _replica_gate() -> KeyGate:
     return gate
 
 
+def _replica_usage() -> UsageBook:
+    """The call counts of the Api replica serving the request (as above)."""
+    replica: Any = serve.get_replica_context().servable_object
+    book: UsageBook = replica._usage_book
+    return book
+
+
 def _replica_timeout_s() -> float:
     """``serve.request_timeout_s`` of the Api replica serving the request (as above)."""
     replica: Any = serve.get_replica_context().servable_object
     return float(replica.request_timeout_s)
 
 
-# The last added runs first: SecurityHeaders, Deadline, Internal, Authenticate, BodyLimit, Idempotent, the route.
+# The last added runs first: SecurityHeaders, Deadline, Internal, Authenticate, CountCalls, BodyLimit, Idempotent,
+# the route. CountCalls runs inside Authenticate, whose key it counts by, once the route answered.
 # Idempotent runs inside BodyLimit, so the body it reads is bounded already, and inside
 # Authenticate, so a replay is rate-limited and authorised as a first attempt is;
 # Authenticate answers a wrong key before anything reads the body. Internal answers 500 to
@@ -110,6 +119,7 @@ def _replica_timeout_s() -> float:
 # write it answers 504 to runs on through Idempotent, which keeps its answer.
 app.add_middleware(Idempotent, replica=_replica_parts)
 app.add_middleware(BodyLimit, max_bytes=_replica_max_body_bytes)
+app.add_middleware(CountCalls, book=_replica_usage)
 app.add_middleware(Authenticate, gate=_replica_gate)
 app.add_middleware(Internal)
 app.add_middleware(Deadline, timeout_s=_replica_timeout_s)
@@ -128,7 +138,7 @@ app.router.routes.append(
 app.mount(UI_PATH, StaticFiles(directory=pathlib.Path(__file__).with_name("ui"), html=True), name="ui")
 
 # Each group's routes (their methods are Api's, below); the OpenAPI document lists them in this order.
-for _group in (turns, context, working, documents, skills, admin, audit, export):
+for _group in (turns, context, working, documents, skills, admin, audit, export, usage):
     app.include_router(_group.router)
 
 
@@ -143,6 +153,7 @@ class Api(
     admin.AdminRoutes,
     audit.AuditRoutes,
     export.ExportRoutes,
+    usage.UsageRoutes,
 ):
     """The ingress deployment: the replica's state, ``/healthz``, and the routes of its bases
     (:mod:`strata_serve.routes`)."""
@@ -176,9 +187,12 @@ class Api(
         self._health: tuple[float, Health] | None = None  # (when, what) of the last check
         self._health_check: asyncio.Future[Health] | None = None
         self._answers: IdempotencyStore | None = None
+        self._usage_book = UsageBook(self._settings)  # counted by the CountCalls middleware
 
     async def __del__(self) -> None:
-        """Serve calls this when the replica stops gracefully: the queued audit entries are written."""
+        """Serve calls this when the replica stops gracefully: the queued audit entries and the
+        call counts are written."""
+        await self._usage_book.aclose()
         await self._flow.aclose()
 
     async def _embed(self, texts: Sequence[str]) -> np.ndarray:

@@ -122,11 +122,14 @@ ROUTES: dict[str, Need] = {
     "audit": Need(reads=_ALL),
     # every record of the layers the request names (by default all the key sees), of every session
     "export": Need(reads=_ALL, chosen=True),
+    # counts of every session's items and calls: a session key is refused (it would learn of
+    # the other sessions), a key without documents and skills is not (it gets the counts of its layers)
+    "usage": Need(reads=SESSION_LAYERS),
 }
 #: The routes that take an admin key (and nothing else).
 ADMIN_ROUTES = frozenset(
     ("admin_create_key", "admin_list_keys", "admin_rotate_key", "admin_revoke_key", "admin_forget_tenant",
-     "admin_scale_layer", "admin_metrics")
+     "admin_scale_layer", "admin_metrics", "admin_usage")
 )
 
 #: The key :class:`Authenticate` resolved for the request being served (a ContextVar: the

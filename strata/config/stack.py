@@ -112,6 +112,9 @@ class ServeSettings(Section):
     max_body_bytes: int = Field(default=128 * 2**20, ge=1024)
     #: A write sent with an Idempotency-Key keeps its answer this long: its retries get it back.
     idempotency_ttl_s: float = Field(default=86_400.0, gt=0, le=30 * 86_400)
+    #: Each API replica counts its calls per tenant, route and hour in memory and writes its
+    #: counts to the store this often (and when it stops): a crash loses at most this long.
+    usage_flush_s: float = Field(default=5.0, gt=0, le=3600)
     #: While a write sent with an Idempotency-Key runs, its key is claimed (shared by the API
     #: replicas, ``auth.limit_shards``): the same key sent meanwhile waits up to
     #: ``idempotency_wait_s`` for the first answer, then gets 409 with Retry-After. A claim whose

@@ -46,6 +46,9 @@ __all__ = [
     "TenantForgotten",
     "TimeRangeOut",
     "TurnOut",
+    "UsageHour",
+    "UsageOut",
+    "UsageReport",
     "WorkingItemOut",
     "WorkingState",
 ]
@@ -378,3 +381,32 @@ class TenantForgotten(_Out):
     tenant: str
     removed: dict[str, int] = Field(description="Durable rows removed, per layer")
     keys_revoked: list[str] = Field(description="Ids of the tenant's keys, revoked first")
+
+
+class UsageHour(_Out):
+    hour: datetime = Field(description="The hour's start (UTC)")
+    calls: dict[str, int] = Field(description="Calls per route (its name in the OpenAPI document) in that hour")
+
+
+class UsageOut(_Out):
+    """A tenant's usage: what it holds now, and the calls it made in the window."""
+
+    tenant: str
+    since: datetime = Field(description="The window's start: the asked ``since`` rounded down to its hour")
+    until: datetime = Field(description="The window's end (exclusive): the asked ``until`` rounded up to an hour")
+    items: dict[str, dict[str, int]] | None = Field(
+        default=None,
+        description="Items held now, per layer: working items; turns, summaries, sessions; documents, passages; "
+        "skills. Null in an admin report over every tenant",
+    )
+    calls: dict[str, int] = Field(description="Calls per route in the window, every API replica's summed")
+    hours: list[UsageHour] = Field(description="The same calls per hour, oldest first; hours without calls left out")
+
+
+class UsageReport(_Out):
+    """Every tenant's usage in a window (the admin's)."""
+
+    since: datetime
+    until: datetime
+    tenants: list[UsageOut] = Field(description="Each tenant that made calls in the window (or the one asked for)")
+

@@ -180,6 +180,8 @@ def base_request(op: str, kind: str, ids: dict[str, str]) -> tuple[str, Any, dic
         "GET /v1/audit": ("/v1/audit", None, {}),
         "GET /v1/export": ("/v1/export", None, {}),
         "GET /metrics": ("/metrics", None, {}),
+        "GET /v1/usage": ("/v1/usage", None, {}),
+        "GET /v1/admin/usage": (f"/v1/admin/usage?tenant={ACME}", None, {}),
     }[op]
 
 

@@ -27,6 +27,7 @@ from strata_serve.errors import install_handlers
 from strata_serve.guards import BodyLimit, Deadline, Internal
 from strata_serve.headers import SecurityHeaders
 from strata_serve.idempotent import Idempotent
+from strata_serve.usage import CountCalls
 
 MILVUS_DOWN = "Milvus at http://10.0.0.7:19530 does not answer"
 
@@ -412,7 +413,7 @@ def test_the_api_runs_its_middlewares_in_this_order() -> None:
 
     order: list[object] = [m.cls for m in api.app.user_middleware]
     assert order == [
-        SecurityHeaders, Deadline, Internal, Authenticate, BodyLimit, Idempotent
+        SecurityHeaders, Deadline, Internal, Authenticate, CountCalls, BodyLimit, Idempotent
     ]
 
 

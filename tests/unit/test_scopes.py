@@ -72,6 +72,7 @@ EXPECTED: dict[str, tuple[bool, ...]] = {
     "skill_job": (_, X, X, _, _, X, _),
     "audit": (_, X, X, _, _, _, _),
     "export": (_, X, X, _, _, _, X),
+    "usage": (_, X, X, _, _, _, X),
     "list_turns": (_, X, X, X, X, X, X),
     "list_sessions": (_, X, X, _, _, _, X),
 }
@@ -104,7 +105,7 @@ def test_the_table_names_every_route_of_the_api() -> None:
     assert names == set(ROUTES) | ADMIN_ROUTES
     assert set(EXPECTED) == set(ROUTES)
     assert all(ROUTES[name].stores == bool(ROUTES[name].writes) for name in ROUTES)
-    reads = {"search", "build_context", "audit", "export", "list_sessions", "list_turns"}
+    reads = {"search", "build_context", "audit", "export", "list_sessions", "list_turns", "usage"}
     assert {name for name, need in ROUTES.items() if not need.stores} >= reads
 
 

@@ -598,6 +598,50 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/usage": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Usage
+         * @description What your tenant holds now (items per layer) and the calls it made in the window (per
+         *     route, and per hour). Calls are written every few seconds by each API replica: the last
+         *     seconds' calls of another replica may not show yet. Any tenant-wide key, read-only too;
+         *     not a session key (it would see every session's counts); items of the layers the key sees.
+         */
+        get: operations["usage_v1_usage_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/admin/usage": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Admin Usage
+         * @description Every tenant's calls in the window, per route and hour; with ``tenant``, that one's,
+         *     and the items it holds now. An admin key only.
+         */
+        get: operations["admin_usage_v1_admin_usage_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/healthz": {
         parameters: {
             query?: never;
@@ -1777,6 +1821,84 @@ export interface components {
              * @description When it expires and is purged; null: never
              */
             expires_at?: string | null;
+        };
+        /** UsageHour */
+        UsageHour: {
+            /**
+             * Hour
+             * Format: date-time
+             * @description The hour's start (UTC)
+             */
+            hour: string;
+            /**
+             * Calls
+             * @description Calls per route (its name in the OpenAPI document) in that hour
+             */
+            calls: {
+                [key: string]: number;
+            };
+        };
+        /**
+         * UsageOut
+         * @description A tenant's usage: what it holds now, and the calls it made in the window.
+         */
+        UsageOut: {
+            /** Tenant */
+            tenant: string;
+            /**
+             * Since
+             * Format: date-time
+             * @description The window's start: the asked ``since`` rounded down to its hour
+             */
+            since: string;
+            /**
+             * Until
+             * Format: date-time
+             * @description The window's end (exclusive): the asked ``until`` rounded up to an hour
+             */
+            until: string;
+            /**
+             * Items
+             * @description Items held now, per layer: working items; turns, summaries, sessions; documents, passages; skills. Null in an admin report over every tenant
+             */
+            items?: {
+                [key: string]: {
+                    [key: string]: number;
+                };
+            } | null;
+            /**
+             * Calls
+             * @description Calls per route in the window, every API replica's summed
+             */
+            calls: {
+                [key: string]: number;
+            };
+            /**
+             * Hours
+             * @description The same calls per hour, oldest first; hours without calls left out
+             */
+            hours: components["schemas"]["UsageHour"][];
+        };
+        /**
+         * UsageReport
+         * @description Every tenant's usage in a window (the admin's).
+         */
+        UsageReport: {
+            /**
+             * Since
+             * Format: date-time
+             */
+            since: string;
+            /**
+             * Until
+             * Format: date-time
+             */
+            until: string;
+            /**
+             * Tenants
+             * @description Each tenant that made calls in the window (or the one asked for)
+             */
+            tenants: components["schemas"]["UsageOut"][];
         };
         /** ValidationError */
         ValidationError: {
@@ -3050,6 +3172,80 @@ export interface operations {
                 };
                 content: {
                     "application/x-ndjson": string;
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    usage_v1_usage_get: {
+        parameters: {
+            query?: {
+                /** @description The window's start (ISO 8601; UTC unless it says); by default 24 hours before until. Rounded down to its hour */
+                since?: string | null;
+                /** @description The window's end; by default now. Rounded up to an hour; at most 31 days after since */
+                until?: string | null;
+            };
+            header?: {
+                authorization?: string | null;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["UsageOut"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    admin_usage_v1_admin_usage_get: {
+        parameters: {
+            query?: {
+                /** @description The window's start (ISO 8601; UTC unless it says); by default 24 hours before until. Rounded down to its hour */
+                since?: string | null;
+                /** @description The window's end; by default now. Rounded up to an hour; at most 31 days after since */
+                until?: string | null;
+                /** @description One tenant, with the items it holds; by default every tenant that made calls in the window, without items */
+                tenant?: string | null;
+            };
+            header?: {
+                authorization?: string | null;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["UsageReport"];
                 };
             };
             /** @description Validation Error */

@@ -1,0 +1,68 @@
+"""Usage (issue 45) on the shared stack: a tenant of its own makes known calls, and ``GET
+/v1/usage`` (and the admin's ``GET /v1/admin/usage``) answer the items it holds and the calls
+it made per route. The API replicas write their counts every ``serve.usage_flush_s`` (5 s): a
+read writes its own replica's first, the others' may take one interval, so the test polls."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from tests.e2e.running import SHARED_ADMIN_KEY, Running
+
+TENANT = "usage-probe"
+SESSION = "u1"
+TURNS = [{"user": f"Question {i} about the Ostrava depot", "agent": f"Answer {i}"} for i in range(3)]
+DOCUMENT = {"doc_id": "depot", "text": "# Depot\n\nThe Ostrava depot opens at six.\n\n## Keys\n\nAsk the guard."}
+
+
+def _usage_until(stack: Running, key: str, calls: dict[str, int], *, timeout_s: float = 20.0) -> dict[str, Any]:
+    """``/v1/usage`` once its calls (but its own route's, which grow with each poll) are ``calls``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        answer = stack.call("GET", "/v1/usage", key)
+        assert answer.status_code == 200, answer.text
+        body: dict[str, Any] = answer.json()
+        seen = {route: n for route, n in body["calls"].items() if route != "usage"}
+        if seen == calls or time.monotonic() > deadline:
+            assert seen == calls
+            return body
+        time.sleep(1.0)
+
+
+def test_usage_counts_what_a_tenant_wrote_and_called(agents_stack: Running) -> None:
+    stack = agents_stack
+    key = stack.new_key("create", TENANT)
+    assert stack.call("POST", f"/v1/sessions/{SESSION}/turns/batch", key, {"turns": TURNS}).status_code == 201
+    assert stack.call("POST", f"/v1/sessions/{SESSION}/turns", key, TURNS[0]).status_code == 201
+    assert stack.call("POST", "/v1/documents", key, DOCUMENT).status_code == 201
+    note = {"items": [{"role": "system", "content": "keep it short"}]}
+    assert stack.call("POST", f"/v1/sessions/{SESSION}/working/items", key, note).status_code == 200
+    for _ in range(3):
+        assert stack.call("POST", "/v1/search", key, {"query": "depot"}).status_code == 200
+    assert stack.call("GET", "/v1/documents/never-made", key).status_code == 404  # a call all the same
+    working = stack.call("GET", f"/v1/sessions/{SESSION}/working", key).json()["items"]
+
+    body = _usage_until(stack, key, {"record_turns": 1, "record_turn": 1, "index_document": 1,
+                                     "add_working_items": 1, "search": 3, "get_document": 1, "get_working": 1})
+    assert body["tenant"] == TENANT  # a usage call is counted once answered: not in its own answer
+    items = body["items"]
+    assert items["episodic"]["turns"] == 4 and items["episodic"]["sessions"] == 1
+    assert items["working"] == {"items": len(working)}
+    assert items["semantic"]["documents"] == 1 and items["semantic"]["passages"] >= 1
+    assert items["procedural"] == {"skills": 0}
+    assert sum(n for hour in body["hours"] for n in hour["calls"].values()) == sum(body["calls"].values())
+
+    admin = stack.call("GET", f"/v1/admin/usage?tenant={TENANT}", SHARED_ADMIN_KEY)
+    assert admin.status_code == 200, admin.text
+    [mine] = admin.json()["tenants"]
+    assert mine["items"] == items and mine["calls"]["search"] == 3
+    every = stack.call("GET", "/v1/admin/usage", SHARED_ADMIN_KEY).json()["tenants"]
+    assert any(t["tenant"] == TENANT and t["items"] is None for t in every)
+
+    late = stack.call("GET", "/v1/usage?since=2026-12-07T05:00:00Z&until=2026-12-07T04:00:00Z", key)
+    assert late.status_code == 422 and late.json()["field"] == "since", late.text
+    long = stack.call("GET", "/v1/usage?since=2026-01-01T00:00:00Z&until=2026-03-01T00:00:00Z", key)
+    assert long.status_code == 422 and "31 days" in long.json()["message"]
+    session_key = stack.new_key("create", TENANT, "--session", SESSION)
+    assert stack.call("GET", "/v1/usage", session_key).status_code == 403
