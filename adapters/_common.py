@@ -26,7 +26,29 @@ __all__ = ["DEFAULT_URL", "Closes", "Flow", "Request", "StrataConnection", "call
 DEFAULT_URL = "http://127.0.0.1:8000"
 
 
-class StrataConnection:
+class _ClosedByWith:
+    """``with`` and ``async with`` for a class with ``close()`` and ``aclose()``."""
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    async def aclose(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
+class StrataConnection(_ClosedByWith):
     """A Strata API endpoint and key: a blocking client, and an async client per event loop.
 
     Args:
@@ -108,20 +130,8 @@ class StrataConnection:
             await client.aclose()
         self.close()
 
-    def __enter__(self) -> Self:
-        return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
-
-
-class Closes:
+class Closes(_ClosedByWith):
     """``close()``, ``aclose()``, ``with`` and ``async with`` for an adapter: each closes the
     adapter's :class:`StrataConnection` (which opens clients again if the adapter is used after)."""
 
@@ -133,18 +143,6 @@ class Closes:
 
     async def aclose(self) -> None:
         await self.connection.aclose()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
 
 
 # -- one implementation, two drivers ---------------------------------------------------
