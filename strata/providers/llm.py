@@ -234,7 +234,6 @@ class OpenAIChatLLM:
         budget = getattr(self._settings.max_tokens, call.feature, self._settings.max_tokens.other)
         return min(call.max_tokens, budget) if call.max_tokens else budget
 
-
     def complete(self, system: str, user: str, *, json_mode: bool = False, call: LLMCall | None = None) -> str:
         call = call or LLMCall()
         feature = call.feature if call.feature in FEATURES else "other"
@@ -278,7 +277,7 @@ class OpenAIChatLLM:
                     messages=[{"role": "system", "content": prompt}, {"role": "user", "content": user}],
                     temperature=0,
                     max_tokens=self._max_tokens(call),
-                    timeout=left,
+                    timeout=max(left, 0.1),
                     **kwargs,
                 )
             except openai.APIStatusError as exc:
@@ -287,10 +286,14 @@ class OpenAIChatLLM:
                 ):
                     self.meter.call(call.feature, seconds=time.monotonic() - started, outcome="rejected")
                     continue
+                # The endpoint's own words go to the log only: they may hold its internals (a
+                # traceback's file paths, seen from llama-cpp-python), and a fallback's reason
+                # reaches API callers (refine_error, a skill job's error).
+                log.warning("the LLM endpoint answered %s for %s: %s", exc.status_code, call.feature, _said(exc))
                 if exc.status_code < 500:  # ours to fix, not the endpoint's failure: no breaker
-                    refused = LLMError(f"LLM request refused: {type(exc).__name__} ({exc.status_code}): {_said(exc)}")
+                    refused = LLMError(f"LLM request refused: {type(exc).__name__} ({exc.status_code})")
                     raise self._failed(call, started, "rejected", refused) from exc
-                failure = LLMError(f"LLM request failed: {type(exc).__name__} ({exc.status_code}): {_said(exc)[:200]}")
+                failure = LLMError(f"LLM request failed: {type(exc).__name__} ({exc.status_code})")
                 raise self._failed(call, started, "error", failure) from exc
             except (openai.APITimeoutError, TimeoutError) as exc:
                 raise self._failed(
