@@ -53,6 +53,7 @@ def hit_out(hit: EpisodicHit) -> dict[str, Any]:
         "session_id": hit.session_id,
         "turn_ids": list(hit.turn_ids),
         "ranks": hit.ranks,
+        **({"span": {"side": hit.span[0], "start": hit.span[1], "end": hit.span[2]}} if hit.span else {}),
     }
 
 
@@ -145,6 +146,12 @@ class EpisodicShard(LayerShard[EpisodicMemory]):
             vectors = await self.embed([turn_text(t) for t in turns])
         now = now or datetime.now(UTC)
         vecs = np.asarray(vectors, dtype=np.float32)
+        # A long turn's passages are embedded here, whoever embedded the turns themselves.
+        cutter = (await self._tenant(tenant)).layer.passage_texts
+        passages = await asyncio.to_thread(
+            lambda: [text for item in inputs for text in cutter(item.user, item.agent)]
+        )
+        passage_vecs = np.asarray(await self.embed(passages), dtype=np.float32) if passages else None
 
         def write(layer: EpisodicMemory) -> tuple[list[Turn], bool]:
             # Checked again under the lock: the same retry may have been waiting for it.
@@ -152,12 +159,12 @@ class EpisodicShard(LayerShard[EpisodicMemory]):
             if replay is not None:
                 return replay, True
             prepared = layer.prepare(session_id, inputs, now=now)
-            layer.write(prepared, vecs)
+            layer.write(prepared, vecs, passage_vecs)
             return prepared, False
 
         def apply(layer: EpisodicMemory, written: tuple[list[Turn], bool]) -> tuple[list[Turn], bool]:
             if not written[1]:
-                layer.index(written[0], vecs)
+                layer.index(written[0], vecs, passage_vecs)
             return written
 
         (recorded, replayed), version = await self.mutate(tenant, _SCOPE, expected_version, write, apply)

@@ -38,7 +38,7 @@ from llama_index.core.memory.memory import BaseMemoryBlock
 
 from strata.ids import validate_id
 from strata.layers import Layer
-from strata.limits import MESSAGE_CHARS_MAX
+from strata.limits import MESSAGE_CHARS_MAX, TURN_CHARS_MAX
 from strata.schema import TurnIn
 from strata_adapters._common import Closes, StrataConnection
 
@@ -124,6 +124,6 @@ def turns_from_messages(messages: list[ChatMessage]) -> list[TurnIn]:
 
 
 def _cut(text: str | None) -> str | None:
-    if text is None or len(text) <= MESSAGE_CHARS_MAX:
+    if text is None or len(text) <= TURN_CHARS_MAX:
         return text
-    return text[: MESSAGE_CHARS_MAX - 1] + "…"
+    return text[: TURN_CHARS_MAX - 1] + "…"

@@ -6,10 +6,17 @@ The HTTP schema (:mod:`strata.schema`), the settings' defaults
 
 from __future__ import annotations
 
-__all__ = ["DOCUMENT_CHARS_MAX", "MESSAGE_CHARS_MAX", "RECORD_TEXT_BYTES_MAX", "SKILL_ITEM_CHARS_MAX", "TTL_MAX_S"]
+__all__ = [
+    "DOCUMENT_CHARS_MAX", "MESSAGE_CHARS_MAX", "RECORD_TEXT_BYTES_MAX", "SKILL_ITEM_CHARS_MAX", "TTL_MAX_S",
+    "TURN_CHARS_MAX",
+]
 
-#: One message, query, working item or side of a turn, in characters.
+#: One message, query or working item, in characters.
 MESSAGE_CHARS_MAX = 16_000
+
+#: One side of a turn (``user`` or ``agent``), in characters: kept whole, searched by passages
+#: (:mod:`strata.episodic.passages`).
+TURN_CHARS_MAX = 1_000_000
 
 #: One document to index, in characters.
 DOCUMENT_CHARS_MAX = 20_000_000

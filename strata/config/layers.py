@@ -9,7 +9,7 @@ from pydantic import Field, model_validator
 
 from strata.config.providers import COSINE_SPANS, EmbeddingSettings
 from strata.config.validation import Section, check_weights
-from strata.limits import DOCUMENT_CHARS_MAX, MESSAGE_CHARS_MAX
+from strata.limits import DOCUMENT_CHARS_MAX, TURN_CHARS_MAX
 
 __all__ = [
     "ChunkingSettings",
@@ -66,7 +66,14 @@ class _FusedLayer(Section):
 class EpisodicSettings(_FusedLayer):
     raw_window: int = Field(default=20, ge=1)
     summary_threshold: int = Field(default=10, ge=1)
-    max_turn_chars: int = Field(default=MESSAGE_CHARS_MAX, ge=100)
+    max_turn_chars: int = Field(default=TURN_CHARS_MAX, ge=100, le=TURN_CHARS_MAX)
+    #: A side of a turn longer than this many characters (a quarter of it in CJK text) is also
+    #: searched by passages of about this length (strata.episodic.passages): the embedder
+    #: reads about 1,000 characters of English.
+    passage_chars: int = Field(default=1000, ge=200, le=10_000)
+    #: The passages of one turn that are embedded, from its opening; the rest are found by
+    #: their words (BM25). 128 passages take about 4 s to embed here.
+    passage_vectors_max: int = Field(default=128, ge=0, le=4096)
     #: Weights of the dense and the lexical (BM25) paths in their fusion (``fusion_mode``).
     fusion_dense_weight: float = Field(default=0.6, ge=0)
     fusion_lexical_weight: float = Field(default=0.4, ge=0)

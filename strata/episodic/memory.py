@@ -28,6 +28,7 @@ import numpy as np
 from strata.clock import to_ms
 from strata.config import EpisodicSettings, TTLSettings
 from strata.episodic.neighbours import NeighbourRows
+from strata.episodic.passages import PASSAGE, SIDES, Passage, PassageIndex, cut
 from strata.episodic.search import EpisodicSearch
 from strata.episodic.summarize import EpisodeSummary
 from strata.episodic.turns import (
@@ -40,20 +41,25 @@ from strata.episodic.turns import (
     session_place,
     summary_from_record,
     summary_payload,
-    turn_from_record,
+    whole_turns,
 )
 from strata.errors import InvalidInput, NotFound, StoreUnavailable
 from strata.ids import validate_id
-from strata.limits import RECORD_TEXT_BYTES_MAX
 from strata.paging import SortedIds
 from strata.retrieval.entities import EntityExtractor, Extraction, RuleExtractor
 from strata.retrieval.graph import KnowledgeGraph
 from strata.retrieval.lexical import LexicalIndex
 from strata.retrieval.vectors import VectorIndex
 from strata.store.records import Record, RecordStore
-from strata.store.ttl import Expiries, expires_ms
+from strata.store.ttl import EXPIRES, Expiries, expires_ms
 
-__all__ = ["EpisodicMemory"]
+__all__ = ["ENTITY_CHARS_MAX", "TURN_ROW_CHARS", "EpisodicMemory"]
+
+#: Entities are extracted from this many characters at most of a turn (its opening).
+ENTITY_CHARS_MAX = 20_000
+#: A long turn's own row keeps this many characters of its text (its passages keep it all).
+TURN_ROW_CHARS = 4_000
+_CUT_AHEAD_MAX = 1024
 
 
 class EpisodicMemory(EpisodicSearch):
@@ -84,6 +90,8 @@ class EpisodicMemory(EpisodicSearch):
         self._summary_index = VectorIndex()
         self._turn_lexical = LexicalIndex()
         self._summary_lexical = LexicalIndex()
+        self._passages = PassageIndex()  # long turns' passages (strata.episodic.passages)
+        self._cut_ahead: dict[str, list[Passage]] = {}  # by write(), for the index() that follows
         # Derived search state: each turn's own vector, and the sessions' turns in
         # time order, so a turn's indexed vector can include its neighbours'.
         self._raw: dict[str, np.ndarray] = {}
@@ -109,13 +117,14 @@ class EpisodicMemory(EpisodicSearch):
     def load(self) -> None:
         """Rebuild the in-memory index from the durable rows of this tenant."""
         rows = self._store.scan(self._collection, tenant=self.tenant)
-        for row in sorted(rows, key=lambda r: (r.kind, int(r.payload.get("seq", r.payload.get("last_seq", 0))))):
-            if row.kind == TURN:
-                if row.vector is None:  # scan() reads vectors: a turn row without one is damaged
-                    raise StoreUnavailable(f"tenant {self.tenant!r}: turn row {row.pk!r} has no vector")
-                self._index_turn(turn_from_record(row), row.vector)
-            elif row.kind == SUMMARY:
-                self._index_summary(summary_from_record(row), row.vector)
+        for row, turn, parts in whole_turns(rows):
+            if row.vector is None:  # scan() reads vectors: a turn row without one is damaged
+                raise StoreUnavailable(f"tenant {self.tenant!r}: turn row {row.pk!r} has no vector")
+            embedded = [p.vector for p in parts if p.payload.get("embedded") and p.vector is not None]
+            self._index_turn(turn, row.vector, np.stack(embedded).astype(np.float32) if embedded else None)
+        summaries = (row for row in rows if row.kind == SUMMARY)
+        for row in sorted(summaries, key=lambda r: int(r.payload.get("last_seq", 0))):
+            self._index_summary(summary_from_record(row), row.vector)
 
     # -- writing ------------------------------------------------------------
 
@@ -147,7 +156,10 @@ class EpisodicMemory(EpisodicSearch):
                 raise InvalidInput(f"turn {position}: give user or agent text (both are empty)")
             limit = self._settings.max_turn_chars
             if max(len(item.user or ""), len(item.agent or "")) > limit:
-                raise InvalidInput(f"turn {position}: user and agent text are limited to {limit} characters each")
+                raise InvalidInput(
+                    f"turn {position}: user and agent text are limited to {limit} characters each"
+                    " (episodic.max_turn_chars)", field=f"turns[{position}]",
+                )
             turn_id = item.turn_id or f"t{seq:06d}-{uuid.uuid4().hex[:6]}"
             validate_id(turn_id, field=f"turns[{position}].turn_id")
             if turn_id in seen or f"{session_id}/{turn_id}" in self._turns:
@@ -161,43 +173,103 @@ class EpisodicMemory(EpisodicSearch):
                 timestamp = timestamp.replace(tzinfo=UTC)
             deadline = expires_ms(self._ttl.seconds(self.tenant, "episodic", item.ttl_s), now=now)
             turn = Turn(session_id, turn_id, seq, timestamp, item.user, item.agent, item.speaker, dict(item.metadata))
-            turn = replace(turn, entities=self._extractor.extract(turn.said).to_dict(), expires_ms=deadline)
-            if len(turn.text.encode()) > RECORD_TEXT_BYTES_MAX:
-                raise InvalidInput(f"turn {position}: text is over {RECORD_TEXT_BYTES_MAX} bytes")
+            # Entities are read off the opening of a long turn (the graph path weighs 0 by default).
+            entities = self._extractor.extract(turn.said[:ENTITY_CHARS_MAX]).to_dict()
+            turn = replace(turn, entities=entities, expires_ms=deadline)
             turns.append(turn)
             seq += 1
         return turns
 
-    def record(self, turns: Sequence[Turn], vectors: np.ndarray) -> None:
-        """Write prepared turns durably, then index them."""
-        self.write(turns, vectors)
-        self.index(turns, vectors)
+    def passages(self, user: str | None, agent: str | None) -> list[Passage]:
+        """The passages a turn with these sides is indexed by: none for a turn whose sides each fit
+        in one (:func:`strata.episodic.passages.cut`)."""
+        found: list[Passage] = []
+        for side, text in zip(SIDES, (user, agent), strict=True):
+            spans = cut(text, self._settings.passage_chars) if text else []
+            if len(spans) > 1:
+                found.extend(Passage(side, n, start, end) for n, (start, end) in enumerate(spans))
+        return found
 
-    def write(self, turns: Sequence[Turn], vectors: np.ndarray) -> None:
-        """The durable half of :meth:`record` (blocking I/O, no in-memory change)."""
+    def passage_texts(self, user: str | None, agent: str | None) -> list[str]:
+        """The passages of a turn with these sides that are embedded (the first
+        ``passage_vectors_max``), in order: what :meth:`write` takes the vectors of."""
+        sides = {"user": user or "", "agent": agent or ""}
+        embedded = self.passages(user, agent)[: self._settings.passage_vectors_max]
+        return [sides[p.side][p.start : p.end] for p in embedded]
+
+    def record(self, turns: Sequence[Turn], vectors: np.ndarray, passage_vectors: np.ndarray | None = None) -> None:
+        """Write prepared turns durably, then index them."""
+        self.write(turns, vectors, passage_vectors)
+        self.index(turns, vectors, passage_vectors)
+
+    def write(self, turns: Sequence[Turn], vectors: np.ndarray, passage_vectors: np.ndarray | None = None) -> None:
+        """The durable half of :meth:`record` (blocking I/O, no in-memory change).
+
+        ``passage_vectors``: the embeddings of every turn's :meth:`passage_texts`, one after
+        the other (none when no turn is longer than a passage).
+        """
         if len(turns) != len(vectors):
             raise ValueError("one vector per turn")
-        records = [
-            Record(
-                pk=self._pk(t.session_id, t.turn_id),
-                tenant=self.tenant,
-                session=t.session_id,
-                kind=TURN,
-                ts_ms=to_ms(t.timestamp),
-                text=t.text,
-                payload=t.to_dict(),
-                vector=v,
-            )
-            for t, v in zip(turns, vectors, strict=True)
-        ]
+        records: list[Record] = []
+        for t, v, parts, embedded in self._with_passages(turns, vectors, passage_vectors):
+            key = f"{t.session_id}/{t.turn_id}"
+            payload = t.to_dict()
+            text = t.text
+            if parts:
+                # The long sides live in their passages' rows; the turn's row keeps the rest.
+                long_sides = {p.side for p in parts}
+                payload.update({side: None for side in long_sides})
+                payload["passages"] = {side: sum(p.side == side for p in parts) for side in long_sides}
+                text = text[:TURN_ROW_CHARS]
+            records.append(Record(
+                pk=self._pk(t.session_id, t.turn_id), tenant=self.tenant, session=t.session_id, kind=TURN,
+                ts_ms=to_ms(t.timestamp), text=text, payload=payload, vector=v,
+            ))
+            sides = {"user": t.user or "", "agent": t.agent or ""}
+            for i, p in enumerate(parts):
+                records.append(Record(
+                    pk=self._passage_pk(t, p), tenant=self.tenant, session=t.session_id, kind=PASSAGE,
+                    ts_ms=to_ms(t.timestamp), text=sides[p.side][p.start : p.end],
+                    payload={
+                        "turn_id": t.turn_id, "side": p.side, "n": p.n, "start": p.start, "end": p.end,
+                        "embedded": i < len(embedded), **({EXPIRES: t.expires_ms} if t.expires_ms else {}),
+                    },
+                    vector=embedded[i] if i < len(embedded) else None,
+                ))
+            # Cut and segmented here, in the writer's thread, not where :meth:`index` runs.
+            if len(self._cut_ahead) >= _CUT_AHEAD_MAX:
+                self._cut_ahead.clear()  # cuts no index() took (writes that failed after them)
+            self._cut_ahead[key] = parts
+            self._turn_lexical.precount(key, self._lexical_text(t, parts))
+            self._passages.precount(key, parts, [sides[p.side][p.start : p.end] for p in parts])
         self._store.upsert(self._collection, records)
-        for t in turns:  # segmented here, in the writer's thread, not where :meth:`index` runs
-            self._turn_lexical.precount(f"{t.session_id}/{t.turn_id}", t.text)
 
-    def index(self, turns: Sequence[Turn], vectors: np.ndarray) -> None:
+    def index(self, turns: Sequence[Turn], vectors: np.ndarray, passage_vectors: np.ndarray | None = None) -> None:
         """The in-memory half of :meth:`record`: make written turns searchable."""
+        for (turn, vector, parts, embedded) in self._with_passages(turns, vectors, passage_vectors):
+            self._index_turn(turn, vector, embedded, parts)
+
+    def _with_passages(
+        self, turns: Sequence[Turn], vectors: np.ndarray, passage_vectors: np.ndarray | None
+    ) -> list[tuple[Turn, np.ndarray, list[Passage], np.ndarray]]:
+        """Each turn with its vector, its passages and the vectors of those embedded."""
+        out = []
+        taken = 0
+        dim = vectors.shape[-1] if len(vectors) else 0
         for turn, vector in zip(turns, vectors, strict=True):
-            self._index_turn(turn, vector)
+            parts = self._cut_ahead.pop(f"{turn.session_id}/{turn.turn_id}", None)
+            if parts is None:
+                parts = self.passages(turn.user, turn.agent)
+            wanted = min(len(parts), self._settings.passage_vectors_max)
+            if wanted and (passage_vectors is None or taken + wanted > len(passage_vectors)):
+                raise ValueError(f"turn {turn.turn_id!r}: {wanted} passage vectors expected, not given")
+            embedded = (
+                passage_vectors[taken : taken + wanted] if passage_vectors is not None
+                else np.zeros((0, dim), dtype=np.float32)
+            )
+            taken += wanted
+            out.append((turn, vector, parts, embedded))
+        return out
 
     def pending_summaries(self, session_id: str | None = None) -> list[list[Turn]]:
         """Chunks of turns that left the raw window and no summary covers yet."""
@@ -314,6 +386,7 @@ class EpisodicMemory(EpisodicSearch):
     def delete_keys(self, turn_keys: Sequence[str], summary_keys: Sequence[str]) -> int:
         """Delete turns and summaries (by key) from the store; the rows removed."""
         pks = [self._pk(self._turns[k].session_id, self._turns[k].turn_id) for k in turn_keys]
+        pks += [self._passage_pk(self._turns[k], p) for k in turn_keys for p in self._passages.passages(k)]
         pks += [self._pk(self._summaries[k].session_id, "summary", self._summaries[k].summary_id) for k in summary_keys]
         return self._store.delete(self._collection, tenant=self.tenant, pks=pks) if pks else 0
 
@@ -340,6 +413,7 @@ class EpisodicMemory(EpisodicSearch):
         gone, gone_summaries = set(turn_keys), set(summary_keys)
         sessions = {self._turns[k].session_id for k in gone}
         self._turn_lexical.remove(list(gone))
+        self._passages.remove(gone)
         self._graph.remove(list(gone))
         for key in gone:
             self._raw.pop(key, None)
@@ -370,6 +444,7 @@ class EpisodicMemory(EpisodicSearch):
         rows = [row for key in gone if (row := self._turn_index.position(key)) is not None]
         before = len(self._turn_index)
         self._turn_index.remove(gone)
+        self._passages.turns_moved()
         if self._near is not None:
             self._near.removed(rows, before)  # rows were renumbered
         self._summary_index.remove(gone_summaries)
@@ -438,8 +513,26 @@ class EpisodicMemory(EpisodicSearch):
     def _pk(self, *parts: str) -> str:
         return "/".join((self.tenant, *parts))
 
-    def _index_turn(self, turn: Turn, vector: np.ndarray) -> None:
+    def _passage_pk(self, turn: Turn, passage: Passage) -> str:
+        return self._pk(turn.session_id, turn.turn_id, "p", f"{passage.side}{passage.n}")
+
+    def _lexical_text(self, turn: Turn, parts: Sequence[Passage]) -> str:
+        """What the turn itself is BM25-indexed by: its text, or the opening of a long one (its
+        passages are indexed one by one)."""
+        return turn.text[: self._settings.passage_chars] if parts else turn.text
+
+    def _index_turn(
+        self, turn: Turn, vector: np.ndarray, passage_vectors: np.ndarray | None = None,
+        parts: Sequence[Passage] | None = None,
+    ) -> None:
         key = f"{turn.session_id}/{turn.turn_id}"
+        if parts is None:
+            parts = self.passages(turn.user, turn.agent)
+        if parts:
+            sides = {"user": turn.user or "", "agent": turn.agent or ""}
+            texts = [sides[p.side][p.start : p.end] for p in parts]
+            embedded = passage_vectors if passage_vectors is not None else np.zeros((0, len(vector)), np.float32)
+            self._passages.add(key, turn.session_id, parts, texts, embedded)
         self._turns[key] = turn
         self._unsettled.add(turn.session_id)
         if turn.speaker:
@@ -459,7 +552,7 @@ class EpisodicMemory(EpisodicSearch):
         for neighbour in (position - 1, position + 1):
             if 0 <= neighbour < len(order):
                 self._turn_index.set(order[neighbour][1], self._context_vector(order, neighbour))
-        self._turn_lexical.add(key, turn.text)
+        self._turn_lexical.add(key, self._lexical_text(turn, parts))
         self.expiries.set((TURN, key), turn.expires_ms)
         if turn.entities is not None:
             extraction = Extraction.from_dict(turn.entities)

@@ -19,6 +19,7 @@ import numpy as np
 from strata.clock import to_ms
 from strata.config import EpisodicSettings
 from strata.episodic.neighbours import NeighbourRows
+from strata.episodic.passages import SIDES, PassageIndex, quote
 from strata.episodic.ranking import dense_text, ranked, speakers_named, speakers_token
 from strata.episodic.turns import SUMMARY, TURN, EpisodicHit, SummaryRecord, Turn, session_place
 from strata.retrieval.graph import KnowledgeGraph
@@ -39,6 +40,7 @@ class EpisodicSearch:
     _summary_index: VectorIndex
     _turn_lexical: LexicalIndex
     _summary_lexical: LexicalIndex
+    _passages: PassageIndex
     _raw: dict[str, np.ndarray]
     _order: dict[str, list[tuple[tuple[datetime, int], str]]]
     _near: NeighbourRows | None
@@ -107,13 +109,15 @@ class EpisodicSearch:
             span=self._settings.cosine_span, fusion=self._settings.fusion_mode,
             feedback=(self._settings.dense_feedback_docs, self._settings.dense_feedback_weight),
             neighbours=(self._near_scores, self._settings.dense_context_weight) if self._near is not None else None,
+            passages=self._passage_scores if len(self._passages) else None,
         )
         best_turn = found[0][0] if found else None
         for key, score, ranks, relevance in found:
             t = self._turns[key]
+            text, span = self._quoted(key, query, query_text)
             hits.append(EpisodicHit(
-                TURN, t.turn_id, t.session_id, t.text, t.timestamp, score, (t.turn_id,),
-                ranks=ranks, relevance=relevance,
+                TURN, t.turn_id, t.session_id, text, t.timestamp, score, (t.turn_id,),
+                ranks=ranks, relevance=relevance, span=span,
             ))
         if include_summaries:
             def summary_matches(key: str) -> bool:
@@ -134,6 +138,31 @@ class EpisodicSearch:
                 ))
         hits.sort(key=lambda h: -h.score)
         return hits[:top_k]
+
+    def _passage_scores(self, query: np.ndarray) -> np.ndarray | None:
+        return self._passages.dense(query, self._turn_index)
+
+    def _quoted(
+        self, key: str, query: np.ndarray, query_text: str | None
+    ) -> tuple[str, tuple[str, int, int] | None]:
+        """A turn's text as its hit shows it: whole, or for a long turn its short side and the
+        passage of the long one that matches best (with where that passage lies)."""
+        turn = self._turns[key]
+        passage = self._passages.best(key, query, query_text)
+        if passage is None:
+            return turn.text, None
+        long_sides = {p.side for p in self._passages.passages(key)}
+        labels = {"user": turn.speaker or "user", "agent": "assistant"}
+        parts = []
+        for side in SIDES:
+            said = getattr(turn, side)
+            if not said:
+                continue
+            if side == passage.side:
+                parts.append(quote(labels[side], said, passage.start, passage.end))
+            elif side not in long_sides:
+                parts.append(f"{labels[side]}: {said}")
+        return "\n".join(parts), (passage.side, passage.start, passage.end)
 
     def _summary_scale(
         self, query: np.ndarray, text: str, weights: Mapping[str, float], best_turn: str, best_summary: str
@@ -215,9 +244,15 @@ class EpisodicSearch:
             mass = s.lexical_feedback_weight * len(query_terms(text))
             extra = {term: mass * weight for term, weight in found.items()}
         weight, window = s.lexical_context_weight, s.lexical_context_window
-        if not (weight and window):
+        if not (weight and window) and not len(self._passages):
             return self._turn_lexical.top_scored(text, k, keep, extra=extra)
         own = dict(self._turn_lexical.top_scored(text, max(4 * k, 200), extra=extra))
+        # A long turn scores as its best passage, when that beats its opening.
+        for key, score in self._passages.lexical(text, max(4 * k, 200), extra=extra).items():
+            if score > own.get(key, 0.0):
+                own[key] = score
+        if not (weight and window):
+            weight = 0.0
         near: dict[str, float] = {}
         for key, score in own.items():
             turn = self._turns[key]

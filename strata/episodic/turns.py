@@ -9,10 +9,11 @@ read them back, so a restart rebuilds exactly what was written.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
+from strata.episodic.passages import PASSAGE, SIDES, joined
 from strata.episodic.summarize import EpisodeSummary, SummaryInput
 from strata.store.records import Record
 from strata.store.ttl import EXPIRES
@@ -32,6 +33,7 @@ __all__ = [
     "summary_vector_text",
     "turn_from_record",
     "vector_texts",
+    "whole_turns",
 ]
 
 #: The ``kind`` of a row, and of a hit.
@@ -143,6 +145,8 @@ class EpisodicHit:
     #: How well it matches the query, in [0, 1] and comparable across queries
     #: (:mod:`strata.retrieval.relevance`); ``score`` only orders one query's hits.
     relevance: float = 0.0
+    #: A long turn's passage the text quotes: (side, start, end) in that side's characters.
+    span: tuple[str, int, int] | None = None
 
 
 def summary_payload(record: SummaryRecord) -> dict[str, Any]:
@@ -190,19 +194,48 @@ def summary_from_record(row: Record) -> SummaryRecord:
     )
 
 
+def whole_turns(rows: Sequence[Record]) -> list[tuple[Record, Turn, list[Record]]]:
+    """The turns among a tenant's ``rows``, each with its row, whole (a long side joined from its
+    passages' rows) and its passages' rows in order (user side first); by sequence number."""
+    parts: dict[tuple[str, str], list[Record]] = {}
+    for row in rows:
+        if row.kind == PASSAGE:
+            parts.setdefault((row.session, row.payload["turn_id"]), []).append(row)
+    out = []
+    for row in rows:
+        if row.kind != TURN:
+            continue
+        turn = turn_from_record(row)
+        mine = sorted(
+            parts.get((turn.session_id, turn.turn_id), []),
+            key=lambda r: (SIDES.index(r.payload["side"]), int(r.payload["n"])),
+        )
+        if mine:
+            long_sides = row.payload.get("passages", {})
+            whole = {
+                name: joined((int(r.payload["n"]), r.text) for r in mine if r.payload["side"] == name)
+                for name in SIDES if name in long_sides
+            }
+            turn = replace(turn, user=whole.get("user", turn.user), agent=whole.get("agent", turn.agent))
+        out.append((row, turn, mine))
+    out.sort(key=lambda item: item[1].seq)
+    return out
+
+
 def summary_vector_text(content: EpisodeSummary, first: Turn | None) -> str:
     """What a summary is embedded as: its text, or its first turn's when it has none."""
     return content.summary or (first.text if first is not None else "")
 
 
 def vector_texts(rows: Sequence[Record]) -> list[tuple[Record, str]]:
-    """The rows of one tenant that carry a vector (turns, summaries), each with the text its
-    vector is made from: what ``strata reindex`` embeds again."""
-    turns = {f"{t.session_id}/{t.turn_id}": t for t in (turn_from_record(r) for r in rows if r.kind == TURN)}
-    out: list[tuple[Record, str]] = []
+    """The rows of one tenant that carry a vector (turns, embedded passages, summaries), each
+    with the text its vector is made from: what ``strata reindex`` embeds again."""
+    whole = whole_turns(rows)
+    turns = {f"{t.session_id}/{t.turn_id}": t for _, t, _ in whole}
+    out: list[tuple[Record, str]] = [(row, turn.text) for row, turn, _ in whole]
     for row in rows:
-        if row.kind == TURN:
-            out.append((row, turn_from_record(row).text))
+        if row.kind == PASSAGE and row.payload.get("embedded"):
+            out.append((row, row.text))
         elif row.kind == SUMMARY:
             summary = summary_from_record(row)
             first = turns.get(f"{summary.session_id}/{summary.turn_ids[0]}") if summary.turn_ids else None

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from strata.config.stack import MAX_SHARDS
 from strata.ids import ID_FIELD_PATTERN
 from strata.layers import Layer, RetrievalPath, Role
-from strata.limits import DOCUMENT_CHARS_MAX, MESSAGE_CHARS_MAX, SKILL_ITEM_CHARS_MAX, TTL_MAX_S
+from strata.limits import DOCUMENT_CHARS_MAX, MESSAGE_CHARS_MAX, SKILL_ITEM_CHARS_MAX, TTL_MAX_S, TURN_CHARS_MAX
 
 __all__ = [
     "ContextRequest",
@@ -126,11 +126,17 @@ class ScaleIn(_In):
     shards: int = Field(ge=1, le=MAX_SHARDS, description=f"The layer's shard count, 1 to {MAX_SHARDS}")
 
 
+_TURN_SIDE = (
+    "Kept whole; a text longer than about 1,000 characters is also searched by passages, and a hit"
+    " quotes the one that matched"
+)
+
+
 class TurnIn(_In):
     """One exchange: what the user said, what the agent answered (either may be absent)."""
 
-    user: str | None = Field(default=None, max_length=MESSAGE_CHARS_MAX)
-    agent: str | None = Field(default=None, max_length=MESSAGE_CHARS_MAX)
+    user: str | None = Field(default=None, max_length=TURN_CHARS_MAX, description=_TURN_SIDE)
+    agent: str | None = Field(default=None, max_length=TURN_CHARS_MAX, description=_TURN_SIDE)
     timestamp: datetime | None = Field(default=None, description="When it was said; default now. Naive = UTC.")
     turn_id: str | None = Field(
         default=None, pattern=ID_FIELD_PATTERN, description="Caller-given id, unique in the session"

@@ -46,6 +46,7 @@ __all__ = [
     "TenantForgotten",
     "TimeRangeOut",
     "TurnOut",
+    "TurnSpan",
     "UsageHour",
     "UsageOut",
     "UsageReport",
@@ -142,6 +143,12 @@ class MatchedSpan(_Out):
     score: float
 
 
+class TurnSpan(_Out):
+    side: Literal["user", "agent"]
+    start: int = Field(description="Character offset of the quoted passage in that side's text")
+    end: int
+
+
 class SearchHit(_Out):
     layer: str
     kind: str
@@ -160,6 +167,9 @@ class SearchHit(_Out):
     source: SourceRef | None = Field(default=None, description="Semantic passages: the document span it comes from")
     matched: list[MatchedSpan] = Field(
         default_factory=list, description="Semantic passages: the children that matched, best first"
+    )
+    span: TurnSpan | None = Field(
+        default=None, description="A long turn: the passage of it the text quotes (the one that matched best)"
     )
 
 

@@ -180,15 +180,14 @@ def test_prepare_rejects_bad_turn_id(store: InMemoryRecordStore) -> None:
         make(store).prepare("s1", [TurnInput(user="hi", turn_id='t" or 1==1')], now=NOW)
 
 
-def test_prepare_rejects_over_long_text(store: InMemoryRecordStore) -> None:
+def test_prepare_takes_text_over_a_row_and_refuses_text_over_the_limit(store: InMemoryRecordStore) -> None:
+    """A row holds 60,000 bytes; a turn side up to 1,000,000 characters is kept in its passages' rows."""
     memory = make(store)
+    assert memory.prepare("s1", [TurnInput(user="x" * 60_001)], now=NOW)
+    assert memory.prepare("s1", [TurnInput(user="字" * 20_001)], now=NOW)  # 60003 bytes of UTF-8
+    assert memory.prepare("s1", [TurnInput(user="y" * 30_000, agent="z" * 30_000)], now=NOW)
     with pytest.raises(InvalidInput, match="limited to"):
-        memory.prepare("s1", [TurnInput(user="x" * 60_001)], now=NOW)
-    with pytest.raises(InvalidInput):
-        memory.prepare("s1", [TurnInput(user="字" * 20_001)], now=NOW)  # 60003 bytes of UTF-8
-    with pytest.raises(InvalidInput):
-        memory.prepare("s1", [TurnInput(user="y" * 30_000, agent="z" * 30_000)], now=NOW)
-    assert memory.prepare("s1", [TurnInput(user="x" * 16_000)], now=NOW)
+        memory.prepare("s1", [TurnInput(agent="x" * 1_000_001)], now=NOW)
 
 
 def test_prepare_honours_max_turn_chars(store: InMemoryRecordStore) -> None:

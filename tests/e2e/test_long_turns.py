@@ -1,0 +1,54 @@
+"""Long messages over HTTP (issue 44) on the shared stack: a 100,000-character reply is
+recorded whole, a question about its middle finds it first with the passage that holds the
+answer, the turns route gives it back whole, and a side over the limit is refused by name."""
+
+from __future__ import annotations
+
+import random
+
+from tests.e2e.running import Running
+
+TENANT = "long-turns"
+FACT = (
+    "Decision: the nightly export job moves from 02:00 to 04:30 UTC, because the billing "
+    "snapshot now finishes at 04:10."
+)
+
+
+def _log(chars: int, seed: int) -> str:
+    rng = random.Random(seed)
+    words = ("worker", "queue", "retry", "token", "parser", "schema", "socket", "render", "vendor", "lint")
+    lines, total = [], 0
+    while total < chars:
+        line = f"[{rng.randint(0, 23):02d}:{rng.randint(0, 59):02d}] DEBUG " + " ".join(rng.choices(words, k=10))
+        lines.append(line)
+        total += len(line) + 1
+    return "\n".join(lines)[:chars]
+
+
+def test_a_100k_character_reply_is_kept_whole_and_found_by_its_middle(agents_stack: Running) -> None:
+    stack = agents_stack
+    key = stack.new_key("create", TENANT)
+    reply = _log(50_000, seed=1) + "\n\n" + FACT + "\n\n" + _log(50_000, seed=2)
+    turns = [
+        {"user": "Can you look at why the dashboard is slow?", "agent": "It waits on the session cache."},
+        {"user": "Here is the whole run log, what did we decide?", "agent": reply, "turn_id": "log"},
+        {"user": "Thanks. Let's plan the release notes next.", "agent": "I will draft them."},
+    ]
+    answer = stack.call("POST", "/v1/sessions/s1/turns/batch", key, {"turns": turns})
+    assert answer.status_code == 201, answer.text
+
+    found = stack.call("POST", "/v1/search", key, {"query": "When does the nightly export job run now?", "top_k": 5})
+    assert found.status_code == 200, found.text
+    best = found.json()["hits"][0]
+    assert best["id"] == "log"
+    assert best["span"]["side"] == "agent" and FACT in reply[best["span"]["start"] : best["span"]["end"]]
+    assert FACT in best["text"] and len(best["text"]) < 3_000
+
+    page = stack.call("GET", "/v1/sessions/s1/turns", key)
+    assert page.status_code == 200, page.text
+    assert [t["agent"] for t in page.json()["turns"] if t["turn_id"] == "log"] == [reply]
+
+    over = stack.call("POST", "/v1/sessions/s1/turns", key, {"user": "x" * 1_000_001})
+    assert over.status_code == 422
+    assert "user" in over.text and "1000000" in over.text
