@@ -54,6 +54,7 @@ from strata.schema import (
     SkillList,
     SkillOut,
     SkillPatch,
+    SkillVersionOut,
     TimeRangeIn,
     TraceStepIn,
     TurnIn,
@@ -266,6 +267,11 @@ class InClusterClient:
 
     async def skill_history(self, skill_id: str) -> SkillHistory:
         return await self._read(lambda: self._flow.skill_history(self._tenant, skill_id))
+
+    async def import_skill(self, skill: SkillOut, history: Sequence[SkillVersionOut]) -> tuple[SkillOut, bool]:
+        """Write a skill as ``strata export`` read it, keeping its id, counts, times and history
+        (``strata restore``; in-cluster only); and whether it was written (False: already here)."""
+        return await self._flow.import_skill(self._tenant, skill, list(history), by=_BY)
 
     async def skill_job(self, job_id: str) -> SkillJobOut:
         return await self._read(lambda: self._flow.skill_job(self._tenant, job_id))

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import weakref
-from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from datetime import datetime
 from typing import Any, ClassVar, NotRequired, Protocol, TypedDict
 
@@ -45,6 +45,7 @@ from strata.schema import (
     SkillJobOut,
     SkillList,
     SkillOut,
+    SkillVersionOut,
 )
 from strata.schema.outputs import SessionList, SessionTurns
 from strata_actors.errors import unwrap
@@ -583,3 +584,13 @@ class ProceduralHandle(LayerHandle):
 
     async def history(self, tenant: str, skill_id: str) -> SkillHistory:
         return SkillHistory(**await self._call("history", tenant, skill_id))
+
+    async def import_skill(
+        self, tenant: str, skill: SkillOut, history: Sequence[SkillVersionOut]
+    ) -> tuple[SkillOut, bool]:
+        """Write a skill as exported, with its history (``strata restore``); and whether it was
+        written (False: it was there already, the same)."""
+        out = await self._call("import_skill", tenant, skill.model_dump(mode="json"),
+                               [version.model_dump(mode="json") for version in history])
+        written = bool(out.pop("written"))
+        return SkillOut(**out), written

@@ -13,12 +13,16 @@ Skills are learned from traces by the extraction jobs of its base class,
 from __future__ import annotations
 
 import asyncio
+import time
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
 
-from strata.procedural.memory import SKILL, ProceduralMemory, Skill, validated_changes
+from strata.errors import NotFound, VersionConflict
+from strata.procedural.extractors import skill_search_text
+from strata.procedural.memory import SKILL, ProceduralMemory, Skill, history_entry, validated_changes
 from strata.store.layout import Collections
 from strata.store.records import RecordStore
 from strata_actors.expiry import WholeRecordExpiry
@@ -100,6 +104,43 @@ class ProceduralShard(WholeRecordExpiry, SkillJobs):
         )
         return {"skill_id": skill_id, "removed": removed, "version": version}
 
+    async def import_skill(
+        self, tenant: str, skill: dict[str, Any], history: Sequence[dict[str, Any]]
+    ) -> dict[str, Any]:
+        """Write a skill as it was exported (``strata restore``): its id, counts, times and every
+        version of its history; its vector is made by this stack's embedder. The skill's version
+        is the exported one (or the next of this tenant's, if that is higher), so a later change
+        never takes a version its history already has. A skill already here as exported is left
+        alone (``written`` False).
+
+        Raises:
+            VersionConflict: the tenant has a skill of that id with other content or counts.
+        """
+        imported = Skill.from_dict(skill)
+        entries = sorted((history_entry(entry) for entry in history), key=lambda e: e.version)
+        vector = (await self.embed([skill_search_text(imported.draft)]))[0]
+        async with self._locked(tenant) as slot:
+            current = await self._version(tenant, slot, imported.skill_id)
+            try:
+                there = slot.layer.get(imported.skill_id)
+            except NotFound:
+                there = None
+            if there is not None:
+                if _same(there, imported):
+                    return {**there.to_dict(), "version": current, "written": False}
+                raise VersionConflict(
+                    f"skill {imported.skill_id!r} is already in this tenant with other content or counts "
+                    f"(version {current}): not overwritten",
+                    current_version=current,
+                    layer=self.layer_name,
+                )
+            last = max([int(skill.get("version", 0)), *(e.version for e in entries)])
+            version = await self._claim(tenant, slot, imported.skill_id, at_least=last)
+            pending = await asyncio.to_thread(slot.layer.write_imported, imported, entries, vector)
+            slot.layer.apply(pending)
+            slot.last_used = time.monotonic()
+        return {**imported.to_dict(), "version": version, "written": True}
+
     # -- reads ----------------------------------------------------------------
 
     async def get_skill(self, tenant: str, skill_id: str) -> dict[str, Any]:
@@ -142,3 +183,8 @@ class ProceduralShard(WholeRecordExpiry, SkillJobs):
         slot = await self._tenant(tenant)
         entries = await asyncio.to_thread(slot.layer.history, skill_id)
         return {"skill_id": skill_id, "versions": [e.to_dict() for e in entries]}
+
+
+def _same(a: Skill, b: Skill) -> bool:
+    """The same skill, as far as a restore can tell: content, counts and last use."""
+    return (a.draft, a.uses, a.successes, a.last_used) == (b.draft, b.uses, b.successes, b.last_used)

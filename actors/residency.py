@@ -132,6 +132,10 @@ class TenantResidency(Generic[_L]):
     def load_layer(self, layer: _L) -> None:
         """Blocking load of a tenant's durable state (runs in a worker thread)."""
 
+    def loaded(self, tenant: str, layer: _L) -> None:
+        """A tenant was loaded and is resident (on the event loop): start work its rows left
+        undone, if any (the episodic layer's passages still to embed)."""
+
     def tenant_rows(self, collections: Collections) -> tuple[str, list[str] | None]:
         """Where this layer keeps a tenant's rows: a collection, and the kinds there (None = all).
         Version counters are never among them: they carry no content, and a forgotten
@@ -255,6 +259,7 @@ class TenantResidency(Generic[_L]):
                 slot.versions[scope] = int(cast(int, done[-1]))
             self._make_room()
             self._tenants[tenant] = slot
+            self.loaded(tenant, layer)
             future.set_result(slot)
             return slot
         except BaseException as exc:
@@ -280,10 +285,11 @@ class TenantResidency(Generic[_L]):
 
     # -- the slot's version counters (cached; the store holds them) -------------------
 
-    async def _claim(self, tenant: str, slot: TenantSlot[_L], scope: str) -> int:
-        """Durably claim the next version of ``scope`` (the caller holds the lock)."""
+    async def _claim(self, tenant: str, slot: TenantSlot[_L], scope: str, *, at_least: int = 0) -> int:
+        """Durably claim the next version of ``scope``, or ``at_least`` if that is higher (a
+        restored skill keeps its versions); the caller holds the lock."""
         _, _, versions = await self._backend()
-        new = await self._version(tenant, slot, scope) + 1
+        new = max(await self._version(tenant, slot, scope) + 1, at_least)
         await asyncio.to_thread(versions.put, tenant, self.layer_name, scope, new)
         slot.versions[scope] = new
         return new

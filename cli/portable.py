@@ -8,8 +8,9 @@ text, title and metadata are already there is left alone; a working-memory item 
 its session is not added again, and one that copies a turn comes back with that turn.
 Everything is embedded again by the target's embedder (vectors in a file are not used). The
 episodic layer makes summaries again from the restored turns, so summary lines are read and
-not written; skills are not restored: no write path keeps a skill's id, counts and history
-(``extract_skill`` learns a new skill from a trace), and faking one would not be the same skill.
+not written. A skill comes back as it was (its id, counts, times and every version of its
+history, through the procedural layer's import path: no other write keeps them); one already
+there the same is left alone, one there with other content is refused, not overwritten.
 A line that cannot be read or written is reported by its number and reason; the rest go on.
 """
 
@@ -29,7 +30,7 @@ from pydantic import ValidationError
 
 from strata.errors import InvalidInput, NotFound, StrataError
 from strata.layers import LAYERS
-from strata.schema import DocumentOut, RecordTurnsResult, TurnIn, WorkingState
+from strata.schema import DocumentOut, RecordTurnsResult, SkillOut, SkillVersionOut, TurnIn, WorkingState
 from strata.schema.export import (
     DocumentRecord,
     ExportEnd,
@@ -49,13 +50,12 @@ _TURN_BATCH = 200
 #: Record kinds read and not written, and why.
 NOT_RESTORED = {
     "summary": "made again from the restored turns by the episodic layer",
-    "skill": "no write path keeps a skill's id, counts and history (not restored in this version)",
 }
 
 
 class Restorer(Protocol):
-    """The writes and reads restore uses: :class:`strata_actors.client.InClusterClient`'s (or
-    :class:`strata_serve.client.AsyncStrataClient`'s, over HTTP with the target tenant's key)."""
+    """The writes and reads restore uses: :class:`strata_actors.client.InClusterClient`'s (the
+    HTTP clients have all but :meth:`import_skill`, which is in-cluster only)."""
 
     async def record_turns(self, session_id: str, turns: Sequence[TurnIn | dict[str, Any]]) -> RecordTurnsResult: ...
 
@@ -68,6 +68,8 @@ class Restorer(Protocol):
     async def get_working(self, session_id: str) -> WorkingState: ...
 
     async def add_working_items(self, session_id: str, items: Sequence[dict[str, Any]]) -> WorkingState: ...
+
+    async def import_skill(self, skill: SkillOut, history: Sequence[SkillVersionOut]) -> tuple[SkillOut, bool]: ...
 
 
 @dataclass
@@ -130,8 +132,10 @@ async def restore_lines(
             report.complete = record.records == seen
             if not report.complete:
                 report.refused.append((line.number, f"the end line counts {record.records} records, {seen} came"))
-        elif isinstance(record, SummaryRecord | SkillRecord):
+        elif isinstance(record, SummaryRecord):
             report.not_restored[record.kind] += 1
+        elif isinstance(record, SkillRecord):
+            await _guard(line.number, report, _restore_skill(client, record, report))
         elif isinstance(record, DocumentRecord):
             await _guard(line.number, report, _restore_document(client, record, report))
         elif isinstance(record, WorkingItemRecord):
@@ -212,6 +216,13 @@ async def _restore_document(client: Restorer, record: DocumentRecord, report: Re
         return
     await client.index_document(record.text, doc_id=record.doc_id, title=record.title, metadata=record.metadata)
     report.written["document"] += 1
+
+
+async def _restore_skill(client: Restorer, record: SkillRecord, report: RestoreReport) -> None:
+    if record.skill.expires_at is not None and record.skill.expires_at <= datetime.now(UTC):
+        raise InvalidInput("expired since the export")
+    _, written = await client.import_skill(record.skill, record.history)
+    (report.written if written else report.unchanged)["skill"] += 1
 
 
 async def _restore_working(

@@ -15,11 +15,15 @@ from strata.schema import (
     SkillList,
     SkillOut,
     SkillPatch,
+    SkillVersionOut,
 )
 from strata_actors.orchestration.audit import AuditFlow
 from strata_actors.orchestration.base import plain_trace
 
 __all__ = ["SkillFlow"]
+
+#: A skill's fields that hold what a user wrote (redacted as any write's).
+_CONTENT = ("skill_name", "description", "trigger_conditions", "steps", "common_pitfalls", "success_criteria", "tasks")
 
 
 class SkillFlow(AuditFlow):
@@ -103,6 +107,29 @@ class SkillFlow(AuditFlow):
     async def skill_history(self, tenant: str, skill_id: str) -> SkillHistory:
         validate_id(skill_id, field="skill_id")
         return await self.router.procedural(tenant).history(tenant, skill_id)
+
+    async def import_skill(
+        self, tenant: str, skill: SkillOut, history: list[SkillVersionOut], *, by: str = ""
+    ) -> tuple[SkillOut, bool]:
+        """Write a skill as exported, with its id, counts and history (``strata restore``), its
+        content redacted by the tenant's PII rules as any write's; and whether it was written."""
+        validate_id(skill.skill_id, field="skill_id")
+        redact = self._pii.for_tenant(tenant)
+
+        def redacted() -> tuple[SkillOut, list[SkillVersionOut]]:
+            content = {name: redact.value(getattr(skill, name)) for name in _CONTENT}
+            versions = [
+                version.model_copy(update={"snapshot": redact.value(version.snapshot),
+                                           "outcome": redact.value(version.outcome)})
+                for version in history
+            ]
+            return skill.model_copy(update=content), versions
+
+        skill, history = await asyncio.to_thread(redacted)
+        out, written = await self.router.procedural(tenant).import_skill(tenant, skill, history)
+        if written:
+            await self._record(tenant, by, "import_skill", "procedural", out.skill_id, out.version)
+        return out, written
 
     async def skill_job(self, tenant: str, job_id: str) -> SkillJobOut:
         validate_id(job_id, field="job_id")

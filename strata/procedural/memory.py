@@ -47,6 +47,7 @@ __all__ = [
     "ProceduralMemory",
     "Skill",
     "SkillHit",
+    "history_entry",
     "new_skill_id",
     "validated_changes",
     "vector_texts",
@@ -81,6 +82,8 @@ def _ms(when: datetime) -> int:
 
 
 def _time(value: Any) -> datetime | None:
+    if isinstance(value, datetime):
+        return value
     return datetime.fromisoformat(value) if isinstance(value, str) else None
 
 
@@ -134,6 +137,25 @@ class Skill:
             last_used=_time(payload.get("last_used")),
             tasks=tuple(payload.get("tasks", ())),
             expires_ms=payload.get(EXPIRES),
+        )
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Skill:
+        """The skill of a public view (:meth:`to_dict`, JSON or not): what an export carries.
+        The derived fields (variables, success rate, confidence) are made again."""
+        created = _time(data.get("created_at")) or datetime.now(UTC)
+        expires = _time(data.get("expires_at"))
+        return cls(
+            skill_id=validate_id(str(data["skill_id"]), field="skill_id"),
+            draft=SkillDraft.from_dict({k: data[k] for k in _EDITABLE}),
+            created_at=created,
+            updated_at=_time(data.get("updated_at")) or created,
+            updated_by=str(data.get("updated_by", "")),
+            uses=int(data.get("uses", 0)),
+            successes=int(data.get("successes", 0)),
+            last_used=_time(data.get("last_used")),
+            tasks=tuple(data.get("tasks", ()))[-_TASKS_KEPT:],
+            expires_ms=_ms(expires) if expires else None,
         )
 
     def brief(self) -> str:
@@ -304,7 +326,7 @@ class ProceduralMemory:
         rows = self._store.scan(
             self._collection, tenant=self.tenant, session=skill_id, kinds=[HISTORY], with_vectors=False
         )
-        entries = [_entry(row.payload) for row in rows]
+        entries = [history_entry(row.payload) for row in rows]
         return sorted(entries, key=lambda e: e.version)
 
     # -- writes (durable step, in a worker thread) --------------------------------
@@ -376,6 +398,18 @@ class ProceduralMemory:
         outcome = {"success": success, "notes": notes}
         return self._write(skill, self._vectors[skill_id], change="outcome", version=version, now=now, outcome=outcome)
 
+    def write_imported(self, skill: Skill, history: Sequence[HistoryEntry], vector: np.ndarray) -> _Pending:
+        """Write a skill as another tenant or stack exported it (``strata restore``): its id,
+        counts and times as they were, and every entry of its history with its own version
+        (the caller has claimed a version at least the last of them)."""
+        if not skill.draft.steps:
+            raise InvalidInput("a skill needs at least one step", field="steps")
+        vector = np.asarray(vector, dtype=np.float32)
+        rows = [self._skill_row(skill, vector, now=skill.updated_at)]
+        rows += [self._history_row(skill.skill_id, entry) for entry in history]
+        self._store.upsert(self._collection, rows)
+        return _Pending(skill, vector, rows)
+
     def delete(self, skill_id: str) -> int:
         """Remove the skill and its history from the store (durable step)."""
         self.get(skill_id)
@@ -426,30 +460,33 @@ class ProceduralMemory:
             snapshot=skill.draft.to_dict() if outcome is None else None,
             outcome=outcome,
         )
-        rows = [
-            Record(
-                pk=self._pk(SKILL, skill.skill_id),
-                tenant=self.tenant,
-                session=skill.skill_id,
-                kind=SKILL,
-                ts_ms=_ms(now),
-                text=skill_search_text(skill.draft)[:4000],
-                payload=skill.to_payload(),
-                vector=vector,
-            ),
-            Record(
-                pk=self._pk(HISTORY, skill.skill_id, f"{version:010d}"),
-                tenant=self.tenant,
-                session=skill.skill_id,
-                kind=HISTORY,
-                ts_ms=_ms(now),
-                text="",
-                payload=_entry_payload(entry),
-            ),
-        ]
+        rows = [self._skill_row(skill, vector, now=now), self._history_row(skill.skill_id, entry)]
         # One upsert: the skill row and its history entry land together.
         self._store.upsert(self._collection, rows)
         return _Pending(skill, vector, rows)
+
+    def _skill_row(self, skill: Skill, vector: np.ndarray, *, now: datetime) -> Record:
+        return Record(
+            pk=self._pk(SKILL, skill.skill_id),
+            tenant=self.tenant,
+            session=skill.skill_id,
+            kind=SKILL,
+            ts_ms=_ms(now),
+            text=skill_search_text(skill.draft)[:4000],
+            payload=skill.to_payload(),
+            vector=vector,
+        )
+
+    def _history_row(self, skill_id: str, entry: HistoryEntry) -> Record:
+        return Record(
+            pk=self._pk(HISTORY, skill_id, f"{entry.version:010d}"),
+            tenant=self.tenant,
+            session=skill_id,
+            kind=HISTORY,
+            ts_ms=_ms(entry.at),
+            text="",
+            payload=_entry_payload(entry),
+        )
 
     def _remember(self, skill: Skill, vector: np.ndarray) -> None:
         if skill.skill_id in self._vectors:
@@ -469,7 +506,8 @@ def _entry_payload(entry: HistoryEntry) -> dict[str, Any]:
     return {**entry.to_dict(), "at": entry.at.isoformat()}
 
 
-def _entry(payload: Mapping[str, Any]) -> HistoryEntry:
+def history_entry(payload: Mapping[str, Any]) -> HistoryEntry:
+    """A history entry from its stored payload or its public view (:meth:`HistoryEntry.to_dict`)."""
     return HistoryEntry(
         version=int(payload["version"]),
         at=_time(payload.get("at")) or datetime.now(UTC),

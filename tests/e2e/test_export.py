@@ -1,7 +1,7 @@
-"""Export and restore (issue 45) on the shared stack: a tenant's turns, a document and working
-memory go out through ``GET /v1/export`` and ``strata export``, come back into a new tenant
-with ``strata restore`` (twice: the second run writes nothing), and the same searches return
-the same items there."""
+"""Export and restore (issue 45) on the shared stack: a tenant's turns, a document, a skill with
+its history and working memory go out through ``GET /v1/export`` and ``strata export``, come
+back into a new tenant with ``strata restore`` (twice: the second run writes nothing), and the
+same searches return the same items there."""
 
 from __future__ import annotations
 
@@ -27,7 +27,14 @@ DOCUMENT: dict[str, Any] = {
             "## Trains\n\nBook second class; first class needs a manager's approval.",
 }
 NOTE = {"role": "system", "content": "Ana is planning the Kestrel-Quay trip; keep answers short.", "importance": 0.9}
-QUERIES = ["hotel near Cais do Sodre", "Kestrel-Quay conference Lisbon", "train seats to Porto",
+TRACE = [
+    {"command": "terraform plan -out plan.tfplan"},
+    {"command": "terraform apply plan.tfplan", "error": "Error: state lock held by another run"},
+    {"command": "terraform force-unlock 7f3c"},
+    {"command": "terraform apply plan.tfplan", "output": "Apply complete! Resources: 3 added"},
+]
+SKILL_TASK = "Apply the Terraform plan for the network module"
+QUERIES = ["terraform state lock", "hotel near Cais do Sodre", "Kestrel-Quay conference Lisbon", "train seats to Porto",
            "refund limit for hotels", "first class approval"]
 
 
@@ -47,6 +54,12 @@ def test_a_tenant_exported_and_restored_answers_the_same_searches(agents_stack: 
     assert stack.call("POST", f"/v1/sessions/{SESSION}/turns/batch", source, {"turns": TURNS}).status_code == 201
     assert stack.call("POST", "/v1/documents", source, DOCUMENT).status_code == 201
     assert stack.call("POST", f"/v1/sessions/{SESSION}/working/items", source, {"items": [NOTE]}).status_code == 200
+    skill = stack.call("POST", "/v1/skills:extract", source, {"task": SKILL_TASK, "trace": TRACE})
+    assert skill.status_code == 201, skill.text
+    skill_id = skill.json()["skill_id"]
+    for success in (True, False, True):
+        used = stack.call("POST", f"/v1/skills/{skill_id}/outcomes", source, {"success": success})
+        assert used.status_code == 200, used.text
 
     streamed = stack.call("GET", "/v1/export", source)
     assert streamed.status_code == 200, streamed.text
@@ -63,6 +76,9 @@ def test_a_tenant_exported_and_restored_answers_the_same_searches(agents_stack: 
     docs = [r for r in records if r["kind"] == "document"]
     assert docs == [{"kind": "document", **DOCUMENT, "created_at": docs[0]["created_at"],
                      "updated_at": docs[0]["updated_at"]}]
+    skills = [r for r in records if r["kind"] == "skill"]
+    assert [s["skill"]["skill_id"] for s in skills] == [skill_id]
+    assert [v["change"] for v in skills[0]["history"]] == ["created", "outcome", "outcome", "outcome"]
     working = [r for r in records if r["kind"] == "working_item"]
     assert any(w["content"] == NOTE["content"] and "turn_id" not in w for w in working)
     assert {w.get("turn_id") for w in working} >= {"t-001", "t-002", "t-003"}  # the turns' copies
@@ -75,7 +91,7 @@ def test_a_tenant_exported_and_restored_answers_the_same_searches(agents_stack: 
 
     restored = stack.cli("restore", str(out), "--tenant", TARGET)
     assert restored.returncode == 0, restored.stdout + restored.stderr
-    assert "written 1 document, 3 turn, 1 working_item" in restored.stdout, restored.stdout
+    assert "written 1 document, 1 skill, 3 turn, 1 working_item" in restored.stdout, restored.stdout
     again = stack.cli("restore", str(out), "--tenant", TARGET)
     assert again.returncode == 0, again.stdout + again.stderr
     assert "written nothing" in again.stdout, again.stdout
@@ -83,10 +99,16 @@ def test_a_tenant_exported_and_restored_answers_the_same_searches(agents_stack: 
     target = stack.new_key("create", TARGET)
     for query in QUERIES:
         assert _search(stack, target, query) == _search(stack, source, query), query
+    for path in (f"/v1/skills/{skill_id}", f"/v1/skills/{skill_id}/history"):  # the same skill, history and version
+        assert stack.call("GET", path, target).json() == stack.call("GET", path, source).json(), path
     back = stack.call("GET", "/v1/export", target).text.splitlines()
-    kept = ("turn", "document", "working_item")
+    kept = ("turn", "document", "working_item", "skill")
 
     def comparable(rs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         return [{k: v for k, v in r.items() if k not in ("created_at", "updated_at")} for r in rs if r["kind"] in kept]
 
     assert comparable(_records(back)) == comparable(records)
+    used = stack.call("POST", f"/v1/skills/{skill_id}/outcomes", target, {"success": True})
+    assert used.status_code == 200 and used.json()["version"] == 5 and used.json()["uses"] == 4, used.text
+    history = stack.call("GET", f"/v1/skills/{skill_id}/history", target).json()["versions"]
+    assert [v["version"] for v in history] == [1, 2, 3, 4, 5]  # a change after the restore takes a new version

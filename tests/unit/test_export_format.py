@@ -102,6 +102,7 @@ class Target:
         self.turns: dict[str, TurnIn] = {}
         self.docs: dict[str, DocumentOut] = {}
         self.working: dict[str, list[WorkingItemOut]] = {}
+        self.skills: dict[str, tuple[SkillOut, list[SkillVersionOut]]] = {}
         self.writes = 0
 
     async def record_turns(self, session_id: str, turns: Sequence[TurnIn | dict[str, Any]]) -> RecordTurnsResult:
@@ -144,6 +145,14 @@ class Target:
         return await self.get_working(session_id)
 
 
+    async def import_skill(self, skill: SkillOut, history: Sequence[SkillVersionOut]) -> tuple[SkillOut, bool]:
+        if skill.skill_id in self.skills:
+            return self.skills[skill.skill_id][0], False
+        self.writes += 1
+        self.skills[skill.skill_id] = (skill, list(history))
+        return skill, True
+
+
 def _file(records: Sequence[ExportRecord], *, end: int | None = None) -> list[str]:
     lines = [dump_line(HEADER), *(dump_line(r) for r in records)]
     return [*lines, json.dumps({"kind": "end", "records": len(records) if end is None else end}) + "\n"]
@@ -160,15 +169,23 @@ def test_restore_goes_on_past_a_refused_line_and_a_second_run_writes_nothing() -
     report = asyncio.run(restore_lines(target, _file(records)))
     assert report.complete
     assert report.refused == [(3, "a turn the target refuses"), (4, "expired since the export")]
-    assert dict(report.written) == {"turn": 1, "document": 1, "working_item": 1}
-    assert dict(report.not_restored) == {"summary": 1, "skill": 1}
+    assert dict(report.written) == {"turn": 1, "document": 1, "skill": 1, "working_item": 1}
+    assert dict(report.not_restored) == {"summary": 1}
+    assert target.skills["s1"] == (SKILL, RECORDS[3].history)  # type: ignore[union-attr]
     assert set(target.turns) == {"t1"} and target.turns["t1"].speaker == "ana"
     assert target.docs["d1"].text == RECORDS[2].text  # type: ignore[union-attr]
 
     writes = target.writes
     again = asyncio.run(restore_lines(target, _file(records)))
     assert target.writes == writes and not again.written
-    assert dict(again.unchanged) == {"turn": 1, "document": 1, "working_item": 2}
+    assert dict(again.unchanged) == {"turn": 1, "document": 1, "skill": 1, "working_item": 2}
+
+
+def test_an_expired_skill_is_not_restored() -> None:
+    gone = SkillRecord(skill=SKILL.model_copy(update={"expires_at": datetime.now(UTC) - timedelta(hours=1)}))
+    target = Target()
+    report = asyncio.run(restore_lines(target, _file([gone])))
+    assert report.refused == [(2, "expired since the export")] and not target.skills
 
 
 def test_restore_says_when_the_file_was_cut_short() -> None:
