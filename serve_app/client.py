@@ -25,7 +25,7 @@ import asyncio
 import json
 import time
 import uuid
-from collections.abc import AsyncGenerator, Callable, Coroutine, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Concatenate, Generic, ParamSpec, Protocol, Self, TypeVar
@@ -83,6 +83,7 @@ from strata.schema import (
     WorkingItemsIn,
     WorkingState,
 )
+from strata.schema.export import ExportItem, ExportReader
 from strata_serve.retry import Attempts, Retry, wait_s
 
 __all__ = ["AsyncStrataClient", "StrataClient"]
@@ -145,21 +146,26 @@ class _Call(Generic[_M]):
     def parse(self, status: int, content: bytes) -> _M:
         """The answer's model, or the error its status and body say."""
         if status >= 400:
-            try:
-                data = json.loads(content)
-            except ValueError:
-                data = None
-            if not isinstance(data, dict):
-                if status == 404:  # Serve's proxy, not Strata: the routes are not back yet
-                    raise StoreUnavailable(_NOT_SERVED, retry_after_s=1, status=503) from None
-                data = {"message": content[:500].decode(errors="replace")}
-            message = data.get("message") or str(data)[:500]
-            details = {k: v for k, v in data.items() if k not in ("message", "error")}
-            kind = _BY_NAME.get(str(data.get("error")), _BY_STATUS.get(status, StrataError))
-            if kind.status_code != status:  # a name another server gave: the status decides
-                kind = _BY_STATUS.get(status, StrataError)
-            raise kind(message, status=status, **details)
+            raise _error(status, content)
         return self.result.model_validate_json(content)
+
+
+def _error(status: int, content: bytes) -> StrataError:
+    """The error an answer of ``status`` >= 400 with body ``content`` says."""
+    try:
+        data = json.loads(content)
+    except ValueError:
+        data = None
+    if not isinstance(data, dict):
+        if status == 404:  # Serve's proxy, not Strata: the routes are not back yet
+            return StoreUnavailable(_NOT_SERVED, retry_after_s=1, status=503)
+        data = {"message": content[:500].decode(errors="replace")}
+    message = data.get("message") or str(data)[:500]
+    details = {k: v for k, v in data.items() if k not in ("message", "error")}
+    kind = _BY_NAME.get(str(data.get("error")), _BY_STATUS.get(status, StrataError))
+    if kind.status_code != status:  # a name another server gave: the status decides
+        kind = _BY_STATUS.get(status, StrataError)
+    return kind(message, status=status, **details)
 
 
 def _param(value: Any) -> Any:
@@ -369,6 +375,23 @@ def _health() -> _Call[Health]:
     return _Call("GET", "/healthz", Health)
 
 
+def _export(layers: Sequence[Layer] | None = None) -> tuple[str, dict[str, Any]]:
+    """``GET /v1/export``'s path and query (by default every layer the key may read)."""
+    return "/v1/export", {"layers": list(layers)} if layers else {}
+
+
+async def _split_lines(chunks: AsyncIterator[bytes]) -> AsyncIterator[str]:
+    """The lines of a byte stream, however its chunks cut them (a line may be megabytes: a document)."""
+    rest = b""
+    async for chunk in chunks:
+        rest += chunk
+        *lines, rest = rest.split(b"\n")
+        for line in lines:
+            yield line.decode()
+    if rest:
+        yield rest.decode()
+
+
 def _attempts(call: _Call[Any], policy: Retry, keys: bool) -> tuple[dict[str, Any], Attempts]:
     """The request to send (once, or again for each retry: the same bytes and key) and its attempts."""
     key = str(uuid.uuid4()) if keys and call.writes else None
@@ -424,6 +447,10 @@ class _AsyncSender(Protocol):
         """The answer's status, body and ``Retry-After`` header."""
         ...
 
+    def lines(self, url: str, params: dict[str, Any]) -> AsyncIterator[str]:
+        """A GET's answer a line at a time; an error answer raised as its error."""
+        ...
+
     async def aclose(self) -> None: ...
 
 
@@ -436,6 +463,13 @@ class _Httpx:
     ) -> tuple[int, bytes, str | None]:
         response = await self._client.request(method, url, content=content, headers=headers, params=params)
         return response.status_code, response.content, response.headers.get("retry-after")
+
+    async def lines(self, url: str, params: dict[str, Any]) -> AsyncIterator[str]:
+        async with self._client.stream("GET", url, params=params) as response:
+            if response.status_code >= 400:
+                raise _error(response.status_code, await response.aread())
+            async for line in _split_lines(response.aiter_bytes()):
+                yield line
 
     async def aclose(self) -> None:
         await self._client.aclose()
@@ -468,13 +502,34 @@ class _Aiohttp:
         await anext(self._closer)
         return session
 
-    async def send(
-        self, *, method: str, url: str, content: bytes | None, headers: dict[str, str], params: dict[str, Any]
-    ) -> tuple[int, bytes, str | None]:
+    async def _current(self) -> aiohttp.ClientSession:
         loop = asyncio.get_running_loop()
         session = self._session
         if session is None or session.closed or self._loop is not loop:
             session = await self._open(loop)
+        return session
+
+    async def lines(self, url: str, params: dict[str, Any]) -> AsyncIterator[str]:
+        session = await self._current()
+        # A stream's whole may take minutes (100k turns): the timeout bounds each read instead.
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=self._timeout.total, sock_read=self._timeout.total)
+        try:
+            async with session.get(self._base + url, params=params or None, timeout=timeout) as response:
+                if response.status >= 400:
+                    raise _error(response.status, await response.read())
+                async for line in _split_lines(response.content.iter_any()):
+                    yield line
+        except aiohttp.ClientConnectorError as exc:
+            raise httpx.ConnectError(f"GET {url}: {exc}") from exc
+        except TimeoutError as exc:
+            raise httpx.TimeoutException(f"GET {url}: nothing read for {self._timeout.total:g} s") from exc
+        except aiohttp.ClientError as exc:
+            raise httpx.TransportError(f"GET {url}: {type(exc).__name__}: {exc}") from exc
+
+    async def send(
+        self, *, method: str, url: str, content: bytes | None, headers: dict[str, str], params: dict[str, Any]
+    ) -> tuple[int, bytes, str | None]:
+        session = await self._current()
         where = f"{method} {url}"
         try:
             async with session.request(
@@ -558,6 +613,39 @@ class StrataClient:
     audit = _sync(_audit)
     health = _sync(_health)
 
+    def export(self, *, layers: Sequence[Layer] | None = None) -> Iterator[ExportItem]:
+        """The key's tenant exported (``GET /v1/export``), one parsed line at a time as it streams:
+        the :class:`~strata.schema.export.ExportHeader`, each record, the
+        :class:`~strata.schema.export.ExportEnd`. Memory holds one line, whatever the tenant's size.
+
+        Args:
+            layers: only these layers (default: every layer the key may read).
+
+        Raises:
+            strata.errors.InvalidInput: a line this version cannot read, or a stream cut short
+                before its end line.
+        """
+        path, params = _export(layers)
+        attempts = Attempts(self._retry, retriable=True, keyed=False)
+        while True:  # retried until its first line: a stream half read is not sent again
+            started = False
+            try:
+                # httpx's timeout bounds each read, not the whole stream (which may take minutes).
+                with self._http.stream("GET", path, params=params) as response:
+                    if response.status_code >= 400:
+                        raise _error(response.status_code, response.read())
+                    reader = ExportReader()
+                    for line in response.iter_lines():
+                        if (item := reader.read(line)) is not None:
+                            started = True
+                            yield item
+                    reader.close()
+                    return
+            except (StrataError, httpx.TransportError) as exc:
+                if started or isinstance(exc, InvalidInput) or (delay_s := wait_s(attempts, exc, None)) is None:
+                    raise
+            time.sleep(delay_s)
+
     def __enter__(self) -> Self:
         return self
 
@@ -624,6 +712,26 @@ class AsyncStrataClient:
     post_interaction = _async(_post_interaction)
     audit = _async(_audit)
     health = _async(_health)
+
+    async def export(self, *, layers: Sequence[Layer] | None = None) -> AsyncIterator[ExportItem]:
+        """The key's tenant exported (``GET /v1/export``), one parsed line at a time as it
+        streams (``async for item in client.export()``): as :meth:`StrataClient.export`."""
+        path, params = _export(layers)
+        attempts = Attempts(self._retry, retriable=True, keyed=False)
+        while True:  # retried until its first line: a stream half read is not sent again
+            started = False
+            try:
+                reader = ExportReader()
+                async for line in self._http.lines(path, params):
+                    if (item := reader.read(line)) is not None:
+                        started = True
+                        yield item
+                reader.close()
+                return
+            except (StrataError, httpx.TransportError) as exc:
+                if started or isinstance(exc, InvalidInput) or (delay_s := wait_s(attempts, exc, None)) is None:
+                    raise
+            await asyncio.sleep(delay_s)
 
     async def __aenter__(self) -> Self:
         return self

@@ -37,7 +37,9 @@ __all__ = [
     "EmbedderTag",
     "ExportEnd",
     "ExportHeader",
+    "ExportItem",
     "ExportLine",
+    "ExportReader",
     "ExportRecord",
     "SkillRecord",
     "SummaryRecord",
@@ -160,6 +162,64 @@ class ExportLine:
     number: int
     record: ExportRecord | ExportEnd | None
     error: str | None = None
+
+
+#: One parsed line of an export: the header, a record or the end line.
+ExportItem = ExportHeader | ExportRecord | ExportEnd
+
+
+class ExportReader:
+    """An export read strictly, a line at a time (what the HTTP clients' ``export()`` yield):
+    the header first, then records, then the end line; anything else is an error, and so is a
+    stream that stops before its end line.
+
+    Example::
+
+        reader = ExportReader()
+        items = [item for line in lines if (item := reader.read(line)) is not None]
+        reader.close()  # raises if the export was cut short
+    """
+
+    def __init__(self) -> None:
+        self._number = 0
+        self._records = 0
+        self._header: ExportHeader | None = None
+        self._end: ExportEnd | None = None
+
+    def read(self, line: str) -> ExportItem | None:
+        """The item ``line`` holds (None for a blank line).
+
+        Raises:
+            strata.errors.InvalidInput: a header of another format or version, a line that is
+                not a record of this version, or a line after the end line.
+        """
+        self._number += 1
+        if not line.strip():
+            return None
+        if self._header is None:
+            self._header = read_header(line)
+            return self._header
+        if self._end is not None:
+            raise InvalidInput(f"line {self._number} follows the end line")
+        (parsed,) = read_records([line], first_number=self._number)
+        if parsed.record is None:
+            raise InvalidInput(f"line {self._number}: {parsed.error}")
+        if isinstance(parsed.record, ExportEnd):
+            if parsed.record.records != self._records:
+                raise InvalidInput(f"the end line counts {parsed.record.records} records, {self._records} came")
+            self._end = parsed.record
+        else:
+            self._records += 1
+        return parsed.record
+
+    def close(self) -> None:
+        """Check that the export was whole.
+
+        Raises:
+            strata.errors.InvalidInput: it ended before its end line (cut short).
+        """
+        if self._end is None:
+            raise InvalidInput(f"the export ended after {self._records} records without its end line: cut short")
 
 
 def dump_line(item: ExportHeader | ExportRecord | ExportEnd) -> str:

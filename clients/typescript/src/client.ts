@@ -4,6 +4,7 @@
  * What goes on the wire keeps the API's names (`session_id`, `top_k`), typed from the OpenAPI
  * document (src/schema.ts); the client's own options are camelCase (`timeoutMs`, `ifMatch`).
  */
+import { StrataError } from "./errors.js";
 import { type CallOptions, type Query, Transport } from "./http.js";
 import { type RetryOptions, resolveRetry } from "./retry.js";
 import type { components, paths } from "./schema.js";
@@ -49,6 +50,85 @@ export type TenantForgotten = Schemas["TenantForgotten"];
 export type Health = Schemas["Health"];
 export type ScaleIn = Schemas["ScaleIn"];
 export type LayerPlacement = Schemas["LayerPlacement"];
+
+export type ExportQuery = QueryOf<"/v1/export">;
+
+// The export format (strata/schema/export.py, docs/api.md): JSON Lines, told apart by `kind`.
+// Fields at their default of null are left out of a line.
+
+/** The first line of an export. */
+export interface ExportHeader {
+  kind: "header";
+  format: "strata-export";
+  version: number;
+  strata_version: string;
+  tenant: string;
+  embedder: { provider: string; model: string; dim: number };
+  created_at: string;
+  layers: Array<"working" | "episodic" | "semantic" | "procedural">;
+  vectors: boolean;
+}
+export interface TurnRecord {
+  kind: "turn";
+  session_id: string;
+  turn_id: string;
+  timestamp: string;
+  user?: string;
+  agent?: string;
+  speaker?: string;
+  metadata: Record<string, unknown>;
+  expires_at?: string;
+  vector?: number[];
+}
+export interface SummaryRecord {
+  kind: "summary";
+  session_id: string;
+  summary_id: string;
+  turn_ids: string[];
+  summary: string;
+  key_topics: string[];
+  action_items: string[];
+  user_preferences: string[];
+  method: string;
+  fallback_reason?: string;
+}
+export interface DocumentRecord {
+  kind: "document";
+  doc_id: string;
+  title?: string;
+  text: string;
+  metadata: Record<string, unknown>;
+  created_at?: string;
+  updated_at?: string;
+}
+export interface SkillRecord {
+  kind: "skill";
+  skill: SkillOut;
+  history: SkillHistory["versions"];
+}
+export interface WorkingItemRecord {
+  kind: "working_item";
+  session_id: string;
+  role: string;
+  content: string;
+  importance: number;
+  created_at: string;
+  turn_id?: string;
+  expires_at?: string;
+}
+/** The last line: how many records came before it (header and end line not counted). */
+export interface ExportEnd {
+  kind: "end";
+  records: number;
+}
+export type ExportRecord = TurnRecord | SummaryRecord | DocumentRecord | SkillRecord | WorkingItemRecord;
+/** One parsed line of an export. */
+export type ExportLine = ExportHeader | ExportRecord | ExportEnd;
+
+/** The format's name and the version this client reads. */
+const EXPORT_FORMAT = "strata-export";
+const EXPORT_VERSION = 1;
+const RECORD_KINDS = new Set(["turn", "summary", "document", "skill", "working_item"]);
 
 export type ListTurnsQuery = QueryOf<"/v1/sessions/{session_id}/turns">;
 export type PageQuery = QueryOf<"/v1/sessions">;
@@ -265,6 +345,59 @@ export class StrataClient {
   /** A background extraction's state: pending, running, done (with `skill_id`) or failed. */
   skillJob(jobId: string, options: CallOptions = {}): Promise<SkillJobOut> {
     return this.get(`/v1/skill-jobs/${seg(jobId)}`, {}, options);
+  }
+
+  // -- export ---------------------------------------------------------------------------
+
+  /**
+   * The key's tenant exported (`GET /v1/export`), one parsed line at a time as it streams: the
+   * header, each record, the end line. Memory holds one line, whatever the tenant's size.
+   *
+   * ```ts
+   * for await (const line of strata.export({ layers: ["episodic"] })) if (line.kind === "turn") save(line);
+   * ```
+   *
+   * Rejects with a {@link StrataError} for a header of another format or version, a line that is
+   * not JSON or of an unknown kind, or a stream that ends before its end line (cut short).
+   */
+  async *export(query: ExportQuery = {}, options: CallOptions = {}): AsyncGenerator<ExportLine> {
+    let number = 0;
+    let records = 0;
+    let ended = false;
+    for await (const text of this.transport.lines(
+      { method: "GET", path: "/v1/export", query: query as Query },
+      options,
+    )) {
+      number++;
+      if (text.trim() === "") continue;
+      let line: ExportLine;
+      try {
+        line = JSON.parse(text) as ExportLine;
+      } catch (error) {
+        throw new StrataError(`export line ${number} is not JSON`, { cause: error });
+      }
+      if (number === 1) {
+        const header = line as Partial<ExportHeader>;
+        if (header.kind !== "header" || header.format !== EXPORT_FORMAT)
+          throw new StrataError(`line 1 is not a ${EXPORT_FORMAT} header: not a Strata export`);
+        if (header.version !== EXPORT_VERSION)
+          throw new StrataError(
+            `this export is ${EXPORT_FORMAT} version ${String(header.version)}; this client reads version ${EXPORT_VERSION} only`,
+          );
+      } else if (ended) {
+        throw new StrataError(`export line ${number} follows the end line`);
+      } else if (line.kind === "end") {
+        if (line.records !== records)
+          throw new StrataError(`the export's end line counts ${line.records} records, ${records} came`);
+        ended = true;
+      } else if (RECORD_KINDS.has(line.kind)) {
+        records++;
+      } else {
+        throw new StrataError(`export line ${number} is of an unknown kind ${JSON.stringify(line.kind)}`);
+      }
+      yield line;
+    }
+    if (!ended) throw new StrataError(`the export ended after ${records} records without its end line: cut short`);
   }
 
   // -- audit, health, admin -------------------------------------------------------------

@@ -14,7 +14,7 @@ import {
 } from "./errors.js";
 import { type ResolvedRetry, backoffMs, parseRetryAfter } from "./retry.js";
 
-export type Query = Record<string, string | number | boolean | null | undefined>;
+export type Query = Record<string, string | number | boolean | string[] | null | undefined>;
 
 /** Per call: what a method's last argument may carry. */
 export interface CallOptions {
@@ -36,6 +36,8 @@ export interface Request {
   /** A read sent as a POST (`/v1/context`, `/v1/search`): retried without an Idempotency-Key,
    * which the server would not keep anyway. GETs are reads without saying so. */
   read?: boolean;
+  /** Answer with the `Response` once its status is OK, its body unread ({@link Transport.lines}). */
+  stream?: boolean;
 }
 
 export interface TransportOptions {
@@ -103,7 +105,7 @@ export class Transport {
       for (let attempt = 1; ; attempt++) {
         let failure: StrataError;
         try {
-          return (await this.attempt(url, request.method, headers, body, controller, call)) as T;
+          return (await this.attempt(url, request, headers, body, controller, call)) as T;
         } catch (error) {
           if (!(error instanceof StrataError)) throw error;
           failure = error;
@@ -132,14 +134,74 @@ export class Transport {
     return backoffMs(attempt, retry, failure.retryAfterMs, random);
   }
 
+  /**
+   * A GET answered in JSON Lines, a line at a time as its body arrives (`GET /v1/export`): the
+   * request is retried as a read until its answer starts; then `timeoutMs` bounds each wait
+   * for more of the body, not the whole (which may take minutes). Breaking out of the loop,
+   * an abort of `call.signal` or close() stop the body's download.
+   */
+  async *lines(request: Request, call: CallOptions = {}): AsyncGenerator<string> {
+    const controller = new AbortController();
+    this.live.add(controller);
+    const onAbort = (): void =>
+      controller.abort(new AbortedError("the call was aborted", { cause: call.signal?.reason }));
+    if (call.signal?.aborted) onAbort();
+    call.signal?.addEventListener("abort", onAbort, { once: true });
+    let reader: ReadableStreamDefaultReader<Uint8Array> | undefined;
+    let finished = false;
+    const cancel = (): void => void reader?.cancel(controller.signal.reason).catch(() => undefined);
+    try {
+      const response = await this.send<Response>({ ...request, stream: true }, { ...call, signal: controller.signal });
+      if (response.body === null) return;
+      reader = response.body.getReader();
+      controller.signal.addEventListener("abort", cancel, { once: true });
+      const timeoutMs = call.timeoutMs ?? this.options.timeoutMs;
+      const where = `${request.method} ${request.path}`;
+      const decoder = new TextDecoder();
+      let rest = "";
+      for (;;) {
+        const timer = setTimeout(
+          () => controller.abort(new TimeoutError(`nothing more of ${where} within ${timeoutMs} ms`)),
+          timeoutMs,
+        );
+        let chunk: ReadableStreamReadResult<Uint8Array>;
+        try {
+          chunk = await reader.read();
+        } catch (error) {
+          const reason: unknown = controller.signal.reason;
+          if (controller.signal.aborted && reason instanceof StrataError) throw reason;
+          throw new ConnectionError(`${where} broke off: ${describe(error)}`, { cause: error });
+        } finally {
+          clearTimeout(timer);
+        }
+        // A cancelled read ends as if the body had: the abort's reason is the answer.
+        if (controller.signal.aborted) throw controller.signal.reason;
+        if (chunk.done) break;
+        rest += decoder.decode(chunk.value, { stream: true });
+        const lines = rest.split("\n");
+        rest = lines.pop() ?? "";
+        yield* lines;
+      }
+      finished = true;
+      rest += decoder.decode();
+      if (rest) yield rest;
+    } finally {
+      if (!finished) cancel(); // the caller stopped early, or it failed: no download left running
+      controller.signal.removeEventListener("abort", cancel);
+      call.signal?.removeEventListener("abort", onAbort);
+      this.live.delete(controller);
+    }
+  }
+
   private async attempt(
     url: string,
-    method: string,
+    request: Request,
     headers: Record<string, string>,
     body: string | undefined,
     outer: AbortController,
     call: CallOptions,
   ): Promise<unknown> {
+    const method = request.method;
     const timeoutMs = call.timeoutMs ?? this.options.timeoutMs;
     // One controller per attempt, so a timed-out attempt does not abort the next.
     const controller = new AbortController();
@@ -155,6 +217,8 @@ export class Transport {
       let text: string;
       try {
         response = await this.options.fetch(url, { method, headers, body, signal: controller.signal });
+        // A stream's body is read by its caller: its download must outlive this attempt's timer.
+        if (request.stream && response.ok) return response;
         text = await response.text();
       } catch (error) {
         const reason: unknown = controller.signal.reason;
@@ -178,7 +242,8 @@ export class Transport {
   private url(path: string, query: Query | undefined): string {
     const params = new URLSearchParams();
     for (const [name, value] of Object.entries(query ?? {})) {
-      if (value !== undefined && value !== null) params.set(name, String(value));
+      if (Array.isArray(value)) for (const item of value) params.append(name, item);
+      else if (value !== undefined && value !== null) params.set(name, String(value));
     }
     const search = params.toString();
     return `${this.base}${path}${search ? `?${search}` : ""}`;

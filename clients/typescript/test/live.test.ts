@@ -152,6 +152,27 @@ test("live: skills: extract, find, count a use, edit, history, delete", async ()
   assert.ok((await strata.getSkill(skill.skill_id).catch((e) => e)) instanceof NotFound);
 });
 
+test("live: export streams the tenant: a header, this run's turns, an end line with the count", async () => {
+  const session = `${run}-export`;
+  await strata.recordTurns(session, [
+    { user: "The heron nests by the weir.", turn_id: "t1" },
+    { user: "The kettle is on the stove.", turn_id: "t2" },
+  ]);
+  const kinds: string[] = [];
+  const turns: string[] = [];
+  let records = 0;
+  for await (const line of strata.export({ layers: ["episodic"] })) {
+    kinds.push(line.kind);
+    if (line.kind === "turn" && line.session_id === session) turns.push(line.turn_id);
+    if (line.kind === "end") records = line.records;
+  }
+  assert.equal(kinds[0], "header");
+  assert.equal(kinds.at(-1), "end");
+  assert.equal(records, kinds.length - 2);
+  assert.deepEqual(turns, ["t1", "t2"]);
+  await strata.forgetSession(session);
+});
+
 test("live: a bad field is an InvalidInput with the server's message", async () => {
   const error = await strata.listSessions({ limit: 100_000 }).catch((e) => e);
   assert.ok(error instanceof InvalidInput, String(error));
