@@ -299,6 +299,11 @@ class InClusterClient:
         """Wait until this tenant's background summaries are made; returns chunks still pending."""
         return await self._flow.wait_for_summaries(self._tenant)
 
+    async def wait_for_passages(self) -> int:
+        """Wait until this tenant's long turns' passages are embedded (they are found by their
+        words until then); returns the long turns still waiting."""
+        return await self._flow.wait_for_passages(self._tenant)
+
 
 class _Sync:
     """Blocking versions of the client's methods, for code without an event loop."""

@@ -82,6 +82,8 @@ class EpisodicShard(LayerShard[EpisodicMemory]):
         self.llm = make_llm(self.settings.llm)
         self._summarizer: Summarizer = LLMSummarizer(self.llm) if self.llm else ExtractiveSummarizer()
         self._summarising: dict[str, asyncio.Task[None]] = {}
+        self._embedding: dict[str, asyncio.Task[None]] = {}  # per tenant: its long turns' passages
+        self._passage_slot = asyncio.Lock()  # one long turn's passages embedded at a time
         #: Summaries being made at once, every tenant's: as many as the LLM's slots in this process
         #: (``llm.max_concurrency``), so the others wait on the event loop, not in worker threads
         #: parked on those slots (the shard's store calls need the threads).
@@ -100,6 +102,10 @@ class EpisodicShard(LayerShard[EpisodicMemory]):
 
     def load_layer(self, layer: EpisodicMemory) -> None:
         layer.load()
+
+    def loaded(self, tenant: str, layer: EpisodicMemory) -> None:
+        if layer.unembedded():  # written before a stop that came before their vectors
+            self._schedule_passages(tenant)
 
     # -- expiry: turns, and the summaries made from them ------------------------------
 
@@ -146,12 +152,6 @@ class EpisodicShard(LayerShard[EpisodicMemory]):
             vectors = await self.embed([turn_text(t) for t in turns])
         now = now or datetime.now(UTC)
         vecs = np.asarray(vectors, dtype=np.float32)
-        # A long turn's passages are embedded here, whoever embedded the turns themselves.
-        cutter = (await self._tenant(tenant)).layer.passage_texts
-        passages = await asyncio.to_thread(
-            lambda: [text for item in inputs for text in cutter(item.user, item.agent)]
-        )
-        passage_vecs = np.asarray(await self.embed(passages), dtype=np.float32) if passages else None
 
         def write(layer: EpisodicMemory) -> tuple[list[Turn], bool]:
             # Checked again under the lock: the same retry may have been waiting for it.
@@ -159,17 +159,18 @@ class EpisodicShard(LayerShard[EpisodicMemory]):
             if replay is not None:
                 return replay, True
             prepared = layer.prepare(session_id, inputs, now=now)
-            layer.write(prepared, vecs, passage_vecs)
+            layer.write(prepared, vecs)  # a long turn's passages are embedded after: _embed_passages
             return prepared, False
 
         def apply(layer: EpisodicMemory, written: tuple[list[Turn], bool]) -> tuple[list[Turn], bool]:
             if not written[1]:
-                layer.index(written[0], vecs, passage_vecs)
+                layer.index(written[0], vecs)
             return written
 
         (recorded, replayed), version = await self.mutate(tenant, _SCOPE, expected_version, write, apply)
         if not replayed:
             self._schedule_summaries(tenant)
+            self._schedule_passages(tenant)
         return self._recorded(recorded, version, replayed=replayed)
 
     @staticmethod
@@ -341,6 +342,60 @@ class EpisodicShard(LayerShard[EpisodicMemory]):
             await asyncio.shield(task)
         slot = await self._tenant(tenant)
         return len(slot.layer.pending_summaries())
+
+    # -- long turns' passages, embedded after the write -------------------------------
+
+    def _schedule_passages(self, tenant: str) -> None:
+        running = self._embedding.get(tenant)
+        if running is None or running.done():
+            task = asyncio.get_running_loop().create_task(self._embed_passages(tenant))
+            self._embedding[tenant] = task
+            task.add_done_callback(
+                lambda done: self._embedding.pop(tenant, None) if self._embedding.get(tenant) is done else None
+            )
+
+    async def _embed_passages(self, tenant: str) -> None:
+        """Embed the passages of the tenant's long turns that wait for their vectors, one turn at
+        a time and one tenant at a time in this actor (a 100,000-character turn is ~100 passages,
+        seconds of model: the searches in between keep their share of the cores). Until then a
+        passage is found by its words; a turn forgotten meanwhile gets nothing written back."""
+        try:
+            while True:
+                slot = await self._tenant(tenant)
+                keys = slot.layer.unembedded()
+                if not keys:
+                    return
+                for key in keys:
+                    generation = self.generation(tenant)
+                    texts = slot.layer.texts_to_embed(key)
+                    if not texts:
+                        continue
+                    async with self._passage_slot:
+                        vectors = np.asarray(await self.embed(texts), dtype=np.float32)
+
+                    async def store(
+                        layer: EpisodicMemory, key: str = key, texts: list[str] = texts,
+                        vectors: np.ndarray = vectors, generation: int = generation,
+                    ) -> None:
+                        if generation != self.generation(tenant):
+                            return  # the tenant was forgotten: the turn is gone
+                        if await asyncio.to_thread(layer.write_passage_vectors, key, texts, vectors):
+                            layer.index_passage_vectors(key, vectors)
+
+                    await self.run_locked(tenant, store)
+                if slot.layer.unembedded() == keys:
+                    return  # none could be written (each went or changed): the next write retries
+        except Exception as exc:
+            _log.warning("embedding the passages of tenant %s stopped: %s", tenant, exc)
+
+    async def wait_for_passages(self, tenant: str) -> int:
+        """Wait until background embedding of ``tenant``'s passages is done; returns the long
+        turns still waiting for their vectors."""
+        slot = await self._tenant(tenant)  # a tenant loading now starts what its rows left waiting
+        task = self._embedding.get(tenant)
+        if task is not None:
+            await asyncio.shield(task)
+        return len(slot.layer.unembedded())
 
     # -- background summaries ---------------------------------------------------
 

@@ -92,6 +92,8 @@ class Hit(TypedDict):
     source: NotRequired[dict[str, Any] | None]
     #: Semantic passages: the children that matched (``MatchedSpan`` fields).
     matched: NotRequired[list[dict[str, Any]]]
+    #: A long turn: the passage its text quotes, ``side``, ``start``, ``end`` (a ``TurnSpan``).
+    span: NotRequired[dict[str, Any] | None]
 
 
 class Speakers(TypedDict):
@@ -480,6 +482,10 @@ class EpisodicHandle(SessionLayerHandle):
     async def wait_for_summaries(self, tenant: str) -> int:
         """Wait for the tenant's background summaries; returns chunks still pending."""
         return int(await self._call("wait_for_summaries", tenant))
+
+    async def wait_for_passages(self, tenant: str) -> int:
+        """Wait for the tenant's long turns' passages to be embedded; returns the turns still waiting."""
+        return int(await self._call("wait_for_passages", tenant))
 
 
 class SemanticHandle(LayerHandle):

@@ -77,6 +77,10 @@ class ReadFlow(FlowBase):
         """Wait until the tenant's background summaries are made; returns chunks still pending."""
         return await self.router.episodic(tenant).wait_for_summaries(tenant)
 
+    async def wait_for_passages(self, tenant: str) -> int:
+        """Wait until the tenant's long turns' passages are embedded; returns the turns still waiting."""
+        return await self.router.episodic(tenant).wait_for_passages(tenant)
+
     async def health(self) -> dict[str, Any]:
         """Ping every shard of every layer; the store's answer comes through them."""
         layers: dict[str, str] = {}

@@ -212,6 +212,7 @@ async def run_answers(
     for conversation in benchmark.conversations:
         client = make_client(f"eval-{uuid.uuid4().hex[:10]}")
         ingested = await ingest_conversation(client, conversation)
+        await client.wait_for_passages()  # long turns are searched by every passage's vector too
         bar = progress(len(conversation.questions), f"answers {conversation.id}")
 
         async def one(question: EvalQuestion, client: ContextClient = client, bar: Any = bar,

@@ -71,7 +71,7 @@ _BASELINE_DEPTH = 200
 
 
 class ContextClient(Protocol):
-    """The part of :class:`~strata_actors.client.InClusterClient` (or the HTTP client) the run uses."""
+    """The part of :class:`~strata_actors.client.InClusterClient` the run uses."""
 
     async def record_turns(self, session_id: str, turns: Sequence[dict[str, Any]]) -> Any: ...
 
@@ -79,6 +79,8 @@ class ContextClient(Protocol):
                             reference_time: Any = None, top_k: int | None = None) -> ContextResult: ...
 
     async def forget_session(self, session_id: str) -> Any: ...
+
+    async def wait_for_passages(self) -> int: ...
 
 
 # ----------------------------------------------------------------- metrics
@@ -219,6 +221,7 @@ async def run_strata_context(
         client = make_client(f"eval-{uuid.uuid4().hex[:10]}")
         started = time.perf_counter()
         ingested = await ingest_conversation(client, conversation)
+        await client.wait_for_passages()  # long turns are searched by every passage's vector too
         sessions, original = ingested.sessions, ingested.original
         refused += len(ingested.refused)
         ingest_s += time.perf_counter() - started

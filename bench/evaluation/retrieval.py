@@ -117,6 +117,7 @@ async def run_strata(
             before = await client.llm_usage()
         started = time.perf_counter()
         ingested = await ingest_conversation(client, conversation)
+        await client.wait_for_passages()  # long turns are searched by every passage's vector too
         sessions, unsafe = ingested.sessions, ingested.original
         run.refused.update(ingested.refused)
         run.ingest_s += time.perf_counter() - started

@@ -27,8 +27,9 @@ import numpy as np
 
 from strata.clock import to_ms
 from strata.config import EpisodicSettings, TTLSettings
+from strata.episodic.long_turns import WRITE_BATCH, LongTurns
 from strata.episodic.neighbours import NeighbourRows
-from strata.episodic.passages import PASSAGE, SIDES, Passage, PassageIndex, cut
+from strata.episodic.passages import Passage, PassageIndex
 from strata.episodic.search import EpisodicSearch
 from strata.episodic.summarize import EpisodeSummary
 from strata.episodic.turns import (
@@ -51,7 +52,7 @@ from strata.retrieval.graph import KnowledgeGraph
 from strata.retrieval.lexical import LexicalIndex
 from strata.retrieval.vectors import VectorIndex
 from strata.store.records import Record, RecordStore
-from strata.store.ttl import EXPIRES, Expiries, expires_ms
+from strata.store.ttl import Expiries, expires_ms
 
 __all__ = ["ENTITY_CHARS_MAX", "TURN_ROW_CHARS", "EpisodicMemory"]
 
@@ -62,7 +63,7 @@ TURN_ROW_CHARS = 4_000
 _CUT_AHEAD_MAX = 1024
 
 
-class EpisodicMemory(EpisodicSearch):
+class EpisodicMemory(EpisodicSearch, LongTurns):
     """All episodic state of one tenant, persisted through a :class:`RecordStore`."""
 
     def __init__(
@@ -92,6 +93,7 @@ class EpisodicMemory(EpisodicSearch):
         self._summary_lexical = LexicalIndex()
         self._passages = PassageIndex()  # long turns' passages (strata.episodic.passages)
         self._cut_ahead: dict[str, list[Passage]] = {}  # by write(), for the index() that follows
+        self._unembedded: set[str] = set()  # long turns whose passages wait for their vectors
         # Derived search state: each turn's own vector, and the sessions' turns in
         # time order, so a turn's indexed vector can include its neighbours'.
         self._raw: dict[str, np.ndarray] = {}
@@ -180,23 +182,6 @@ class EpisodicMemory(EpisodicSearch):
             seq += 1
         return turns
 
-    def passages(self, user: str | None, agent: str | None) -> list[Passage]:
-        """The passages a turn with these sides is indexed by: none for a turn whose sides each fit
-        in one (:func:`strata.episodic.passages.cut`)."""
-        found: list[Passage] = []
-        for side, text in zip(SIDES, (user, agent), strict=True):
-            spans = cut(text, self._settings.passage_chars) if text else []
-            if len(spans) > 1:
-                found.extend(Passage(side, n, start, end) for n, (start, end) in enumerate(spans))
-        return found
-
-    def passage_texts(self, user: str | None, agent: str | None) -> list[str]:
-        """The passages of a turn with these sides that are embedded (the first
-        ``passage_vectors_max``), in order: what :meth:`write` takes the vectors of."""
-        sides = {"user": user or "", "agent": agent or ""}
-        embedded = self.passages(user, agent)[: self._settings.passage_vectors_max]
-        return [sides[p.side][p.start : p.end] for p in embedded]
-
     def record(self, turns: Sequence[Turn], vectors: np.ndarray, passage_vectors: np.ndarray | None = None) -> None:
         """Write prepared turns durably, then index them."""
         self.write(turns, vectors, passage_vectors)
@@ -206,7 +191,8 @@ class EpisodicMemory(EpisodicSearch):
         """The durable half of :meth:`record` (blocking I/O, no in-memory change).
 
         ``passage_vectors``: the embeddings of every turn's :meth:`passage_texts`, one after
-        the other (none when no turn is longer than a passage).
+        the other; None: the passages are written without, found by their words until
+        :meth:`write_passage_vectors` gives them theirs (:meth:`unembedded` lists them).
         """
         if len(turns) != len(vectors):
             raise ValueError("one vector per turn")
@@ -225,24 +211,16 @@ class EpisodicMemory(EpisodicSearch):
                 pk=self._pk(t.session_id, t.turn_id), tenant=self.tenant, session=t.session_id, kind=TURN,
                 ts_ms=to_ms(t.timestamp), text=text, payload=payload, vector=v,
             ))
-            sides = {"user": t.user or "", "agent": t.agent or ""}
-            for i, p in enumerate(parts):
-                records.append(Record(
-                    pk=self._passage_pk(t, p), tenant=self.tenant, session=t.session_id, kind=PASSAGE,
-                    ts_ms=to_ms(t.timestamp), text=sides[p.side][p.start : p.end],
-                    payload={
-                        "turn_id": t.turn_id, "side": p.side, "n": p.n, "start": p.start, "end": p.end,
-                        "embedded": i < len(embedded), **({EXPIRES: t.expires_ms} if t.expires_ms else {}),
-                    },
-                    vector=embedded[i] if i < len(embedded) else None,
-                ))
+            records.extend(self._passage_rows(t, parts, embedded))
             # Cut and segmented here, in the writer's thread, not where :meth:`index` runs.
             if len(self._cut_ahead) >= _CUT_AHEAD_MAX:
                 self._cut_ahead.clear()  # cuts no index() took (writes that failed after them)
             self._cut_ahead[key] = parts
             self._turn_lexical.precount(key, self._lexical_text(t, parts))
+            sides = {"user": t.user or "", "agent": t.agent or ""}
             self._passages.precount(key, parts, [sides[p.side][p.start : p.end] for p in parts])
-        self._store.upsert(self._collection, records)
+        for start in range(0, len(records), WRITE_BATCH):
+            self._store.upsert(self._collection, records[start : start + WRITE_BATCH])
 
     def index(self, turns: Sequence[Turn], vectors: np.ndarray, passage_vectors: np.ndarray | None = None) -> None:
         """The in-memory half of :meth:`record`: make written turns searchable."""
@@ -260,9 +238,9 @@ class EpisodicMemory(EpisodicSearch):
             parts = self._cut_ahead.pop(f"{turn.session_id}/{turn.turn_id}", None)
             if parts is None:
                 parts = self.passages(turn.user, turn.agent)
-            wanted = min(len(parts), self._settings.passage_vectors_max)
-            if wanted and (passage_vectors is None or taken + wanted > len(passage_vectors)):
-                raise ValueError(f"turn {turn.turn_id!r}: {wanted} passage vectors expected, not given")
+            wanted = min(len(parts), self._settings.passage_vectors_max) if passage_vectors is not None else 0
+            if wanted and passage_vectors is not None and taken + wanted > len(passage_vectors):
+                raise ValueError(f"turn {turn.turn_id!r}: {wanted} passage vectors expected, fewer given")
             embedded = (
                 passage_vectors[taken : taken + wanted] if passage_vectors is not None
                 else np.zeros((0, dim), dtype=np.float32)
@@ -414,6 +392,7 @@ class EpisodicMemory(EpisodicSearch):
         sessions = {self._turns[k].session_id for k in gone}
         self._turn_lexical.remove(list(gone))
         self._passages.remove(gone)
+        self._unembedded -= gone
         self._graph.remove(list(gone))
         for key in gone:
             self._raw.pop(key, None)
@@ -510,12 +489,6 @@ class EpisodicMemory(EpisodicSearch):
 
     # -- internals ----------------------------------------------------------
 
-    def _pk(self, *parts: str) -> str:
-        return "/".join((self.tenant, *parts))
-
-    def _passage_pk(self, turn: Turn, passage: Passage) -> str:
-        return self._pk(turn.session_id, turn.turn_id, "p", f"{passage.side}{passage.n}")
-
     def _lexical_text(self, turn: Turn, parts: Sequence[Passage]) -> str:
         """What the turn itself is BM25-indexed by: its text, or the opening of a long one (its
         passages are indexed one by one)."""
@@ -533,6 +506,8 @@ class EpisodicMemory(EpisodicSearch):
             texts = [sides[p.side][p.start : p.end] for p in parts]
             embedded = passage_vectors if passage_vectors is not None else np.zeros((0, len(vector)), np.float32)
             self._passages.add(key, turn.session_id, parts, texts, embedded)
+            if len(embedded) < min(len(parts), self._settings.passage_vectors_max):
+                self._unembedded.add(key)
         self._turns[key] = turn
         self._unsettled.add(turn.session_id)
         if turn.speaker:

@@ -144,6 +144,14 @@ class PassageIndex:
         self._of[turn_key] = list(passages)
         self._rows = None
 
+    def add_vectors(self, turn_key: str, session: str, vectors: np.ndarray) -> None:
+        """Give the first ``len(vectors)`` passages of an indexed turn their vectors."""
+        for passage, vector in zip(self._of.get(turn_key, []), vectors, strict=False):
+            key = passage_key(turn_key, passage.side, passage.n)
+            if self._vectors.position(key) is None:
+                self._vectors.add(key, vector, session)
+        self._rows = None
+
     def remove(self, turn_keys: Iterable[str]) -> None:
         gone = [
             passage_key(turn_key, p.side, p.n) for turn_key in turn_keys for p in self._of.pop(turn_key, [])

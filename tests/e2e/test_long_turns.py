@@ -1,6 +1,8 @@
 """Long messages over HTTP (issue 44) on the shared stack: a 100,000-character reply is
 recorded whole, a question about its middle finds it first with the passage that holds the
-answer, the turns route gives it back whole, and a side over the limit is refused by name."""
+answer (by its words at once; the passages' vectors, embedded by the shard in the background, are
+tests/integration/test_long_turns_actor.py's), the context quotes it within its budget, the turns
+route gives it back whole, and a side over the limit is refused by name."""
 
 from __future__ import annotations
 
@@ -44,6 +46,16 @@ def test_a_100k_character_reply_is_kept_whole_and_found_by_its_middle(agents_sta
     assert best["id"] == "log"
     assert best["span"]["side"] == "agent" and FACT in reply[best["span"]["start"] : best["span"]["end"]]
     assert FACT in best["text"] and len(best["text"]) < 3_000
+
+    # The context quotes the passage too, within its budget, beside working memory that had to
+    # take the 100,000 characters in (it compresses what is over its own budget).
+    context = stack.call("POST", "/v1/context", key, {
+        "message": "When does the nightly export job run now?", "session_id": "s2", "max_tokens": 1000,
+    })
+    assert context.status_code == 200, context.text
+    assert context.json()["token_count"] <= 1000 and FACT in context.json()["context"]
+    same_session = stack.call("POST", "/v1/context", key, {"message": "and the release notes?", "session_id": "s1"})
+    assert same_session.status_code == 200, same_session.text
 
     page = stack.call("GET", "/v1/sessions/s1/turns", key)
     assert page.status_code == 200, page.text

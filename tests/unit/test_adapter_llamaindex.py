@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from llama_index.core.base.llms.types import ChatMessage
 
-from strata.limits import MESSAGE_CHARS_MAX
+from strata.limits import TURN_CHARS_MAX
 from strata_adapters.llamaindex import turns_from_messages
 
 
@@ -32,5 +32,5 @@ def test_empty_and_over_long_messages() -> None:
     assert (
         turns_from_messages([ChatMessage(role="assistant", content="  "), ChatMessage(role="tool", content="x")]) == []
     )
-    (turn,) = turns_from_messages([ChatMessage(role="user", content="z" * (MESSAGE_CHARS_MAX + 10))])
-    assert turn.user is not None and len(turn.user) == MESSAGE_CHARS_MAX and turn.user.endswith("…")
+    (turn,) = turns_from_messages([ChatMessage(role="user", content="z" * (TURN_CHARS_MAX + 10))])
+    assert turn.user is not None and len(turn.user) == TURN_CHARS_MAX and turn.user.endswith("…")

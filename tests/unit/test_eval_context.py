@@ -186,6 +186,9 @@ class LayerClient:
     async def forget_session(self, session_id: str) -> Any:
         self.forgotten.append(session_id)
 
+    async def wait_for_passages(self) -> int:
+        return len(self.memory.unembedded())
+
 
 def test_the_run_asks_every_budget_and_maps_turn_ids_back() -> None:
     clients: list[LayerClient] = []

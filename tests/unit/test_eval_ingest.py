@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from strata.errors import InvalidInput
-from strata.limits import MESSAGE_CHARS_MAX
+from strata.limits import TURN_CHARS_MAX
 from strata_bench.evaluation.datasets import EvalConversation, EvalSession, EvalTurn
 from strata_bench.evaluation.ingest import ingest_conversation
 
@@ -39,7 +39,7 @@ async def test_an_oversized_and_an_empty_turn_are_left_out_and_named_the_rest_is
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     writer = Writer()
-    conversation = _conversation(["hello", "x" * (MESSAGE_CHARS_MAX + 1), "bye"], ["   ", "again"])
+    conversation = _conversation(["hello", "x" * (TURN_CHARS_MAX + 1), "bye"], ["   ", "again"])
     out = await ingest_conversation(writer, conversation)
     assert writer.written == [("s_0", "D0_0"), ("s_0", "D0_2"), ("s_1", "D1_1")]
     assert set(out.refused) == {"D0 1", "D1 0"}

@@ -162,8 +162,46 @@ def test_the_limit_is_a_million_characters_a_side() -> None:
         memory.prepare("s1", [TurnInput(user="x" * 1_000_001)], now=NOW)
 
 
-def test_vectors_for_passages_must_be_given() -> None:
+def test_passages_written_without_vectors_are_found_by_words_then_embedded(embedder: OnnxMiniLMEmbedder) -> None:
+    """The shard's path: the write gives no passage vectors; the background gives them later,
+    and a reload of rows written before that still lists the turn as waiting."""
+    store, memory = fresh()
+    long = filler(6_000, seed=5) + "\n" + NEEDLE
+    turns = memory.prepare("s1", [TurnInput(agent=long, turn_id="big")], now=NOW)
+    memory.record(turns, embedder.embed([t.text for t in turns]))
+    assert memory.unembedded() == ["s1/big"]
+    assert search(memory, embedder, QUESTION)[0].id == "big"  # by its words meanwhile
+
+    _, reloaded = fresh(store)
+    reloaded.load()
+    assert reloaded.unembedded() == ["s1/big"]  # a stop before the vectors: still waiting
+
+    texts = memory.texts_to_embed("s1/big")
+    vectors = embedder.embed(texts)
+    assert memory.write_passage_vectors("s1/big", texts, vectors)
+    memory.index_passage_vectors("s1/big", vectors)
+    assert memory.unembedded() == [] and memory.texts_to_embed("s1/big") == []
+    assert not memory.write_passage_vectors("s1/big", texts, vectors)  # has them: nothing written
+    _, reloaded = fresh(store)
+    reloaded.load()
+    assert reloaded.unembedded() == []
+    assert search(reloaded, embedder, QUESTION)[0].ranks.get("dense") == 1
+
+
+def test_vectors_of_a_turn_forgotten_and_written_again_are_not_kept(embedder: OnnxMiniLMEmbedder) -> None:
+    store, memory = fresh()
+    turns = memory.prepare("s1", [TurnInput(agent=filler(3_000, seed=6), turn_id="t")], now=NOW)
+    memory.record(turns, embedder.embed([t.text for t in turns]))
+    texts = memory.texts_to_embed("s1/t")
+    memory.forget_session("s1")
+    turns = memory.prepare("s1", [TurnInput(agent=filler(3_000, seed=7), turn_id="t")], now=NOW)
+    memory.record(turns, embedder.embed([t.text for t in turns]))
+    assert not memory.write_passage_vectors("s1/t", texts, embedder.embed(texts))
+    assert memory.unembedded() == ["s1/t"]
+
+
+def test_too_few_passage_vectors_are_refused() -> None:
     _, memory = fresh()
     turns = memory.prepare("s1", [TurnInput(user=filler(5_000, seed=5))], now=NOW)
     with pytest.raises(ValueError, match="passage vectors"):
-        memory.record(turns, np.zeros((1, 384), np.float32))
+        memory.record(turns, np.zeros((1, 384), np.float32), np.zeros((1, 384), np.float32))

@@ -1,0 +1,63 @@
+"""Long turns in the episodic shard on a real local Ray and milvus-lite: the write answers
+before the passages are embedded, the shard embeds them in the background and writes their
+vectors, and a shard that restarts with passages still waiting embeds them once the tenant loads."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+import ray
+
+from strata.episodic.memory import EpisodicMemory
+from strata.episodic.passages import PASSAGE
+from strata.episodic.turns import TurnInput
+from strata.providers.embedder import OnnxMiniLMEmbedder
+from strata.store.layout import open_store
+from strata_actors.client import InClusterClient
+from strata_actors.router import LayerRouter
+from tests.conftest import MilvusServer, settings_for
+from tests.integration.layers import until_up
+
+pytestmark = pytest.mark.usefixtures("ray_local")
+
+REPLY = "\n".join(f"line {i}: the worker retried the upload of shard {i % 17} and moved on." for i in range(120))
+
+
+@pytest.fixture(scope="module")
+def settings(milvus: MilvusServer) -> Any:
+    return settings_for(milvus, actors={"working_shards": 1, "episodic_shards": 1})
+
+
+def _passage_rows(settings: Any, tenant: str) -> list[Any]:
+    store, names = open_store(settings)
+    return [r for r in store.scan(names.episodic, tenant=tenant) if r.kind == PASSAGE]
+
+
+async def test_passages_are_embedded_after_the_write(settings: Any) -> None:
+    client = InClusterClient("long-a", settings)
+    await client.record_turns("s1", [{"user": "the run log:", "agent": REPLY, "turn_id": "log"}])
+    assert await client.wait_for_passages() == 0
+    rows = _passage_rows(settings, "long-a")
+    assert len(rows) > 3 and all(r.payload["embedded"] for r in rows)
+    assert all(r.vector is not None and float(abs(r.vector).sum()) > 0 for r in rows)
+    assert "".join(r.text for r in sorted(rows, key=lambda r: r.payload["n"])) == REPLY
+
+
+async def test_a_restarted_shard_embeds_the_passages_left_waiting(settings: Any) -> None:
+    """Rows as a shard that stopped between the write and the vectors left them."""
+    store, names = open_store(settings)
+    memory = EpisodicMemory("long-b", store=store, collection=names.episodic, settings=settings.episodic)
+    turns = memory.prepare("s1", [TurnInput(agent=REPLY, turn_id="log")], now=datetime.now(UTC))
+    memory.write(turns, OnnxMiniLMEmbedder().embed([t.text for t in turns]))
+    assert not any(r.payload["embedded"] for r in _passage_rows(settings, "long-b"))
+
+    actor = LayerRouter(settings).handle("episodic", "long-b")
+    ray.kill(actor, no_restart=False)  # the tenant loads afresh from its rows
+    await until_up(actor)
+    client = InClusterClient("long-b", settings)
+    assert await client.wait_for_passages() == 0
+    assert all(r.payload["embedded"] for r in _passage_rows(settings, "long-b"))
+    found = await client.search("which shard did the worker retry the upload of", layers=["episodic"])
+    assert found.hits[0].id == "log" and found.hits[0].span is not None
