@@ -9,6 +9,7 @@ from __future__ import annotations
 __all__ = [
     "DOCUMENT_CHARS_MAX", "MESSAGE_CHARS_MAX", "RECORD_TEXT_BYTES_MAX", "SKILL_ITEM_CHARS_MAX", "TTL_MAX_S",
     "TURN_CHARS_MAX",
+    "TURN_CJK_CHARS_MAX",
 ]
 
 #: One message, query or working item, in characters.
@@ -17,6 +18,10 @@ MESSAGE_CHARS_MAX = 16_000
 #: One side of a turn (``user`` or ``agent``), in characters: kept whole, searched by passages
 #: (:mod:`strata.episodic.passages`).
 TURN_CHARS_MAX = 1_000_000
+
+#: Of which CJK characters, at most: segmenting them for BM25 costs ~33 us each at worst (random
+#: ideographs), ~7 s for this many, in the write (docs/benchmarks.md, "Long turns").
+TURN_CJK_CHARS_MAX = 200_000
 
 #: One document to index, in characters.
 DOCUMENT_CHARS_MAX = 20_000_000

@@ -29,7 +29,7 @@ from strata.clock import to_ms
 from strata.config import EpisodicSettings, TTLSettings
 from strata.episodic.long_turns import WRITE_BATCH, LongTurns
 from strata.episodic.neighbours import NeighbourRows
-from strata.episodic.passages import Passage, PassageIndex
+from strata.episodic.passages import Passage, PassageIndex, cjk_chars
 from strata.episodic.search import EpisodicSearch
 from strata.episodic.summarize import EpisodeSummary
 from strata.episodic.turns import (
@@ -46,6 +46,7 @@ from strata.episodic.turns import (
 )
 from strata.errors import InvalidInput, NotFound, StoreUnavailable
 from strata.ids import validate_id
+from strata.limits import TURN_CJK_CHARS_MAX
 from strata.paging import SortedIds
 from strata.retrieval.entities import EntityExtractor, Extraction, RuleExtractor
 from strata.retrieval.graph import KnowledgeGraph
@@ -162,6 +163,13 @@ class EpisodicMemory(EpisodicSearch, LongTurns):
                     f"turn {position}: user and agent text are limited to {limit} characters each"
                     " (episodic.max_turn_chars)", field=f"turns[{position}]",
                 )
+            for side, said in (("user", item.user), ("agent", item.agent)):
+                if said and len(said) > TURN_CJK_CHARS_MAX and cjk_chars(said) > TURN_CJK_CHARS_MAX:
+                    raise InvalidInput(
+                        f"turn {position}: {side} holds more than {TURN_CJK_CHARS_MAX} CJK characters, the most"
+                        " a turn's side may (segmenting them for search is the costly part): split it",
+                        field=f"turns[{position}].{side}",
+                    )
             turn_id = item.turn_id or f"t{seq:06d}-{uuid.uuid4().hex[:6]}"
             validate_id(turn_id, field=f"turns[{position}].turn_id")
             if turn_id in seen or f"{session_id}/{turn_id}" in self._turns:

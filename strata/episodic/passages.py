@@ -27,7 +27,7 @@ import numpy as np
 from strata.retrieval.lexical import LexicalIndex
 from strata.retrieval.vectors import VectorIndex
 
-__all__ = ["PASSAGE", "SIDES", "Passage", "PassageIndex", "cut", "joined", "passage_key", "quote"]
+__all__ = ["PASSAGE", "SIDES", "Passage", "PassageIndex", "cjk_chars", "cut", "joined", "passage_key", "quote"]
 
 #: The ``kind`` of a passage's row.
 PASSAGE = "passage"
@@ -54,6 +54,11 @@ class Passage:
 def passage_key(turn_key: str, side: str, n: int) -> str:
     """A passage's id in the index: its turn's key (``session/turn_id``), side and number."""
     return f"{turn_key}#{side}{n}"
+
+
+def cjk_chars(text: str) -> int:
+    """How many of ``text``'s characters are CJK (one word piece each for the embedder)."""
+    return len(text) - len(_CJK.sub("", text))
 
 
 def _window(text: str, start: int, chars: int) -> int:

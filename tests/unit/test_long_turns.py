@@ -189,7 +189,7 @@ def test_passages_written_without_vectors_are_found_by_words_then_embedded(embed
 
 
 def test_vectors_of_a_turn_forgotten_and_written_again_are_not_kept(embedder: OnnxMiniLMEmbedder) -> None:
-    store, memory = fresh()
+    _, memory = fresh()
     turns = memory.prepare("s1", [TurnInput(agent=filler(3_000, seed=6), turn_id="t")], now=NOW)
     memory.record(turns, embedder.embed([t.text for t in turns]))
     texts = memory.texts_to_embed("s1/t")
@@ -205,3 +205,11 @@ def test_too_few_passage_vectors_are_refused() -> None:
     turns = memory.prepare("s1", [TurnInput(user=filler(5_000, seed=5))], now=NOW)
     with pytest.raises(ValueError, match="passage vectors"):
         memory.record(turns, np.zeros((1, 384), np.float32), np.zeros((1, 384), np.float32))
+
+
+def test_cjk_text_is_limited_to_200k_characters_a_side() -> None:
+    _, memory = fresh()
+    memory.prepare("s1", [TurnInput(user="字" * 200_000 + "x" * 100_000)], now=NOW)  # at the limit: accepted
+    with pytest.raises(InvalidInput, match="200000 CJK characters") as refused:
+        memory.prepare("s1", [TurnInput(agent="字" * 200_001)], now=NOW)
+    assert refused.value.details["field"] == "turns[0].agent"
