@@ -147,6 +147,18 @@ _SYSTEM = (
 _CALL = LLMCall(feature="summary", schema=inline_schema(_SummarySchema.model_json_schema()))
 
 
+#: The most of one utterance an LLM summary reads: a turn may hold 1,000,000 characters (a pasted
+#: log), which no model's context takes; its opening and its end say what it was.
+LLM_UTTERANCE_CHARS = 4_000
+
+
+def _clipped(text: str) -> str:
+    if len(text) <= LLM_UTTERANCE_CHARS:
+        return text
+    half = LLM_UTTERANCE_CHARS // 2
+    return f"{text[:half]} […{len(text) - 2 * half} characters left out…] {text[-half:]}"
+
+
 class LLMSummarizer:
     """Summaries drafted by the LLM, validated; the extractive one when that fails."""
 
@@ -155,7 +167,7 @@ class LLMSummarizer:
         self._fallback = fallback or ExtractiveSummarizer()
 
     def summarize(self, turns: Sequence[SummaryInput]) -> EpisodeSummary:
-        transcript = "\n".join(f"{t.speaker}: {t.text}" for t in turns)
+        transcript = "\n".join(f"{t.speaker}: {_clipped(t.text)}" for t in turns)
         try:
             parsed: _SummarySchema = complete_json(
                 self._llm, _SYSTEM, transcript, validate=_SummarySchema.model_validate, call=_CALL

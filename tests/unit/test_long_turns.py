@@ -16,6 +16,7 @@ import pytest
 from strata.config import EpisodicSettings
 from strata.episodic.memory import EpisodicMemory
 from strata.episodic.passages import PASSAGE, cut, joined
+from strata.episodic.summarize import LLMSummarizer, SummaryInput
 from strata.episodic.turns import TurnInput, vector_texts
 from strata.errors import InvalidInput
 from strata.providers.embedder import OnnxMiniLMEmbedder
@@ -213,3 +214,22 @@ def test_cjk_text_is_limited_to_200k_characters_a_side() -> None:
     with pytest.raises(InvalidInput, match="200000 CJK characters") as refused:
         memory.prepare("s1", [TurnInput(agent="字" * 200_001)], now=NOW)
     assert refused.value.details["field"] == "turns[0].agent"
+
+
+class _Recording:
+    """An LLM that records what it was sent and answers a valid summary (the network's far side)."""
+
+    def __init__(self) -> None:
+        self.sent: list[str] = []
+
+    def complete(self, system: str, user: str, *, json_mode: bool = False, call: object = None) -> str:
+        self.sent.append(user)
+        return '{"summary": "A log was shared.", "key_topics": [], "action_items": [], "user_preferences": []}'
+
+
+def test_an_llm_summary_reads_the_opening_and_end_of_a_long_turn() -> None:
+    llm = _Recording()
+    long = "START " + filler(500_000, seed=8) + " END"
+    summary = LLMSummarizer(llm).summarize([SummaryInput("user", "the log:"), SummaryInput("assistant", long)])  # type: ignore[arg-type]
+    assert summary.method == "llm" and len(llm.sent[0]) < 5_000
+    assert "START" in llm.sent[0] and "END" in llm.sent[0] and "characters left out" in llm.sent[0]
