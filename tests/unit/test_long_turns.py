@@ -230,6 +230,6 @@ class _Recording:
 def test_an_llm_summary_reads_the_opening_and_end_of_a_long_turn() -> None:
     llm = _Recording()
     long = "START " + filler(500_000, seed=8) + " END"
-    summary = LLMSummarizer(llm).summarize([SummaryInput("user", "the log:"), SummaryInput("assistant", long)])  # type: ignore[arg-type]
+    summary = LLMSummarizer(llm).summarize([SummaryInput("user", "the log:"), SummaryInput("assistant", long)])
     assert summary.method == "llm" and len(llm.sent[0]) < 5_000
     assert "START" in llm.sent[0] and "END" in llm.sent[0] and "characters left out" in llm.sent[0]
