@@ -62,7 +62,7 @@ from strata.schema import (
     WorkingItemsIn,
     WorkingState,
 )
-from strata.schema.export import export_lines
+from strata.schema.export import ExportEnd, ExportItem, export_lines
 from strata_actors.orchestration import Orchestration
 
 __all__ = ["InClusterClient"]
@@ -282,6 +282,18 @@ class InClusterClient:
 
     async def audit(self, *, since: datetime | None = None, after: str | None = None, limit: int = 100) -> AuditHistory:
         return await self._read(lambda: self._flow.audit(self._tenant, since=since, after=after, limit=limit))
+
+    async def export(self, *, layers: Sequence[Layer] | None = None) -> AsyncIterator[ExportItem]:
+        """The tenant's export, one parsed line at a time (the header, each record, the end line),
+        read a page at a time from the layers: the HTTP clients' ``export()`` without a key's
+        limits (every layer by default)."""
+        header = self._flow.export_header(self._tenant, layers or LAYERS)
+        yield header
+        count = 0
+        async for record in self._flow.export_records(self._tenant, header.layers):
+            count += 1
+            yield record
+        yield ExportEnd(records=count)
 
     def export_lines(self, layers: Sequence[Layer] = LAYERS) -> AsyncIterator[str]:
         """The tenant's export (:mod:`strata.schema.export`), a line at a time, read a page at a

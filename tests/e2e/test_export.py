@@ -5,10 +5,12 @@ same searches return the same items there."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 from typing import Any
 
+from strata.schema.export import dump_line
 from tests.e2e.running import Running
 
 SOURCE, TARGET = "export-src", "export-dst"
@@ -48,6 +50,17 @@ def _records(lines: list[str]) -> list[dict[str, Any]]:
     return [json.loads(line) for line in lines[1:]]
 
 
+def _in_cluster(stack: Running, tenant: str) -> list[dict[str, Any]]:
+    """The records of ``InClusterClient.export()``, as JSON lines would carry them."""
+    from strata_actors.client import InClusterClient
+
+    async def read() -> list[dict[str, Any]]:
+        async with InClusterClient.for_running_stack(tenant, data_dir=str(stack.data_dir)) as client:
+            return [json.loads(dump_line(item)) async for item in client.export()]
+
+    return asyncio.run(read())[1:]
+
+
 def test_a_tenant_exported_and_restored_answers_the_same_searches(agents_stack: Running, tmp_path: Path) -> None:
     stack = agents_stack
     source = stack.new_key("create", SOURCE)
@@ -83,6 +96,8 @@ def test_a_tenant_exported_and_restored_answers_the_same_searches(agents_stack: 
     assert any(w["content"] == NOTE["content"] and "turn_id" not in w for w in working)
     assert {w.get("turn_id") for w in working} >= {"t-001", "t-002", "t-003"}  # the turns' copies
     assert "sk-strata-" not in streamed.text  # never a key
+
+    assert _in_cluster(stack, SOURCE) == records  # the in-cluster client's export() parses the same lines
 
     out = tmp_path / "export.jsonl"
     done = stack.cli("export", SOURCE, "--out", str(out))

@@ -213,8 +213,9 @@ async def test_async_client_has_the_same_methods(stack: Running) -> None:
 
     assert public(StrataClient) - {"close"} == public(AsyncStrataClient) - {"aclose"}
     # The in-cluster client speaks the same API (health is the HTTP stack's own).
-    # export_lines: the HTTP clients have no call for GET /v1/export's stream yet (issue 45's note).
-    in_cluster_only = {"for_running_stack", "sync", "llm_usage", "wait_for_summaries", "export_lines"}
+    # export_lines: the raw lines `strata export` writes; import_skill: `strata restore`'s (no route).
+    in_cluster_only = {"for_running_stack", "sync", "llm_usage", "wait_for_summaries", "wait_for_passages",
+                       "export_lines", "import_skill"}
     assert public(StrataClient) - {"close", "health"} == public(InClusterClient) - in_cluster_only - {"aclose", "close"}
 
 
