@@ -54,6 +54,7 @@ def hit_out(hit: EpisodicHit) -> dict[str, Any]:
         "turn_ids": list(hit.turn_ids),
         "ranks": hit.ranks,
         **({"span": {"side": hit.span[0], "start": hit.span[1], "end": hit.span[2]}} if hit.span else {}),
+        **({"superseded_by": hit.superseded_by} if hit.superseded_by else {}),
     }
 
 

@@ -94,6 +94,8 @@ class Hit(TypedDict):
     matched: NotRequired[list[dict[str, Any]]]
     #: A long turn: the passage its text quotes, ``side``, ``start``, ``end`` (a ``TurnSpan``).
     span: NotRequired[dict[str, Any] | None]
+    #: A turn: the id of a later turn among the hits that states the same thing.
+    superseded_by: NotRequired[str | None]
 
 
 class Speakers(TypedDict):

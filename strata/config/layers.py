@@ -96,6 +96,12 @@ class EpisodicSettings(_FusedLayer):
     #: 0 turns it off (docs/retrieval-ablation.md).
     dense_context_weight: float = Field(default=0.4, ge=0, le=1)
     dense_context_window: int = Field(default=4, ge=0, le=64)
+    #: Two turn hits state the same thing when their cosine is at least ``supersede_cosine`` and
+    #: the Jaccard of their content terms at least ``supersede_overlap``; when the later also
+    #: says that something changed, it is ranked above the earlier, which is marked superseded
+    #: (strata.episodic.updates). 0 turns it off.
+    supersede_cosine: float = Field(default=0.75, ge=0, le=1)
+    supersede_overlap: float = Field(default=0.5, ge=0, le=1)
     #: Score factor 1 + this for turns by a speaker the query names.
     speaker_boost: float = Field(default=0.3, ge=0, le=5)
     #: Score factor 1 + this for turns inside a time range read off the query.

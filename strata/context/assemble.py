@@ -100,6 +100,8 @@ def _item_line(item: ContextItem) -> str:
     prefix = f"[{when}] " if when else ""
     if item.kind == "summary":
         prefix += "(summary) "
+    if item.superseded_by:
+        prefix += "(earlier; a later turn covers this) "
     if item.source is not None:
         prefix += f"[{item.source.title or item.source.doc_id}] "
     return "- " + prefix + _one_line(item.text)

@@ -22,8 +22,9 @@ from strata.episodic.neighbours import NeighbourRows
 from strata.episodic.passages import SIDES, PassageIndex, quote
 from strata.episodic.ranking import dense_text, ranked, speakers_named, speakers_token
 from strata.episodic.turns import SUMMARY, TURN, EpisodicHit, SummaryRecord, Turn, session_place
+from strata.episodic.updates import newest_first
 from strata.retrieval.graph import KnowledgeGraph
-from strata.retrieval.lexical import LexicalIndex, language_weights, query_terms
+from strata.retrieval.lexical import LexicalIndex, language_weights, lexical_terms, query_terms
 from strata.retrieval.vectors import VectorIndex
 
 __all__ = ["EpisodicSearch"]
@@ -119,6 +120,10 @@ class EpisodicSearch:
                 TURN, t.turn_id, t.session_id, text, t.timestamp, score, (t.turn_id,),
                 ranks=ranks, relevance=relevance, span=span,
             ))
+        hits = newest_first(
+            hits, lambda hit: self._raw.get(f"{hit.session_id}/{hit.id}"), lexical_terms,
+            cosine=self._settings.supersede_cosine, overlap=self._settings.supersede_overlap,
+        )
         if include_summaries:
             def summary_matches(key: str) -> bool:
                 s = self._summaries[key]

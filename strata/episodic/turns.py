@@ -147,6 +147,9 @@ class EpisodicHit:
     relevance: float = 0.0
     #: A long turn's passage the text quotes: (side, start, end) in that side's characters.
     span: tuple[str, int, int] | None = None
+    #: A later turn among the same search's hits that states the same thing (its id):
+    #: :mod:`strata.episodic.updates`.
+    superseded_by: str | None = None
 
 
 def summary_payload(record: SummaryRecord) -> dict[str, Any]:

@@ -171,6 +171,10 @@ class SearchHit(_Out):
     span: TurnSpan | None = Field(
         default=None, description="A long turn: the passage of it the text quotes (the one that matched best)"
     )
+    superseded_by: str | None = Field(
+        default=None,
+        description="A turn: a later turn among these hits that states the same thing (ranked above it)",
+    )
 
 
 class ContextItem(SearchHit):
