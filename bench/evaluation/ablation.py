@@ -12,6 +12,7 @@ search paths do. Turn vectors are embedded once per run and shared by every row.
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -48,10 +49,14 @@ def _digits_as_written(word: str) -> str:
     return strata.retrieval.terms._stem(word)
 
 
-def record_session(memory: EpisodicMemory, session: EvalSession, vectors: np.ndarray) -> int:
+def record_session(
+    memory: EpisodicMemory, session: EvalSession, vectors: np.ndarray,
+    embed_passages: Callable[[list[str]], np.ndarray] | None = None,
+) -> int:
     """Write ``session``'s turns into ``memory`` as the write path does (turn and session ids with
     "_" for " ", a second apart from the session's date), their vectors the first rows of
-    ``vectors``; returns how many rows they took."""
+    ``vectors``, then long turns' passages' vectors by ``embed_passages`` as the episodic shard
+    does after the write (none: found by their words only); returns how many rows they took."""
     inputs = [
         TurnInput(user=_text(t), speaker=t.speaker, turn_id=t.id.replace(" ", "_"),
                   timestamp=(session.date + timedelta(seconds=k)) if session.date else None)
@@ -59,6 +64,13 @@ def record_session(memory: EpisodicMemory, session: EvalSession, vectors: np.nda
     ]
     turns = memory.prepare(session.id.replace(" ", "_"), inputs, now=session.date or datetime.now(UTC))
     memory.record(turns, vectors[: len(turns)])
+    if embed_passages is None:
+        return len(turns)
+    for key in memory.unembedded():
+        texts = memory.texts_to_embed(key)
+        passage_vectors = embed_passages(texts)
+        if memory.write_passage_vectors(key, texts, passage_vectors):
+            memory.index_passage_vectors(key, passage_vectors)
     return len(turns)
 
 
@@ -84,6 +96,13 @@ class _Ablation:
         # The same text the write path embeds (episodic Turn.text).
         self.vectors = embedder.embed([f"{t.speaker}: {_text(t)}" for t in turns])
         self.queries: dict[str, np.ndarray] = {}
+        self.passages: dict[str, np.ndarray] = {}  # passage text -> vector, shared by every row
+
+    def _embed_passages(self, texts: list[str]) -> np.ndarray:
+        missing = [t for t in dict.fromkeys(texts) if t not in self.passages]
+        if missing:
+            self.passages.update(zip(missing, self.embedder.embed(missing), strict=True))
+        return np.stack([self.passages[t] for t in texts])
 
     def _embed_queries(self, texts: list[str]) -> list[np.ndarray]:
         missing = [t for t in dict.fromkeys(texts) if t not in self.queries]
@@ -107,7 +126,7 @@ class _Ablation:
             store.ensure_collection("e", dim=self.embedder.dim)
             memory = EpisodicMemory("ablation", store=store, collection="e", settings=settings)
             for s in c.sessions:
-                row += record_session(memory, s, self.vectors[row:])
+                row += record_session(memory, s, self.vectors[row:], self._embed_passages)
             questions = [q for q in c.questions if q.category != "adversarial"]
             dense = [memory.dense_query(q.question) if strip_names else q.question for q in questions]
             for q, vector in zip(questions, self._embed_queries(dense), strict=True):
@@ -127,6 +146,9 @@ class _Ablation:
 
 ROWS: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
     ("Strata defaults", {}, {}),
+    ("− passages of long turns (a turn is one text, as before)", {"passage_chars": 10**9}, {}),
+    ("− passages' vectors (passage_vectors_max 0: found by their words only)", {"passage_vectors_max": 0}, {}),
+    ("− newest fact first (supersede_cosine 0)", {"supersede_cosine": 0}, {}),
     ("− query embedded with the speaker names in it", {}, {"strip_names": False}),
     ("plural folding instead of Snowball stems (the lexical terms before)", {}, {"plural_folding": True}),
     ("numbers as their digits, leading zeros kept (the lexical terms before)", {}, {"digits_as_written": True}),
@@ -161,14 +183,19 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m strata_bench.evaluation.ablation", description=__doc__)
     parser.add_argument("dataset")
     parser.add_argument("--format", choices=["locomo", "strata"])
+    parser.add_argument("--rows", help="comma-separated row numbers to run (0: the defaults); default all")
     args = parser.parse_args(argv)
+    wanted = {int(n) for n in args.rows.split(",")} if args.rows else set(range(len(ROWS)))
     benchmark = redacted(load_benchmark(args.dataset, args.format))
     ablation = _Ablation(benchmark, OnnxMiniLMEmbedder(threads=2))
     categories = sorted({q.category for c in benchmark.conversations for q in c.questions} - {"adversarial"})
     print("| configuration | R@1 | R@5 | R@10 | R@20 | " + " | ".join(categories) + " (R@10) |")
     print("|---" * (5 + len(categories)) + "|")
-    for label, overrides, options in ROWS:
-        report = ablation.run(EpisodicSettings(**overrides), **options)
+    for n, (label, overrides, options) in enumerate(ROWS):
+        if n not in wanted:
+            continue
+        # model_copy: a row may set a value the settings' bounds refuse (passage_chars 10**9: no cut)
+        report = ablation.run(EpisodicSettings().model_copy(update=overrides), **options)
         o = report["overall"]
         cells = " | ".join(f"{report['categories'][c]['recall@10']:.3f}" for c in categories)
         print(f"| {label} | {o['recall@1']:.3f} | {o['recall@5']:.3f} | {o['recall@10']:.3f} | {o['recall@20']:.3f} "
