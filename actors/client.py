@@ -12,6 +12,8 @@ over HTTP.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
 from datetime import datetime
@@ -20,11 +22,12 @@ from typing import Any, Self, TypeVar
 import numpy as np
 
 from strata.config import StrataSettings
+from strata.counting import COUNTER, count_tokens
 from strata.errors import StrataError
 from strata.ids import validate_id
 from strata.layers import LAYERS
 from strata.providers.batching import EmbedBatcher
-from strata.providers.embedder import make_embedder
+from strata.providers.embedder import embed_counted, make_embedder
 from strata.providers.llm import LLMUsage
 from strata.retry import Attempts, Retry
 from strata.schema import (
@@ -63,6 +66,7 @@ from strata.schema import (
     WorkingState,
 )
 from strata.schema.export import ExportEnd, ExportItem, export_lines
+from strata.store.layout import open_store
 from strata_actors.orchestration import Orchestration
 
 __all__ = ["InClusterClient"]
@@ -89,7 +93,7 @@ class InClusterClient:
         self._tenant = validate_id(tenant, field="tenant")
         self._retry = retry
         self._embedder = make_embedder(settings.embedding)
-        self._queries = EmbedBatcher(self._embedder.embed_query)
+        self._queries = EmbedBatcher(functools.partial(embed_counted, self._embedder, query=True))
         self._flow = Orchestration(settings, embed=self._embed, embed_query=self._embed_query)
         self.sync = _Sync(self)
 
@@ -118,8 +122,13 @@ class InClusterClient:
 
     async def aclose(self) -> None:
         """Write the audit entries of this client's changes still queued (an exiting interpreter
-        does it too, while the store is up). ``async with`` the client calls it on leaving."""
+        does it too, while the store is up), and the tokens it embedded (the process's usage
+        counts). ``async with`` the client calls it on leaving."""
         await self._flow.aclose()
+        if COUNTER.pending():
+            with contextlib.suppress(StrataError):  # counts are not worth failing a close for
+                store, names = await asyncio.to_thread(open_store, self._flow.settings)
+                await asyncio.to_thread(COUNTER.flush, store, names.state)
 
     async def __aenter__(self) -> Self:
         return self
@@ -150,13 +159,17 @@ class InClusterClient:
             await asyncio.sleep(delay_s)
 
     async def _embed(self, texts: Sequence[str]) -> np.ndarray:
-        return await asyncio.to_thread(self._embedder.embed, list(texts))
+        vectors, tokens = await asyncio.to_thread(embed_counted, self._embedder, list(texts))
+        count_tokens("embedding", sum(tokens), tenant=self._tenant)
+        return vectors
 
     async def _embed_query(self, texts: Sequence[str]) -> np.ndarray:
         if not texts:
             return await asyncio.to_thread(self._embedder.embed_query, [])
         # Concurrent queries share model calls (a query and its speakerless twin among them).
-        return np.stack(await asyncio.gather(*(self._queries.embed(text) for text in texts)))
+        rows = await asyncio.gather(*(self._queries.embed_counted(text) for text in texts))
+        count_tokens("embedding", sum(n for _, n in rows), tenant=self._tenant)
+        return np.stack([vector for vector, _ in rows])
 
     async def record_turn(
         self, session_id: str, user: str | None = None, agent: str | None = None, *,

@@ -150,7 +150,7 @@ class EpisodicShard(LayerShard[EpisodicMemory]):
         if replay is not None:
             return self._recorded(replay, await self.version(tenant, _SCOPE), replayed=True)
         if vectors is None:
-            vectors = await self.embed([turn_text(t) for t in turns])
+            vectors = await self.embed([turn_text(t) for t in turns], tenant=tenant)
         now = now or datetime.now(UTC)
         vecs = np.asarray(vectors, dtype=np.float32)
 
@@ -253,7 +253,7 @@ class EpisodicShard(LayerShard[EpisodicMemory]):
             wanted = slot.layer.dense_query(query)
             if vector is None or wanted != (query if dense_text is None else dense_text):
                 self.query_embeds += 1
-                vector = (await self.embed_query([wanted]))[0]
+                vector = (await self.embed_query([wanted], tenant=tenant))[0]
             if speakers_seen is not None:
                 speakers = {"token": slot.layer.speakers_token, "names": None}
                 if speakers["token"] != speakers_seen:
@@ -372,7 +372,7 @@ class EpisodicShard(LayerShard[EpisodicMemory]):
                     if not texts:
                         continue
                     async with self._passage_slot:
-                        vectors = np.asarray(await self.embed(texts), dtype=np.float32)
+                        vectors = np.asarray(await self.embed(texts, tenant=tenant), dtype=np.float32)
 
                     async def store(
                         layer: EpisodicMemory, key: str = key, texts: list[str] = texts,
@@ -419,9 +419,9 @@ class EpisodicShard(LayerShard[EpisodicMemory]):
                 if not chunks:
                     return
                 for chunk in chunks:
-                    async with self._summary_slots:
+                    async with self._summary_slots, self.on_behalf_of(tenant):
                         content = await asyncio.to_thread(self._summarizer.summarize, summary_inputs(chunk))
-                    vector = (await self.embed([summary_vector_text(content, chunk[0])]))[0]
+                    vector = (await self.embed([summary_vector_text(content, chunk[0])], tenant=tenant))[0]
 
                     async def store(
                         layer: EpisodicMemory,

@@ -91,7 +91,9 @@ class ProceduralShard(WholeRecordExpiry, SkillJobs):
             tenant,
             skill_id,
             expected_version,
-            lambda layer, v: layer.write_edit(skill_id, fields, embed=self._embed_one, by=by, version=v, now=now),
+            lambda layer, v: layer.write_edit(
+                skill_id, fields, embed=lambda text: self._embed_one(text, tenant), by=by, version=v, now=now
+            ),
             lambda layer, pending: layer.apply(pending),
         )
         return {**skill.to_dict(), "version": version}
@@ -118,7 +120,7 @@ class ProceduralShard(WholeRecordExpiry, SkillJobs):
         """
         imported = Skill.from_dict(skill)
         entries = sorted((history_entry(entry) for entry in history), key=lambda e: e.version)
-        vector = (await self.embed([skill_search_text(imported.draft)]))[0]
+        vector = (await self.embed([skill_search_text(imported.draft)], tenant=tenant))[0]
         async with self._locked(tenant) as slot:
             current = await self._version(tenant, slot, imported.skill_id)
             try:
@@ -172,7 +174,7 @@ class ProceduralShard(WholeRecordExpiry, SkillJobs):
         if vector is None:
             if query is None:
                 raise ValueError("give query or vector")
-            vector = (await self.embed_query([query]))[0]
+            vector = (await self.embed_query([query], tenant=tenant))[0]
         slot = await self._tenant(tenant)
         hits = slot.layer.search(np.asarray(vector, np.float32), top_k=top_k, min_success_rate=min_success_rate)
         versions = await self.versions(tenant, [h.skill.skill_id for h in hits])

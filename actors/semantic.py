@@ -119,7 +119,8 @@ class SemanticShard(WholeRecordExpiry, LayerShard[SemanticMemory]):
 
     def make_layer(self, tenant: str, store: RecordStore, collections: Collections) -> SemanticMemory:
         chunker = make_chunker(
-            self.settings.semantic.chunking_for(tenant), self._counter, embed=lambda texts: self.embedder().embed(texts)
+            self.settings.semantic.chunking_for(tenant), self._counter,
+            embed=lambda texts: self.embed_now(texts, tenant=tenant),
         )
         return SemanticMemory(
             tenant,
@@ -205,7 +206,7 @@ class SemanticShard(WholeRecordExpiry, LayerShard[SemanticMemory]):
             job.stage, job.total = "embedding", len(texts)
             batches = []
             for i in range(0, len(texts), _EMBED_BATCH):
-                batches.append(await self.embed(texts[i : i + _EMBED_BATCH]))
+                batches.append(await self.embed(texts[i : i + _EMBED_BATCH], tenant=tenant))
                 job.done += len(texts[i : i + _EMBED_BATCH])
             dim = embedding_dim(self.settings.embedding)
             vectors = np.vstack(batches) if batches else np.zeros((0, dim), np.float32)
@@ -242,7 +243,7 @@ class SemanticShard(WholeRecordExpiry, LayerShard[SemanticMemory]):
         the rules per passage by itself). Skipped when the document changed or went meanwhile."""
         generation = self.generation(tenant)
         try:
-            async with self._one_drawing:
+            async with self._one_drawing, self.on_behalf_of(tenant):
                 if generation != self.generation(tenant):
                     return  # forgotten while it waited: not worth an LLM call
                 texts = [chunk.text for chunk in prepared.tree.children]
@@ -334,7 +335,7 @@ class SemanticShard(WholeRecordExpiry, LayerShard[SemanticMemory]):
         if vector is None and query is None:
             raise ValueError("give query or vector")
         if vector is None:
-            vector = (await self.embed_query([query or ""]))[0]
+            vector = (await self.embed_query([query or ""], tenant=tenant))[0]
         slot = await self._tenant(tenant)
         hits = slot.layer.search(
             np.asarray(vector, dtype=np.float32),

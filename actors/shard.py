@@ -28,23 +28,28 @@ the forget removed.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import inspect
+import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 import numpy as np
 
+from strata.counting import COUNTER, count_tokens, on_behalf_of
 from strata.errors import StrataError, VersionConflict
 from strata.ids import validate_id
-from strata.providers.embedder import Embedder, make_embedder
+from strata.providers.embedder import Embedder, embed_counted, make_embedder
 from strata.providers.llm import LLM, LLMUsage
 from strata_actors.expiry import TenantExpiry
 from strata_actors.meter import send_to_collector
 from strata_actors.residency import CALLER_EPOCH
 
 __all__ = ["LayerShard"]
+
+_log = logging.getLogger(__name__)
 
 _L = TypeVar("_L")
 _R = TypeVar("_R")
@@ -63,6 +68,7 @@ class LayerShard(TenantExpiry[_L]):
         #: The LLM this shard calls, if any: its usage is reported by :meth:`llm_usage`.
         self.llm: LLM | None = None
         self._embedder: Embedder | None = None
+        self._usage_writer: asyncio.Task[None] | None = None
         if self.settings.llm.enabled:
             send_to_collector(self.settings)
 
@@ -74,15 +80,46 @@ class LayerShard(TenantExpiry[_L]):
             self._embedder = make_embedder(self.settings.embedding)
         return self._embedder
 
-    async def embed(self, texts: Sequence[str]) -> np.ndarray:
-        """Stored texts (turns, summaries, chunks, skills)."""
-        embedder = await asyncio.to_thread(self.embedder)
-        return await asyncio.to_thread(embedder.embed, list(texts))
+    async def embed(self, texts: Sequence[str], *, tenant: str) -> np.ndarray:
+        """Stored texts (turns, summaries, chunks, skills) of ``tenant``, whose usage counts the tokens."""
+        self.count_usage()
+        return await asyncio.to_thread(self.embed_now, texts, tenant=tenant)
 
-    async def embed_query(self, texts: Sequence[str]) -> np.ndarray:
-        """Queries: what searches the stored texts."""
-        embedder = await asyncio.to_thread(self.embedder)
-        return await asyncio.to_thread(embedder.embed_query, list(texts))
+    async def embed_query(self, texts: Sequence[str], *, tenant: str) -> np.ndarray:
+        """Queries of ``tenant``: what searches the stored texts."""
+        self.count_usage()
+        return await asyncio.to_thread(self.embed_now, texts, tenant=tenant, query=True)
+
+    def embed_now(self, texts: Sequence[str], *, tenant: str, query: bool = False) -> np.ndarray:
+        """:meth:`embed` (:meth:`embed_query` with ``query``), blocking: for a write step in a worker thread."""
+        vectors, tokens = embed_counted(self.embedder(), list(texts), query=query)
+        count_tokens("embedding", sum(tokens), tenant=tenant)
+        return vectors
+
+    # -- usage: this process's counts, written every serve.usage_flush_s ----------------
+
+    @contextlib.asynccontextmanager
+    async def on_behalf_of(self, tenant: str) -> AsyncIterator[None]:
+        """The LLM calls made inside (in worker threads started inside too) count their tokens
+        for ``tenant`` (:func:`strata.counting.on_behalf_of`)."""
+        self.count_usage()
+        with on_behalf_of(tenant):
+            yield
+
+    def count_usage(self) -> None:
+        """Make sure the task writing this process's usage counts runs (on the event loop;
+        called where a count is made: an embedding, a call of the LLM on a tenant's behalf)."""
+        if self._usage_writer is None or self._usage_writer.done():
+            self._usage_writer = asyncio.get_running_loop().create_task(self._write_usage())
+
+    async def _write_usage(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.serve.usage_flush_s)
+            try:
+                store, collections, _ = await self._backend()
+                await asyncio.to_thread(COUNTER.flush, store, collections.state)
+            except StrataError as exc:  # kept for the next flush
+                _log.warning("usage counts not written, kept for the next flush: %s", exc.message)
 
     # -- versioned reads and mutations ------------------------------------------------
 

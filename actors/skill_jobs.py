@@ -250,7 +250,8 @@ class SkillJobs(LayerShard[ProceduralMemory]):
         use_llm = job.attempts < self.settings.procedural.job_max_attempts
         extractor = self._extractor if use_llm else self._rules
         try:
-            draft = await asyncio.to_thread(_extract, extractor, job, deadline)
+            async with self.on_behalf_of(job.tenant):
+                draft = await asyncio.to_thread(_extract, extractor, job, deadline)
             result = await self._learn(
                 job.tenant, draft, task=job.task, by=job.by, ttl_s=job.extra.get("ttl_s"), generation=job.generation
             )
@@ -292,7 +293,7 @@ class SkillJobs(LayerShard[ProceduralMemory]):
         self, tenant: str, draft: SkillDraft, *, task: str, by: str, ttl_s: float | None = None,
         generation: int | None = None,
     ) -> dict[str, Any]:
-        vector = (await self.embed([skill_search_text(draft)]))[0]
+        vector = (await self.embed([skill_search_text(draft)], tenant=tenant))[0]
         # One learning at a time per tenant: two near-duplicates learned at once
         # must find each other instead of both creating a skill.
         async with self._learning.hold(tenant):
@@ -305,16 +306,17 @@ class SkillJobs(LayerShard[ProceduralMemory]):
                 skill_id,
                 None,
                 lambda layer, v: layer.write_learned(
-                    skill_id, draft, vector, embed=self._embed_one, task=task, by=by, version=v, now=now, ttl_s=ttl_s
+                    skill_id, draft, vector, embed=lambda text: self._embed_one(text, tenant), task=task, by=by,
+                    version=v, now=now, ttl_s=ttl_s,
                 ),
                 lambda layer, pending: layer.apply(pending),
                 generation=generation,
             )
         return {**skill.to_dict(), "version": version, "merged": target is not None}
 
-    def _embed_one(self, text: str) -> np.ndarray:
+    def _embed_one(self, text: str, tenant: str) -> np.ndarray:
         """Blocking: for a write step that must embed a merged or edited skill's new text."""
-        vector: np.ndarray = self.embedder().embed([text])[0]
+        vector: np.ndarray = self.embed_now([text], tenant=tenant)[0]
         return vector
 
     # -- the job rows -------------------------------------------------------------

@@ -22,6 +22,7 @@ state the routes use; ``/healthz`` is answered here too.
 # and FastAPI then cannot resolve string annotations such as `Response`.
 
 import asyncio
+import functools
 import pathlib
 import time
 from collections.abc import Sequence
@@ -35,9 +36,10 @@ from starlette.staticfiles import StaticFiles
 
 from strata.access.idempotency import ClaimBook, Claims, IdempotencyStore
 from strata.config import StrataSettings
+from strata.counting import COUNTER, count_tokens
 from strata.errors import StrataError
 from strata.providers.batching import EmbedBatcher
-from strata.providers.embedder import make_embedder
+from strata.providers.embedder import embed_counted, make_embedder
 from strata.schema import Health
 from strata.store.layout import open_store
 from strata_actors.limits import SharedLimits
@@ -168,7 +170,8 @@ class Api(
         # concurrent queries share model calls.
         self._local: EmbedBatcher | None = None
         if self._settings.serve.query_embedding == "ingress":
-            self._local = EmbedBatcher(make_embedder(self._settings.embedding).embed_query)
+            embedder = make_embedder(self._settings.embedding)
+            self._local = EmbedBatcher(functools.partial(embed_counted, embedder, query=True))
         self.max_body_bytes = self._settings.serve.max_body_bytes  # read by the BodyLimit middleware
         self.request_timeout_s = self._settings.serve.request_timeout_s  # read by Deadline
         self.mcp_allowed_origins = self._settings.serve.mcp_allowed_origins  # read by McpHttp
@@ -187,7 +190,8 @@ class Api(
         self._health: tuple[float, Health] | None = None  # (when, what) of the last check
         self._health_check: asyncio.Future[Health] | None = None
         self._answers: IdempotencyStore | None = None
-        self._usage_book = UsageBook(self._settings)  # counted by the CountCalls middleware
+        # Counted by the CountCalls middleware, and by the flows (tokens embedded, the LLM's).
+        self._usage_book = UsageBook(self._settings, counter=COUNTER)
 
     async def __del__(self) -> None:
         """Serve calls this when the replica stops gracefully: the queued audit entries and the
@@ -196,14 +200,25 @@ class Api(
         await self._flow.aclose()
 
     async def _embed(self, texts: Sequence[str]) -> np.ndarray:
-        result: np.ndarray = await self._embedding.embed.remote(list(texts))
+        vectors, tokens = await self._embedding.embed.remote(list(texts))
+        self._count_embedded(sum(tokens))
+        result: np.ndarray = vectors
         return result
 
     async def _embed_query(self, texts: Sequence[str]) -> np.ndarray:
         if self._local is not None and texts:  # together: a query and its speakerless twin share a call
-            return np.stack(await asyncio.gather(*(self._local.embed(text) for text in texts)))
-        result: np.ndarray = await self._embedding.embed_query.remote(list(texts))
+            rows = await asyncio.gather(*(self._local.embed_counted(text) for text in texts))
+            self._count_embedded(sum(n for _, n in rows))
+            return np.stack([vector for vector, _ in rows])
+        vectors, tokens = await self._embedding.embed_query.remote(list(texts))
+        self._count_embedded(sum(tokens))
+        result: np.ndarray = vectors
         return result
+
+    def _count_embedded(self, tokens: int) -> None:
+        """Count the tokens embedded for the tenant the flow works for (:func:`strata.counting.on_behalf_of`)."""
+        count_tokens("embedding", tokens)
+        self._usage_book.start()
 
     async def idempotency_store(self) -> IdempotencyStore:
         """Where the answers to writes sent with an Idempotency-Key are kept (the middleware's)."""

@@ -16,8 +16,9 @@ docs/benchmarks.md, "The embedding replica's memory").
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -25,7 +26,7 @@ import numpy as np
 from ray import serve
 
 from strata.config import StrataSettings
-from strata.providers.embedder import Embedder, make_embedder
+from strata.providers.embedder import Counted, Embedder, embed_counted, make_embedder
 
 __all__ = ["Embedding"]
 
@@ -47,31 +48,36 @@ class Embedding:
             batched.set_max_batch_size(config.serve.embedding_max_batch_size)  # type: ignore[attr-defined]
             batched.set_batch_wait_timeout_s(config.serve.embedding_batch_wait_timeout_s)  # type: ignore[attr-defined]
 
-    async def _run(self, model: Callable[[list[str]], np.ndarray], texts: list[str]) -> np.ndarray:
-        return await asyncio.get_running_loop().run_in_executor(self._model, model, texts)
+    async def _run(self, texts: list[str], *, query: bool) -> Counted:
+        model = functools.partial(embed_counted, self._embedder, texts, query=query)
+        return await asyncio.get_running_loop().run_in_executor(self._model, model)
 
     @serve.batch(max_batch_size=32, batch_wait_timeout_s=0.005)
-    async def _embed_batch(self, texts: list[str]) -> list[np.ndarray]:
-        vectors = await self._run(self._embedder.embed, texts)
-        return list(vectors)
+    async def _embed_batch(self, texts: list[str]) -> list[tuple[np.ndarray, int]]:
+        vectors, tokens = await self._run(texts, query=False)
+        return list(zip(vectors, tokens, strict=True))
 
     @serve.batch(max_batch_size=32, batch_wait_timeout_s=0.005)
-    async def _embed_query_batch(self, texts: list[str]) -> list[np.ndarray]:
-        vectors = await self._run(self._embedder.embed_query, texts)
-        return list(vectors)
+    async def _embed_query_batch(self, texts: list[str]) -> list[tuple[np.ndarray, int]]:
+        vectors, tokens = await self._run(texts, query=True)
+        return list(zip(vectors, tokens, strict=True))
 
-    async def embed(self, texts: Sequence[str]) -> np.ndarray:
-        """Embed stored texts (turns): a single one joins a batch with other callers' texts;
-        several are embedded together, sorted by length, so each batch pads to texts of
+    async def embed(self, texts: Sequence[str]) -> Counted:
+        """Embed stored texts (turns), and say how many tokens the model read of each (the
+        caller counts them for its tenant): a single one joins a batch with other callers'
+        texts; several are embedded together, sorted by length, so each batch pads to texts of
         like length instead of to whichever came in with them."""
         if len(texts) > 1:
-            return await self._run(self._embedder.embed, list(texts))
-        rows = await asyncio.gather(*(self._embed_batch(t) for t in texts))
-        return np.stack(rows) if rows else np.zeros((0, self._embedder.dim), np.float32)
+            return await self._run(list(texts), query=False)
+        return self._stacked(await asyncio.gather(*(self._embed_batch(t) for t in texts)))
 
-    async def embed_query(self, texts: Sequence[str]) -> np.ndarray:
+    async def embed_query(self, texts: Sequence[str]) -> Counted:
         """Embed queries (``serve.query_embedding: deployment``), batched as :meth:`embed`."""
         if len(texts) > 1:
-            return await self._run(self._embedder.embed_query, list(texts))
-        rows = await asyncio.gather(*(self._embed_query_batch(t) for t in texts))
-        return np.stack(rows) if rows else np.zeros((0, self._embedder.dim), np.float32)
+            return await self._run(list(texts), query=True)
+        return self._stacked(await asyncio.gather(*(self._embed_query_batch(t) for t in texts)))
+
+    def _stacked(self, rows: Sequence[tuple[np.ndarray, int]]) -> Counted:
+        if not rows:
+            return np.zeros((0, self._embedder.dim), np.float32), []
+        return np.stack([vector for vector, _ in rows]), [n for _, n in rows]

@@ -1,11 +1,12 @@
-"""Counting each tenant's calls in the Api replica, and reading usage back.
+"""Counting each tenant's calls in the Api replica, writing the replica's counts, and reading usage back.
 
 :class:`CountCalls`, a middleware inside :class:`~strata_serve.auth.Authenticate`, counts a
 call once the route answered: the key's tenant and the route's name (a tenant route of
 :data:`~strata_serve.auth.ROUTES`; admin, open and unknown paths are not counted). The count
-is a dict increment in the replica's :class:`~strata.access.usage.CallCounter`;
-:class:`UsageBook` writes the counts to the store every ``serve.usage_flush_s`` and when the
-replica stops, never on the request's path.
+is a dict increment in the replica's :class:`~strata.counting.UsageCounter` (the process's
+:data:`~strata.counting.COUNTER`, which also holds the tokens the replica embedded and sent to
+the LLM for each tenant); :class:`UsageBook` writes the counts to the store every
+``serve.usage_flush_s`` and when the replica stops, never on the request's path.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from contextlib import suppress
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from strata.access.usage import USAGE_KIND, CallCounter, Window, calls_from_rows, held_items
+from strata.access.usage import USAGE_KIND, UsageCounter, Window, counts_from_rows, held_items
 from strata.config import StrataSettings
 from strata.errors import StrataError
 from strata.ids import SYSTEM_TENANT
@@ -36,16 +37,17 @@ class UsageBook:
     Args:
         settings: ``serve.usage_flush_s``, and the store to open on first use.
         backend: the store and its collections (tests pass an in-memory one).
-        counter: by default a new one, with a replica id of its own.
+        counter: by default a new one, with a replica id of its own (the Api replica passes
+            its process's :data:`~strata.counting.COUNTER`).
     """
 
     def __init__(
         self, settings: StrataSettings, *, backend: tuple[RecordStore, Collections] | None = None,
-        counter: CallCounter | None = None,
+        counter: UsageCounter | None = None,
     ) -> None:
         self._settings = settings
         self._backend = backend
-        self.counter = counter if counter is not None else CallCounter()
+        self.counter = counter if counter is not None else UsageCounter()
         self._flush_s = settings.serve.usage_flush_s
         self._task: asyncio.Future[None] | None = None
         self._flushing = asyncio.Lock()
@@ -53,6 +55,10 @@ class UsageBook:
     def count(self, tenant: str, route: str) -> None:
         """One call; the first starts the task that writes the counts (in the serving loop)."""
         self.counter.count(tenant, route)
+        self.start()
+
+    def start(self) -> None:
+        """Start the task that writes the counts, if not yet (in the serving loop)."""
         if self._task is None:
             self._task = asyncio.ensure_future(self._run())
 
@@ -93,16 +99,19 @@ class UsageBook:
         with suppress(StrataError):
             await self.flush()
 
-    async def calls(self, window: Window, tenant: str | None) -> dict[str, dict[int, dict[str, int]]]:
-        """Calls per tenant (``tenant``'s only, or every one's), hour and route in ``window``:
-        this replica's counts written first, the others' as of their last flush."""
+    async def counts(
+        self, window: Window, tenant: str | None
+    ) -> tuple[dict[str, dict[int, dict[str, int]]], dict[str, dict[int, dict[str, int]]]]:
+        """Calls (per route) and tokens (per kind) per tenant (``tenant``'s only, or every
+        one's) and hour in ``window``: this replica's counts written first, the other
+        processes' as of their last flush."""
         with suppress(StrataError):  # the read still answers, with this replica's last flush
             await self.flush()
         store, names = await self.backend()
         rows = await asyncio.to_thread(
             store.scan, names.state, tenant=SYSTEM_TENANT, session=tenant, kinds=[USAGE_KIND], with_vectors=False
         )
-        return calls_from_rows(rows, window)
+        return counts_from_rows(rows, window, group="calls"), counts_from_rows(rows, window, group="tokens")
 
     async def items(self, tenant: str) -> dict[str, dict[str, int]]:
         """What ``tenant`` holds now, per layer (:func:`~strata.access.usage.held_items`)."""

@@ -13,6 +13,7 @@ from typing import TypeVar, cast
 from strata.config import LayerPolicy
 from strata.context.assemble import LAYER_TITLES, AssembledContext, assemble_context, render_refined
 from strata.context.refine import refine_items
+from strata.counting import on_behalf_of
 from strata.errors import InvalidInput, LLMError, StrataError
 from strata.providers.llm import LLM, METER
 from strata.retrieval.timeparse import resolve_time_range
@@ -69,7 +70,8 @@ class ContextFlow(FlowBase):
         # The query is embedded once, and only if a layer needs it; every layer gets the vector,
         # episodic memory the one of its own text, embedded with it (FlowBase._query_texts).
         texts, speakers_seen = await self._query_texts(tenant, query) if "episodic" in fetch else ([query], None)
-        vector_task = asyncio.ensure_future(self._embed_query(texts)) if fetch else None
+        with on_behalf_of(tenant):  # the task started here counts its tokens for the tenant
+            vector_task = asyncio.ensure_future(self._embed_query(texts)) if fetch else None
 
         async def layer_hits(layer: str) -> tuple[list[ContextItem], int | None]:
             if vector_task is None:  # started whenever a layer is fetched
@@ -133,7 +135,8 @@ class ContextFlow(FlowBase):
         )
         refined, refine_error = False, None
         if assembled.cut and self._llm is not None and ctx.refine_with_llm:
-            candidate, refine_error = await self._refine(self._llm, req.message, assembled, max_tokens, started)
+            with on_behalf_of(tenant):
+                candidate, refine_error = await self._refine(self._llm, req.message, assembled, max_tokens, started)
             if candidate is not None:
                 assembled, refined = candidate, True
         return ContextResult(

@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 
 import numpy as np
 
+from strata.counting import on_behalf_of
 from strata.retrieval.terms import extract_terms
 from strata.retrieval.timeparse import resolve_time_range
 from strata.schema import LAYERS, Layer, SearchHit, SearchRequest, SearchResult, TimeRangeOut, WorkingItemOut
@@ -44,11 +45,12 @@ class SearchFlow(ReadFlow):
 
         # Embedded once; episodic memory gets the vector of its own text (FlowBase._query_texts).
         texts, speakers_seen = await self._query_texts(tenant, query) if "episodic" in layers else ([query], None)
-        vector_task = (
-            asyncio.ensure_future(self._embed_query(texts))
-            if {"episodic", "semantic", "procedural"} & set(layers)
-            else None
-        )
+        with on_behalf_of(tenant):  # the task started here counts its tokens for the tenant
+            vector_task = (
+                asyncio.ensure_future(self._embed_query(texts))
+                if {"episodic", "semantic", "procedural"} & set(layers)
+                else None
+            )
 
         async def query_vector(index: int) -> np.ndarray:
             if vector_task is None:  # started whenever one of these layers is asked for

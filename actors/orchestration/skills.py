@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
+from strata.counting import on_behalf_of
 from strata.errors import InvalidInput, PreconditionRequired
 from strata.ids import validate_id
 from strata.schema import (
@@ -57,7 +58,8 @@ class SkillFlow(AuditFlow):
         if not task.strip():
             raise InvalidInput("task is blank", field="task")
         task = await asyncio.to_thread(self._pii.for_tenant(tenant).text, task)
-        vector = (await self._embed_query([task]))[0]
+        with on_behalf_of(tenant):
+            vector = (await self._embed_query([task]))[0]
         found = await procedural.search(
             tenant, query=task, vector=vector, top_k=top_k, min_success_rate=min_success_rate
         )

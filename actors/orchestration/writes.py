@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from strata.counting import on_behalf_of
 from strata.errors import InvalidInput, NotFound, StrataError
 from strata.ids import SYSTEM_TENANT, validate_id
 from strata.schema import (
@@ -58,7 +59,8 @@ class WriteFlow(AuditFlow):
         pii = self._pii.for_tenant(tenant)
         # Off the event loop: a batch is up to 1,000 turns of 16,000 characters each.
         dicts = await asyncio.to_thread(lambda: [pii.model(t).model_dump() for t in turns])
-        vectors = await self._embed([turn_text(d) for d in dicts])
+        with on_behalf_of(tenant):
+            vectors = await self._embed([turn_text(d) for d in dicts])
         episodic = await self.router.episodic(tenant).record_turns(
             tenant, session_id, dicts, vectors=vectors, expected_version=expected_version
         )

@@ -1,5 +1,5 @@
-"""Usage: what a tenant holds now and the calls it made in a window (its own key), or every
-tenant's calls (the admin key). Counted as :mod:`strata_serve.usage` says."""
+"""Usage: what a tenant holds now and the calls and tokens it used in a window (its own key),
+or every tenant's (the admin key). Counted as :mod:`strata_serve.usage` says."""
 
 # No `from __future__ import annotations` here: Serve rewrites these methods
 # and FastAPI then cannot resolve string annotations such as `Response`.
@@ -10,7 +10,7 @@ from fastapi import APIRouter, Header, Query
 
 from strata.access.usage import Window
 from strata.ids import ID_PATTERN
-from strata.schema import UsageHour, UsageOut, UsageReport
+from strata.schema import UsageHour, UsageOut, UsageReport, UsageTokens
 from strata_serve.routes.common import Routes
 from strata_serve.usage import UsageBook
 
@@ -28,15 +28,24 @@ def _at(hour: int) -> datetime:
     return datetime.fromtimestamp(hour, tz=UTC)
 
 
-def _usage(tenant: str, window: Window, hours: dict[int, dict[str, int]],
-           items: dict[str, dict[str, int]] | None) -> UsageOut:
-    calls: dict[str, int] = {}
+def _summed(hours: dict[int, dict[str, int]]) -> dict[str, int]:
+    total: dict[str, int] = {}
     for counted in hours.values():
-        for route, n in counted.items():
-            calls[route] = calls.get(route, 0) + n
+        for name, n in counted.items():
+            total[name] = total.get(name, 0) + n
+    return total
+
+
+def _usage(tenant: str, window: Window, calls: dict[int, dict[str, int]], tokens: dict[int, dict[str, int]],
+           items: dict[str, dict[str, int]] | None) -> UsageOut:
+    hours = [
+        UsageHour(hour=_at(h), calls=dict(sorted(calls.get(h, {}).items())), tokens=UsageTokens(**tokens.get(h, {})))
+        for h in sorted(set(calls) | set(tokens))
+        if calls.get(h) or tokens.get(h)
+    ]
     return UsageOut(
-        tenant=tenant, since=_at(window.since), until=_at(window.until), items=items, calls=dict(sorted(calls.items())),
-        hours=[UsageHour(hour=_at(h), calls=dict(sorted(c.items()))) for h, c in sorted(hours.items())],
+        tenant=tenant, since=_at(window.since), until=_at(window.until), items=items,
+        calls=dict(sorted(_summed(calls).items())), tokens=UsageTokens(**_summed(tokens)), hours=hours,
     )
 
 
@@ -50,32 +59,38 @@ class UsageRoutes(Routes):
         self, since: datetime | None = _SINCE, until: datetime | None = _UNTIL,
         authorization: str | None = Header(default=None),
     ) -> UsageOut:
-        """What your tenant holds now (items per layer) and the calls it made in the window (per
-        route, and per hour). Calls are written every few seconds by each API replica: the last
-        seconds' calls of another replica may not show yet. Any tenant-wide key, read-only too;
+        """What your tenant holds now (items per layer), the calls it made in the window (per
+        route) and the tokens its work used (embedding, LLM in and out), in all and per hour.
+        Counts are written every few seconds by each process that counts: the last seconds'
+        counts of another process may not show yet. Any tenant-wide key, read-only too;
         not a session key (it would see every session's counts); items of the layers the key sees."""
         info = await self._gate.caller(authorization, "usage")  # a session key is refused (ROUTES says why)
         window = Window.resolve(since, until, now=datetime.now(UTC))
-        calls = await self._usage_book.calls(window, info.tenant)
+        calls, tokens = await self._usage_book.counts(window, info.tenant)
         held = await self._usage_book.items(info.tenant)
         items: dict[str, dict[str, int]] = {layer: n for layer, n in held.items() if layer in info.layers}
-        return _usage(info.tenant, window, calls.get(info.tenant, {}), items)
+        return _usage(info.tenant, window, calls.get(info.tenant, {}), tokens.get(info.tenant, {}), items)
 
     @router.get("/v1/admin/usage", response_model=UsageReport, tags=["admin"])
     async def admin_usage(
         self, since: datetime | None = _SINCE, until: datetime | None = _UNTIL,
         tenant: str | None = Query(default=None, pattern=ID_PATTERN.pattern.join("^$"),
                                    description="One tenant, with the items it holds; by default every tenant "
-                                   "that made calls in the window, without items"),
+                                   "that made calls or used tokens in the window, without items"),
         authorization: str | None = Header(default=None),
     ) -> UsageReport:
-        """Every tenant's calls in the window, per route and hour; with ``tenant``, that one's,
-        and the items it holds now. An admin key only."""
+        """Every tenant's calls (per route) and tokens in the window, in all and per hour; with
+        ``tenant``, that one's, and the items it holds now. An admin key only."""
         await self._gate.admin(authorization)
         window = Window.resolve(since, until, now=datetime.now(UTC))
-        calls = await self._usage_book.calls(window, tenant)
+        calls, tokens = await self._usage_book.counts(window, tenant)
         if tenant is not None:
-            tenants = [_usage(tenant, window, calls.get(tenant, {}), await self._usage_book.items(tenant))]
+            tenants = [
+                _usage(tenant, window, calls.get(tenant, {}), tokens.get(tenant, {}),
+                       await self._usage_book.items(tenant))
+            ]
         else:
-            tenants = [_usage(t, window, hours, None) for t, hours in sorted(calls.items())]
+            tenants = [
+                _usage(t, window, calls.get(t, {}), tokens.get(t, {}), None) for t in sorted(set(calls) | set(tokens))
+            ]
         return UsageReport(since=_at(window.since), until=_at(window.until), tenants=tenants)

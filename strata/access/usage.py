@@ -1,25 +1,25 @@
-"""Usage a tenant can see: calls per route and hour, and the items each layer holds.
+"""Usage a tenant can see: calls per route, tokens embedded and sent to the LLM, per hour, and
+the items each layer holds.
 
-Calls are counted in memory by each API replica (:class:`CallCounter`, a dict increment per
-call) and written to the store's state collection every ``serve.usage_flush_s``: one row per
-replica, tenant and hour (:func:`usage_pk`), holding that replica's running totals for the
-hour. A flush rewrites whole rows, so two replicas never write the same row, a failed flush is
-simply written again by the next one, and a read sums every replica's rows (:func:`calls_from_rows`).
-A replica that dies loses what it counted since its last flush; a restarted one writes rows
-of a new replica id.
+Each process counts in memory (:class:`~strata.counting.UsageCounter`, a dict increment per
+count): the API replicas count calls and the query and turn embeddings they make, the layer
+shards the embeddings and LLM calls of their layers. Each writes its counts to the store's
+state collection every ``serve.usage_flush_s``: one row per process, tenant and hour
+(:func:`~strata.counting.usage_pk`), holding that process's running totals for the hour. A
+flush rewrites whole rows, so two processes never write the same row, a failed flush is simply
+written again by the next one, and a read sums every process's rows (:func:`counts_from_rows`).
+A process that dies loses what it counted since its last flush; a restarted one writes rows of
+a new id.
 """
 
 from __future__ import annotations
 
-import time
-import uuid
-from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
+from strata.counting import HOUR_S, USAGE_KIND, UsageCounter, usage_pk
 from strata.errors import InvalidInput
-from strata.ids import SYSTEM_TENANT
 from strata.store.layout import Collections
 from strata.store.records import Record, RecordStore
 
@@ -27,86 +27,15 @@ __all__ = [
     "HOUR_S",
     "MAX_WINDOW",
     "USAGE_KIND",
-    "CallCounter",
+    "UsageCounter",
     "Window",
-    "calls_from_rows",
+    "counts_from_rows",
     "held_items",
     "usage_pk",
 ]
 
-#: The kind of a usage row in the state collection (tenant :data:`SYSTEM_TENANT`, session the counted tenant).
-USAGE_KIND = "usage"
-HOUR_S = 3600
 #: The longest window one usage call reads.
 MAX_WINDOW = timedelta(days=31)
-#: Buckets kept in memory after they were written, by hours: a call counted late in its hour still finds its bucket.
-_KEEP_HOURS = 2
-
-
-def usage_pk(tenant: str, hour: int, replica: str) -> str:
-    """The row of one replica's counts of ``tenant`` in the hour starting at ``hour`` (Unix seconds)."""
-    return f"{SYSTEM_TENANT}/{USAGE_KIND}/{tenant}/{hour}/{replica}"
-
-
-@dataclass
-class CallCounter:
-    """One API replica's call counts per (tenant, hour), written to the store by :meth:`flush`.
-
-    Args:
-        replica: this counter's id in its rows' keys; by default a new random one per process.
-        clock: Unix seconds (tests move their own).
-    """
-
-    replica: str = field(default_factory=lambda: uuid.uuid4().hex[:16])
-    clock: Callable[[], float] = time.time
-    _buckets: dict[tuple[str, int], dict[str, int]] = field(default_factory=lambda: defaultdict(dict))
-    _dirty: set[tuple[str, int]] = field(default_factory=set)
-
-    def count(self, tenant: str, route: str) -> None:
-        """One call of ``route`` by ``tenant``, now."""
-        bucket = (tenant, int(self.clock()) // HOUR_S * HOUR_S)
-        calls = self._buckets[bucket]
-        calls[route] = calls.get(route, 0) + 1
-        self._dirty.add(bucket)
-
-    def pending(self) -> list[Record]:
-        """The rows of every bucket counted since the last successful flush."""
-        now_ms = int(self.clock() * 1000)
-        return [
-            Record(
-                pk=usage_pk(tenant, hour, self.replica), tenant=SYSTEM_TENANT, session=tenant, kind=USAGE_KIND,
-                ts_ms=now_ms, text="",
-                payload={
-                    "tenant": tenant, "hour": hour, "replica": self.replica,
-                    "calls": dict(self._buckets[(tenant, hour)]),
-                },
-            )
-            for tenant, hour in sorted(self._dirty)
-        ]
-
-    def written(self, rows: Iterable[Record]) -> None:
-        """Mark :meth:`pending`'s ``rows`` as in the store. Call it in the thread that counts
-        (the event loop): a bucket counted again since stays due, its row holds less."""
-        for row in rows:
-            bucket = (row.session, int(row.payload["hour"]))
-            if self._buckets[bucket] == row.payload["calls"]:
-                self._dirty.discard(bucket)
-        oldest = (int(self.clock()) // HOUR_S - _KEEP_HOURS) * HOUR_S
-        for bucket in [b for b in self._buckets if b[1] < oldest and b not in self._dirty]:
-            del self._buckets[bucket]
-
-    def flush(self, store: RecordStore, collection: str) -> int:
-        """Write the pending rows and mark them written; returns how many. On failure nothing is
-        marked: the next flush writes the same buckets, with whatever was counted meanwhile.
-
-        Raises:
-            strata.errors.StoreUnavailable: the store did not take the rows.
-        """
-        rows = self.pending()
-        if rows:
-            store.upsert(collection, rows)
-            self.written(rows)
-        return len(rows)
 
 
 @dataclass(frozen=True)
@@ -140,16 +69,20 @@ def _utc(value: datetime) -> datetime:
     return value.replace(tzinfo=UTC) if value.tzinfo is None else value
 
 
-def calls_from_rows(rows: Iterable[Record], window: Window) -> dict[str, dict[int, dict[str, int]]]:
-    """Calls per tenant, hour and route in ``window``: every replica's rows summed."""
+def counts_from_rows(
+    rows: Iterable[Record], window: Window, *, group: str = "calls"
+) -> dict[str, dict[int, dict[str, int]]]:
+    """Counts of ``group`` (calls per route, or ``tokens`` per kind) per tenant and hour in
+    ``window``: every process's rows summed."""
     out: dict[str, dict[int, dict[str, int]]] = {}
     for row in rows:
         hour = int(row.payload["hour"])
-        if not window.since <= hour < window.until:
+        counted = row.payload.get(group) or {}  # rows written before tokens were counted have none
+        if not window.since <= hour < window.until or not counted:
             continue
         hours = out.setdefault(str(row.payload["tenant"]), {}).setdefault(hour, {})
-        for route, n in row.payload["calls"].items():
-            hours[route] = hours.get(route, 0) + int(n)
+        for name, n in counted.items():
+            hours[name] = hours.get(name, 0) + int(n)
     return out
 
 

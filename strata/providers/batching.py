@@ -29,10 +29,15 @@ import sys
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from typing import TypeAlias
 
 import numpy as np
 
 __all__ = ["EmbedBatcher", "length_groups"]
+
+#: A model call: texts in, one row per text out; or the rows and the tokens read of each text
+#: (:func:`~strata.providers.embedder.embed_counted`).
+ModelCall: TypeAlias = Callable[[Sequence[str]], "np.ndarray | tuple[np.ndarray, list[int]]"]
 
 
 def length_groups(lengths: Sequence[int], *, max_batch: int, slack: int) -> list[list[int]]:
@@ -58,7 +63,8 @@ class EmbedBatcher:
 
     Args:
         embed: the model call, texts in, one row per text out (an :class:`~strata.providers.embedder.Embedder`'s
-            ``embed_query``). It runs in a worker thread, one call at a time per lane
+            ``embed_query``), or the rows and the tokens of each text (``embed_counted``,
+            whose counts :meth:`embed_counted` answers). It runs in a worker thread, one call at a time per lane
             (short texts, long ones: :data:`LONG_CHARS`); it must allow two at once.
         max_batch: the most texts one model call takes.
 
@@ -79,14 +85,14 @@ class EmbedBatcher:
     #: tenth of a core that a busy thread of niceness 0 also wants).
     LONG_NICE = 10
 
-    def __init__(self, embed: Callable[[Sequence[str]], np.ndarray], *, max_batch: int = 32) -> None:
+    def __init__(self, embed: ModelCall, *, max_batch: int = 32) -> None:
         if max_batch < 1:
             raise ValueError("max_batch must be at least 1")
         self._embed = embed
         self._max_batch = max_batch
         self._long_thread: ThreadPoolExecutor | None = None  # made with the first long text
         #: Per lane (short texts, long ones): texts waiting for the next call, and the task calling.
-        self._pending: tuple[list[tuple[str, asyncio.Future[np.ndarray]]], ...] = ([], [])
+        self._pending: tuple[list[tuple[str, asyncio.Future[tuple[np.ndarray, int]]]], ...] = ([], [])
         self._draining: list[asyncio.Task[None] | None] = [None, None]
         #: Model calls made and texts embedded, for the benchmark and the tests.
         self.calls = 0
@@ -94,7 +100,12 @@ class EmbedBatcher:
 
     async def embed(self, text: str) -> np.ndarray:
         """The vector of ``text``; raises what the model call raised."""
-        future: asyncio.Future[np.ndarray] = asyncio.get_running_loop().create_future()
+        return (await self.embed_counted(text))[0]
+
+    async def embed_counted(self, text: str) -> tuple[np.ndarray, int]:
+        """The vector of ``text`` and the tokens the model read of it (0 from a model call
+        that does not count them)."""
+        future: asyncio.Future[tuple[np.ndarray, int]] = asyncio.get_running_loop().create_future()
         lane = int(len(text) >= self.LONG_CHARS)
         self._pending[lane].append((text, future))
         draining = self._draining[lane]
@@ -102,7 +113,7 @@ class EmbedBatcher:
             self._draining[lane] = asyncio.create_task(self._drain(self._pending[lane]))
         return await future
 
-    async def _drain(self, queue: list[tuple[str, asyncio.Future[np.ndarray]]]) -> None:
+    async def _drain(self, queue: list[tuple[str, asyncio.Future[tuple[np.ndarray, int]]]]) -> None:
         while queue:
             pending = queue[:]
             queue.clear()
@@ -112,7 +123,7 @@ class EmbedBatcher:
             for group in groups:
                 await self._call([pending[i] for i in group], long=queue is self._pending[1])
 
-    async def _call(self, batch: list[tuple[str, asyncio.Future[np.ndarray]]], *, long: bool) -> None:
+    async def _call(self, batch: list[tuple[str, asyncio.Future[tuple[np.ndarray, int]]]], *, long: bool) -> None:
         self.calls += 1
         self.texts += len(batch)
         texts = [text for text, _ in batch]
@@ -125,17 +136,18 @@ class EmbedBatcher:
                         initializer=_nicer,
                         initargs=(self.LONG_NICE,),
                     )
-                vectors = await asyncio.get_running_loop().run_in_executor(self._long_thread, self._embed, texts)
+                answer = await asyncio.get_running_loop().run_in_executor(self._long_thread, self._embed, texts)
             else:
-                vectors = await asyncio.to_thread(self._embed, texts)
+                answer = await asyncio.to_thread(self._embed, texts)
         except Exception as exc:
             for _, future in batch:
                 if not future.done():
                     future.set_exception(exc)
             return
-        for (_, future), vector in zip(batch, vectors, strict=True):
+        vectors, tokens = answer if isinstance(answer, tuple) else (answer, [0] * len(texts))
+        for (_, future), vector, n in zip(batch, vectors, tokens, strict=True):
             if not future.done():  # its caller may have been cancelled meanwhile
-                future.set_result(vector)
+                future.set_result((vector, n))
 
 
 def _nicer(by: int) -> None:

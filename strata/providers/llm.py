@@ -11,7 +11,8 @@ time left before its deadline, and no retry on a request path. :class:`OpenAICha
 also bounds the calls a process has in flight (``llm.max_concurrency``) and opens a
 breaker per feature after ``llm.breaker_failures`` failed calls in a row, so a feature
 falls back at once for ``llm.breaker_cooldown_s`` instead of waiting on a dead endpoint.
-What happened is counted per feature (:mod:`strata.providers.llm_meter`).
+What happened is counted per feature (:mod:`strata.providers.llm_meter`), and the tokens per
+tenant (:mod:`strata.counting`: the caller says whose work a call is).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 from strata.config import LLMSettings
+from strata.counting import count_tokens
 from strata.errors import LLMBreakerOpen, LLMBusy, LLMError, LLMOutputInvalid, LLMTimedOut
 from strata.providers.llm_meter import FEATURES, LLMMeter
 
@@ -308,6 +310,8 @@ class OpenAIChatLLM:
         tokens_in = usage.prompt_tokens if usage is not None else 0
         tokens_out = usage.completion_tokens if usage is not None else 0
         self.meter.call(call.feature, seconds=seconds, outcome="ok", tokens_in=tokens_in, tokens_out=tokens_out)
+        count_tokens("llm_in", tokens_in)  # for the tenant the caller works for (strata.counting.on_behalf_of)
+        count_tokens("llm_out", tokens_out)
         self._breaker.succeeded(call.feature)
         with self._lock:
             self.usage.calls += 1

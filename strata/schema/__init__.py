@@ -62,6 +62,7 @@ from strata.schema.outputs import (
     UsageHour,
     UsageOut,
     UsageReport,
+    UsageTokens,
     WorkingItemOut,
     WorkingState,
 )
@@ -118,6 +119,7 @@ __all__ = [
     "UsageHour",
     "UsageOut",
     "UsageReport",
+    "UsageTokens",
     "WorkingItemIn",
     "WorkingItemOut",
     "WorkingItemsIn",

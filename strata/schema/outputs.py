@@ -50,6 +50,7 @@ __all__ = [
     "UsageHour",
     "UsageOut",
     "UsageReport",
+    "UsageTokens",
     "WorkingItemOut",
     "WorkingState",
 ]
@@ -397,9 +398,20 @@ class TenantForgotten(_Out):
     keys_revoked: list[str] = Field(description="Ids of the tenant's keys, revoked first")
 
 
+class UsageTokens(_Out):
+    """Tokens a tenant's work used: counted where its texts were embedded or sent to the LLM."""
+
+    embedding: int = Field(default=0, description="Word pieces the embedding model read: each stored text cut to "
+                           "embedding.max_tokens and each query to embedding.query_max_tokens, special tokens included")
+    llm_in: int = Field(default=0, description="Prompt tokens of the LLM calls made for the tenant, as the endpoint "
+                        "counted them (summaries, entities, skills, context refinement)")
+    llm_out: int = Field(default=0, description="Reply tokens of those LLM calls, as the endpoint counted them")
+
+
 class UsageHour(_Out):
     hour: datetime = Field(description="The hour's start (UTC)")
     calls: dict[str, int] = Field(description="Calls per route (its name in the OpenAPI document) in that hour")
+    tokens: UsageTokens = Field(default_factory=UsageTokens, description="Tokens used in that hour")
 
 
 class UsageOut(_Out):
@@ -414,7 +426,13 @@ class UsageOut(_Out):
         "skills. Null in an admin report over every tenant",
     )
     calls: dict[str, int] = Field(description="Calls per route in the window, every API replica's summed")
-    hours: list[UsageHour] = Field(description="The same calls per hour, oldest first; hours without calls left out")
+    tokens: UsageTokens = Field(
+        default_factory=UsageTokens,
+        description="Tokens used in the window, every process's counts summed (API replicas and layer shards)",
+    )
+    hours: list[UsageHour] = Field(
+        description="The same calls and tokens per hour, oldest first; hours without either left out"
+    )
 
 
 class UsageReport(_Out):
@@ -422,5 +440,7 @@ class UsageReport(_Out):
 
     since: datetime
     until: datetime
-    tenants: list[UsageOut] = Field(description="Each tenant that made calls in the window (or the one asked for)")
+    tenants: list[UsageOut] = Field(
+        description="Each tenant that made calls or used tokens in the window (or the one asked for)"
+    )
 

@@ -152,5 +152,6 @@ async def test_the_embedding_replica_runs_no_more_model_calls_at_once_than_it_ha
     cores = len(os.sched_getaffinity(0))
     assert len(seen) == 20 and max(n for n, _ in seen) <= cores
     assert all(name.startswith("strata-embed") for _, name in seen)
-    for batch, vectors in zip(batches, answers, strict=True):
+    for batch, (vectors, tokens) in zip(batches, answers, strict=True):
         np.testing.assert_allclose(vectors, model.embed(batch), atol=1e-5)
+        assert tokens == [0, 0, 0]  # an embedder without embed_counted counts nothing

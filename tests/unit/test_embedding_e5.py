@@ -89,3 +89,13 @@ def test_short_text_is_embedded_whole(e5: E5Embedder) -> None:
     text = "  Which country was Tim visiting in the second week of November?"
     assert e5.cut(text, 128, query=True) == text.lstrip()
     np.testing.assert_allclose(e5.embed_query([text]), e5.embed_query([text.lstrip()]), atol=1e-6)
+
+
+def test_it_counts_the_tokens_it_read_after_the_cut(e5: E5Embedder) -> None:
+    short, long = "where do I live now?", "word " * 1000
+    vectors, tokens = e5.embed_counted([short, long])
+    assert tokens == [e5._model.token_count(short, False), e5._model.token_count(e5.cut(long, 256, query=False), False)]
+    assert tokens[1] <= 256 and tokens[1] > 200  # cut to max_tokens, prefix and specials included
+    np.testing.assert_allclose(vectors, e5.embed([short, long]), atol=1e-5)
+    _, query_tokens = e5.embed_counted([long], query=True)
+    assert 100 < query_tokens[0] <= 128

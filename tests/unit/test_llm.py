@@ -20,6 +20,7 @@ import pytest
 from pydantic import BaseModel
 
 from strata.config import LLMSettings
+from strata.counting import COUNTER, on_behalf_of
 from strata.episodic.summarize import ExtractiveSummarizer, LLMSummarizer, SummaryInput
 from strata.errors import LLMError, LLMOutputInvalid
 from strata.providers.llm import OpenAIChatLLM, complete_json, make_llm
@@ -354,3 +355,20 @@ def test_summarizer_falls_back_on_http_500(server: Server) -> None:
     server.script.push(Reply(status=500))
     result = LLMSummarizer(server.llm()).summarize(TURNS)
     _assert_extractive_fallback(result, "InternalServerError")
+
+
+def test_tokens_count_for_the_tenant_the_call_works_for(server: Server) -> None:
+    def acme_tokens() -> dict[str, int]:
+        rows = [r for r in COUNTER.pending() if r.session == "acme-llm-usage"]
+        return {k: v for r in rows for k, v in r.payload["tokens"].items()}
+
+    before = acme_tokens()
+    server.script.push(Reply(content="hello", prompt_tokens=12, completion_tokens=3))
+    server.script.push(Reply(content="again", prompt_tokens=7, completion_tokens=2))
+    llm = server.llm()
+    with on_behalf_of("acme-llm-usage"):
+        llm.complete("be brief", "say hello")
+    llm.complete("be brief", "say it again")  # nobody's: the meter counts it, no tenant does
+    after = acme_tokens()
+    assert after.get("llm_in", 0) - before.get("llm_in", 0) == 12
+    assert after.get("llm_out", 0) - before.get("llm_out", 0) == 3

@@ -1,21 +1,27 @@
-"""Usage: the replica's call counter, its flush to the store's state collection (two replicas'
-rows summed, a failed flush kept for the next), the window checks, the items count, and the
-middleware that counts a tenant route by its key's tenant."""
+"""Usage: the process's counter, its flush to the store's state collection (two processes'
+rows summed, a failed flush kept for the next), the window checks, the items count, the
+middleware that counts a tenant route by its key's tenant, and tokens counted for the tenant
+whose work embedded them or sent them to the LLM."""
 
 from __future__ import annotations
 
+import asyncio
+import threading
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
 import httpx
+import numpy as np
 import pytest
 from fastapi import FastAPI, Header
 
 from strata.access.keys import KeyStore
-from strata.access.usage import HOUR_S, USAGE_KIND, CallCounter, Window, calls_from_rows, held_items
-from strata.config import AuthSettings, ServeSettings, StrataSettings
+from strata.access.usage import HOUR_S, USAGE_KIND, UsageCounter, Window, counts_from_rows, held_items
+from strata.config import AuthSettings, EmbeddingSettings, ServeSettings, StrataSettings
+from strata.counting import count_tokens, on_behalf_of, working_for
 from strata.errors import InvalidInput, StoreUnavailable
 from strata.ids import SYSTEM_TENANT
+from strata.providers.embedder import OnnxMiniLMEmbedder, embed_counted, make_embedder
 from strata.store.layout import Collections
 from strata.store.records import InMemoryRecordStore, Record
 from strata_serve.auth import Authenticate, KeyGate
@@ -56,7 +62,7 @@ ALL = Window(since=0, until=2**40)
 
 def test_two_replicas_write_rows_of_their_own_and_a_read_sums_them() -> None:
     store, clock = FlakyStore(), Clock()
-    a, b = CallCounter(replica="a", clock=clock), CallCounter(replica="b", clock=clock)
+    a, b = UsageCounter(replica="a", clock=clock), UsageCounter(replica="b", clock=clock)
     for _ in range(3):
         a.count("acme", "search")
     b.count("acme", "search")
@@ -67,23 +73,23 @@ def test_two_replicas_write_rows_of_their_own_and_a_read_sums_them() -> None:
     assert a.flush(store, "state") == 1
     assert a.flush(store, "state") == 0  # nothing new: no write
     hour = int(T0) // HOUR_S * HOUR_S
-    assert calls_from_rows(usage_rows(store), ALL) == {
+    assert counts_from_rows(usage_rows(store), ALL) == {
         "acme": {hour: {"search": 5, "record_turn": 1}},
         "other": {hour: {"search": 1}},
     }
     clock.now += HOUR_S  # the next hour is a bucket of its own
     a.count("acme", "search")
     a.flush(store, "state")
-    calls = calls_from_rows(usage_rows(store), ALL)["acme"]
+    calls = counts_from_rows(usage_rows(store), ALL)["acme"]
     assert calls == {hour: {"search": 5, "record_turn": 1}, hour + HOUR_S: {"search": 1}}
-    assert calls_from_rows(usage_rows(store), Window(since=hour + HOUR_S, until=hour + 2 * HOUR_S)) == {
+    assert counts_from_rows(usage_rows(store), Window(since=hour + HOUR_S, until=hour + 2 * HOUR_S)) == {
         "acme": {hour + HOUR_S: {"search": 1}}
     }
 
 
 def test_a_failed_flush_keeps_the_counts_for_the_next() -> None:
     store, clock = FlakyStore(), Clock()
-    counter = CallCounter(replica="a", clock=clock)
+    counter = UsageCounter(replica="a", clock=clock)
     counter.count("acme", "search")
     store.down = True
     with pytest.raises(StoreUnavailable):
@@ -91,24 +97,24 @@ def test_a_failed_flush_keeps_the_counts_for_the_next() -> None:
     counter.count("acme", "search")
     store.down = False
     assert counter.flush(store, "state") == 1
-    assert calls_from_rows(usage_rows(store), ALL)["acme"] == {int(T0) // HOUR_S * HOUR_S: {"search": 2}}
+    assert counts_from_rows(usage_rows(store), ALL)["acme"] == {int(T0) // HOUR_S * HOUR_S: {"search": 2}}
 
 
 def test_a_bucket_counted_while_its_row_was_written_stays_due() -> None:
     store, clock = FlakyStore(), Clock()
-    counter = CallCounter(replica="a", clock=clock)
+    counter = UsageCounter(replica="a", clock=clock)
     counter.count("acme", "search")
     rows = counter.pending()
     store.upsert("state", rows)
     counter.count("acme", "search")  # between the write and its mark
     counter.written(rows)
     assert counter.flush(store, "state") == 1
-    assert calls_from_rows(usage_rows(store), ALL)["acme"] == {int(T0) // HOUR_S * HOUR_S: {"search": 2}}
+    assert counts_from_rows(usage_rows(store), ALL)["acme"] == {int(T0) // HOUR_S * HOUR_S: {"search": 2}}
 
 
 def test_old_buckets_are_let_go_once_written() -> None:
     store, clock = FlakyStore(), Clock()
-    counter = CallCounter(replica="a", clock=clock)
+    counter = UsageCounter(replica="a", clock=clock)
     counter.count("acme", "search")
     counter.flush(store, "state")
     clock.now += 5 * HOUR_S
@@ -199,8 +205,100 @@ async def test_the_middleware_counts_tenant_routes_by_the_keys_tenant_and_a_read
         assert (await client.get("/v1/documents")).status_code == 401  # no key: not counted
         assert (await client.get("/v1/nowhere", headers={"Authorization": f"Bearer {acme}"})).status_code == 404
     assert usage_rows(store) == []  # nothing written on the request's path
-    calls = await book.calls(ALL, None)
+    calls, _ = await book.counts(ALL, None)
     totals = {t: {r: n for h in hours.values() for r, n in h.items()} for t, hours in calls.items()}
     assert totals == {"acme": {"list_documents": 3}, "other": {"list_documents": 1}}
     assert len(usage_rows(store)) == 2
     await book.aclose()
+
+
+# -- tokens: counted per tenant where the work says whose it is ------------------------------
+
+
+def test_tokens_are_rows_of_their_own_group_summed_over_processes() -> None:
+    store, clock = FlakyStore(), Clock()
+    api, shard = UsageCounter(replica="api", clock=clock), UsageCounter(replica="shard", clock=clock)
+    api.count("acme", "record_turns")
+    count_tokens("embedding", 40, tenant="acme", counter=api)
+    count_tokens("embedding", 12, tenant="acme", counter=shard)
+    count_tokens("llm_in", 300, tenant="acme", counter=shard)
+    count_tokens("llm_out", 0, tenant="acme", counter=shard)  # nothing: no count
+    count_tokens("embedding", 5, counter=shard)  # on behalf of nobody: not counted
+    assert api.flush(store, "state") == 1 and shard.flush(store, "state") == 1
+    hour = int(T0) // HOUR_S * HOUR_S
+    rows = usage_rows(store)
+    assert counts_from_rows(rows, ALL, group="tokens") == {"acme": {hour: {"embedding": 52, "llm_in": 300}}}
+    assert counts_from_rows(rows, ALL) == {"acme": {hour: {"record_turns": 1}}}  # the shard's row has no calls
+    count_tokens("embedding", 8, tenant="acme", counter=shard)  # the row is rewritten with the running total
+    shard.flush(store, "state")
+    assert counts_from_rows(usage_rows(store), ALL, group="tokens")["acme"][hour]["embedding"] == 60
+
+
+def test_a_row_written_before_tokens_were_counted_still_reads() -> None:
+    store = FlakyStore()
+    hour = int(T0) // HOUR_S * HOUR_S
+    store.upsert("state", [Record(pk=f"old/{hour}", tenant=SYSTEM_TENANT, session="acme", kind=USAGE_KIND, ts_ms=0,
+                                  text="", payload={"tenant": "acme", "hour": hour, "replica": "r",
+                                                    "calls": {"search": 2}})])
+    assert counts_from_rows(usage_rows(store), ALL) == {"acme": {hour: {"search": 2}}}
+    assert counts_from_rows(usage_rows(store), ALL, group="tokens") == {}
+
+
+async def test_work_on_behalf_of_a_tenant_counts_in_its_threads_and_tasks_not_after() -> None:
+    counter = UsageCounter(replica="p", clock=Clock())
+
+    def in_a_thread() -> None:
+        count_tokens("llm_out", 3, counter=counter)
+
+    with on_behalf_of("acme"):
+        assert working_for() == "acme"
+        await asyncio.to_thread(in_a_thread)
+        task = asyncio.ensure_future(asyncio.to_thread(in_a_thread))
+    await task  # started inside: still acme's
+    await asyncio.to_thread(in_a_thread)  # outside: nobody's
+    assert working_for() is None
+    (row,) = counter.pending()
+    assert (row.session, row.payload["tokens"]) == ("acme", {"llm_out": 6})
+
+
+def test_counting_from_many_threads_loses_nothing() -> None:
+    counter = UsageCounter(replica="p", clock=Clock())
+
+    def many() -> None:
+        for _ in range(5_000):
+            count_tokens("embedding", 1, tenant="acme", counter=counter)
+
+    threads = [threading.Thread(target=many) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    (row,) = counter.pending()
+    assert row.payload["tokens"] == {"embedding": 20_000}
+
+
+def test_the_minilm_embedder_counts_the_word_pieces_it_read_after_the_cut() -> None:
+    embedder = make_embedder(EmbeddingSettings())
+    assert isinstance(embedder, OnnxMiniLMEmbedder)
+    tokenizer = embedder._tokenizer
+    short, long = "where do I live now?", "word " * 1000
+    vectors, tokens = embed_counted(embedder, [short, long, ""])
+    whole = len(tokenizer.encode(short).ids)
+    assert tokens == [whole, 256, 2]  # [CLS] and [SEP] included; the long text cut to max_tokens; "" is both
+    np.testing.assert_allclose(vectors, embedder.embed([short, long, ""]), atol=1e-5)
+    _, query_tokens = embed_counted(embedder, [short, long], query=True)
+    assert query_tokens == [whole, 128]  # a query is cut to query_max_tokens
+
+
+def test_an_embedder_without_counts_counts_none() -> None:
+    class Plain:
+        dim = 2
+
+        def embed(self, texts: Sequence[str]) -> np.ndarray:
+            return np.ones((len(texts), 2), dtype=np.float32)
+
+        def embed_query(self, texts: Sequence[str]) -> np.ndarray:
+            return self.embed(texts)
+
+    vectors, tokens = embed_counted(Plain(), ["a", "b"], query=True)
+    assert vectors.shape == (2, 2) and tokens == [0, 0]
