@@ -607,9 +607,10 @@ export interface paths {
         };
         /**
          * Usage
-         * @description What your tenant holds now (items per layer) and the calls it made in the window (per
-         *     route, and per hour). Calls are written every few seconds by each API replica: the last
-         *     seconds' calls of another replica may not show yet. Any tenant-wide key, read-only too;
+         * @description What your tenant holds now (items per layer), the calls it made in the window (per
+         *     route) and the tokens its work used (embedding, LLM in and out), in all and per hour.
+         *     Counts are written every few seconds by each process that counts: the last seconds'
+         *     counts of another process may not show yet. Any tenant-wide key, read-only too;
          *     not a session key (it would see every session's counts); items of the layers the key sees.
          */
         get: operations["usage_v1_usage_get"];
@@ -630,8 +631,8 @@ export interface paths {
         };
         /**
          * Admin Usage
-         * @description Every tenant's calls in the window, per route and hour; with ``tenant``, that one's,
-         *     and the items it holds now. An admin key only.
+         * @description Every tenant's calls (per route) and tokens in the window, in all and per hour; with
+         *     ``tenant``, that one's, and the items it holds now. An admin key only.
          */
         get: operations["admin_usage_v1_admin_usage_get"];
         put?: never;
@@ -751,6 +752,13 @@ export interface components {
              * @description Semantic passages: the children that matched, best first
              */
             matched?: components["schemas"]["MatchedSpan"][];
+            /** @description A long turn: the passage of it the text quotes (the one that matched best) */
+            span?: components["schemas"]["TurnSpan"] | null;
+            /**
+             * Superseded By
+             * @description A turn: a later turn among these hits that states the same thing (ranked above it)
+             */
+            superseded_by?: string | null;
         };
         /** ContextRequest */
         ContextRequest: {
@@ -1302,6 +1310,13 @@ export interface components {
              * @description Semantic passages: the children that matched, best first
              */
             matched?: components["schemas"]["MatchedSpan"][];
+            /** @description A long turn: the passage of it the text quotes (the one that matched best) */
+            span?: components["schemas"]["TurnSpan"] | null;
+            /**
+             * Superseded By
+             * @description A turn: a later turn among these hits that states the same thing (ranked above it)
+             */
+            superseded_by?: string | null;
         };
         /** SearchRequest */
         SearchRequest: {
@@ -1776,9 +1791,15 @@ export interface components {
          * @description One exchange: what the user said, what the agent answered (either may be absent).
          */
         TurnIn: {
-            /** User */
+            /**
+             * User
+             * @description Kept whole; a text longer than about 1,000 characters is also searched by passages, and a hit quotes the one that matched
+             */
             user?: string | null;
-            /** Agent */
+            /**
+             * Agent
+             * @description Kept whole; a text longer than about 1,000 characters is also searched by passages, and a hit quotes the one that matched
+             */
             agent?: string | null;
             /**
              * Timestamp
@@ -1822,6 +1843,21 @@ export interface components {
              */
             expires_at?: string | null;
         };
+        /** TurnSpan */
+        TurnSpan: {
+            /**
+             * Side
+             * @enum {string}
+             */
+            side: "user" | "agent";
+            /**
+             * Start
+             * @description Character offset of the quoted passage in that side's text
+             */
+            start: number;
+            /** End */
+            end: number;
+        };
         /** UsageHour */
         UsageHour: {
             /**
@@ -1837,6 +1873,8 @@ export interface components {
             calls: {
                 [key: string]: number;
             };
+            /** @description Tokens used in that hour */
+            tokens?: components["schemas"]["UsageTokens"];
         };
         /**
          * UsageOut
@@ -1873,9 +1911,11 @@ export interface components {
             calls: {
                 [key: string]: number;
             };
+            /** @description Tokens used in the window, every process's counts summed (API replicas and layer shards) */
+            tokens?: components["schemas"]["UsageTokens"];
             /**
              * Hours
-             * @description The same calls per hour, oldest first; hours without calls left out
+             * @description The same calls and tokens per hour, oldest first; hours without either left out
              */
             hours: components["schemas"]["UsageHour"][];
         };
@@ -1896,9 +1936,33 @@ export interface components {
             until: string;
             /**
              * Tenants
-             * @description Each tenant that made calls in the window (or the one asked for)
+             * @description Each tenant that made calls or used tokens in the window (or the one asked for)
              */
             tenants: components["schemas"]["UsageOut"][];
+        };
+        /**
+         * UsageTokens
+         * @description Tokens a tenant's work used: counted where its texts were embedded or sent to the LLM.
+         */
+        UsageTokens: {
+            /**
+             * Embedding
+             * @description Word pieces the embedding model read: each stored text cut to embedding.max_tokens and each query to embedding.query_max_tokens, special tokens included
+             * @default 0
+             */
+            embedding?: number;
+            /**
+             * Llm In
+             * @description Prompt tokens of the LLM calls made for the tenant, as the endpoint counted them (summaries, entities, skills, context refinement)
+             * @default 0
+             */
+            llm_in?: number;
+            /**
+             * Llm Out
+             * @description Reply tokens of those LLM calls, as the endpoint counted them
+             * @default 0
+             */
+            llm_out?: number;
         };
         /** ValidationError */
         ValidationError: {
@@ -3228,7 +3292,7 @@ export interface operations {
                 since?: string | null;
                 /** @description The window's end; by default now. Rounded up to an hour; at most 31 days after since */
                 until?: string | null;
-                /** @description One tenant, with the items it holds; by default every tenant that made calls in the window, without items */
+                /** @description One tenant, with the items it holds; by default every tenant that made calls or used tokens in the window, without items */
                 tenant?: string | null;
             };
             header?: {
