@@ -27,7 +27,7 @@ What cannot be kept: message ids, ``additional_kwargs``, ``response_metadata``, 
 and an ``AIMessage``'s ``name``; content blocks other than text (images, files); a message with
 no text (and no tool calls), which a turn cannot hold. Tool calls and ids together are limited
 by Strata's 8 KB of metadata per turn (a larger turn is refused, 422), a side's text by its
-16,000 characters. The tenant's PII rules may mask text before it is stored.
+1,000,000 characters. The tenant's PII rules may mask text before it is stored.
 """
 
 from __future__ import annotations

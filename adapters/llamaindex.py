@@ -21,7 +21,7 @@ What maps:
   then be a valid Strata id: letters, digits and ``_ . : -``).
 
 What does not map: tool and system messages, and non-text blocks (images, audio, tool-call
-blocks), are not recorded; a side's text is cut to Strata's 16,000 characters. Messages still
+blocks), are not recorded; a side's text is cut to Strata's 1,000,000 characters. Messages still
 in the ``Memory``'s queue are not in Strata until they are flushed (``Memory`` keeps them in
 its own chat store). ``atruncate`` is the base class's (the block is dropped whole when the
 ``Memory`` must cut and the block's ``priority`` allows it); size the block with

@@ -15,7 +15,7 @@ How items map onto the session's turns, one turn per item, in the order they wer
 - the item itself, exactly as given, is kept in the turn's metadata (``agents_sdk.item``),
   and that is what :meth:`StrataSession.get_items` returns. An item past Strata's 8 KB of
   turn metadata keeps its longest string as the turn's text instead (``agents_sdk.text_at``
-  says where it goes back); an item that fits neither way (a string over 16,000 characters
+  says where it goes back); an item that fits neither way (a string over 1,000,000 characters
   plus more than 8 KB of the rest) is refused with ``ValueError``;
 - a turn the adapter did not write (recorded over REST, by another adapter) reads back as a
   user message and/or an assistant message.
@@ -40,7 +40,7 @@ from pydantic import ValidationError
 
 from strata.errors import NotFound
 from strata.ids import validate_id
-from strata.limits import MESSAGE_CHARS_MAX
+from strata.limits import TURN_CHARS_MAX
 from strata.schema import TurnIn
 from strata.schema.outputs import SessionTurn
 from strata_adapters._common import StrataConnection
@@ -200,7 +200,7 @@ def turn_from_item(item: dict[str, Any]) -> TurnIn:
     except ValidationError as exc:
         raise ValueError(
             f"an Agents SDK item too large for a Strata turn: its longest text has {len(longest)} characters "
-            f"(at most {MESSAGE_CHARS_MAX}) and the rest must fit in 8 KB of JSON ({exc.errors()[0]['msg']})"
+            f"(at most {TURN_CHARS_MAX}) and the rest must fit in 8 KB of JSON ({exc.errors()[0]['msg']})"
         ) from None
 
 
