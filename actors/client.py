@@ -22,7 +22,7 @@ from typing import Any, Self, TypeVar
 import numpy as np
 
 from strata.config import StrataSettings
-from strata.counting import COUNTER, count_tokens
+from strata.counting import count_tokens, process_counter
 from strata.errors import StrataError
 from strata.ids import validate_id
 from strata.layers import LAYERS
@@ -125,10 +125,11 @@ class InClusterClient:
         does it too, while the store is up), and the tokens it embedded (the process's usage
         counts). ``async with`` the client calls it on leaving."""
         await self._flow.aclose()
-        if COUNTER.pending():
+        counter = process_counter()
+        if counter.pending():
             with contextlib.suppress(StrataError):  # counts are not worth failing a close for
                 store, names = await asyncio.to_thread(open_store, self._flow.settings)
-                await asyncio.to_thread(COUNTER.flush, store, names.state)
+                await asyncio.to_thread(counter.flush, store, names.state)
 
     async def __aenter__(self) -> Self:
         return self

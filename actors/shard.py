@@ -38,7 +38,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from strata.counting import COUNTER, count_tokens, on_behalf_of
+from strata.counting import count_tokens, on_behalf_of, process_counter
 from strata.errors import StrataError, VersionConflict
 from strata.ids import validate_id
 from strata.providers.embedder import Embedder, embed_counted, make_embedder
@@ -117,7 +117,7 @@ class LayerShard(TenantExpiry[_L]):
             await asyncio.sleep(self.settings.serve.usage_flush_s)
             try:
                 store, collections, _ = await self._backend()
-                await asyncio.to_thread(COUNTER.flush, store, collections.state)
+                await asyncio.to_thread(process_counter().flush, store, collections.state)
             except StrataError as exc:  # kept for the next flush
                 _log.warning("usage counts not written, kept for the next flush: %s", exc.message)
 

@@ -36,7 +36,7 @@ from starlette.staticfiles import StaticFiles
 
 from strata.access.idempotency import ClaimBook, Claims, IdempotencyStore
 from strata.config import StrataSettings
-from strata.counting import COUNTER, count_tokens
+from strata.counting import count_tokens, process_counter
 from strata.errors import StrataError
 from strata.providers.batching import EmbedBatcher
 from strata.providers.embedder import embed_counted, make_embedder
@@ -191,7 +191,7 @@ class Api(
         self._health_check: asyncio.Future[Health] | None = None
         self._answers: IdempotencyStore | None = None
         # Counted by the CountCalls middleware, and by the flows (tokens embedded, the LLM's).
-        self._usage_book = UsageBook(self._settings, counter=COUNTER)
+        self._usage_book = UsageBook(self._settings, counter=process_counter())
 
     async def __del__(self) -> None:
         """Serve calls this when the replica stops gracefully: the queued audit entries and the

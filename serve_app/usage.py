@@ -38,7 +38,7 @@ class UsageBook:
         settings: ``serve.usage_flush_s``, and the store to open on first use.
         backend: the store and its collections (tests pass an in-memory one).
         counter: by default a new one, with a replica id of its own (the Api replica passes
-            its process's :data:`~strata.counting.COUNTER`).
+            its process's, :func:`~strata.counting.process_counter`).
     """
 
     def __init__(

@@ -34,6 +34,7 @@ __all__ = [
     "UsageCounter",
     "count_tokens",
     "on_behalf_of",
+    "process_counter",
     "usage_pk",
     "working_for",
 ]
@@ -127,6 +128,12 @@ class UsageCounter:
 
 #: This process's counter: every count of the process goes here, and one flush task writes it.
 COUNTER = UsageCounter()
+
+
+def process_counter() -> UsageCounter:
+    """:data:`COUNTER`, looked up when called: code that Serve pickles by value (the ingress
+    deployment's methods) would otherwise carry a copy of it, which no count reaches."""
+    return COUNTER
 
 
 @contextmanager
