@@ -46,7 +46,7 @@ def test_a_record_the_command_was_given_is_not_called_the_settings(
     from strata_cli import main as cli
 
     def status(_: object) -> int:
-        TurnIn.model_validate({"user": "x" * 20_000})
+        TurnIn.model_validate({"user": "x" * 1_000_001})
         return 0
 
     monkeypatch.setattr(cli, "_cmd_status", status)
