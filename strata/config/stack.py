@@ -112,8 +112,9 @@ class ServeSettings(Section):
     max_body_bytes: int = Field(default=128 * 2**20, ge=1024)
     #: A write sent with an Idempotency-Key keeps its answer this long: its retries get it back.
     idempotency_ttl_s: float = Field(default=86_400.0, gt=0, le=30 * 86_400)
-    #: Each API replica counts its calls per tenant, route and hour in memory and writes its
-    #: counts to the store this often (and when it stops): a crash loses at most this long.
+    #: Each process (API replica, layer shard) counts its usage per tenant and hour in memory
+    #: (calls per route, tokens) and writes its counts to the store this often (an API replica
+    #: also when it stops): a crash loses at most this long.
     usage_flush_s: float = Field(default=5.0, gt=0, le=3600)
     #: While a write sent with an Idempotency-Key runs, its key is claimed (shared by the API
     #: replicas, ``auth.limit_shards``): the same key sent meanwhile waits up to
