@@ -352,6 +352,23 @@
     show($("audit-more"), page.next_after !== null);
   }
 
+  // -- usage -------------------------------------------------------------------------------
+
+  async function loadUsage() {
+    const usage = await api("GET", "v1/usage");  // the last 24 hours (whole hours)
+    fill($("usage-window"), `From ${when(usage.since)} to ${when(usage.until)}; counts of other processes show within seconds.`);
+    const items = Object.entries(usage.items || {}).flatMap(([layer, counts]) =>
+      Object.entries(counts).map(([what, n]) => el("tr", { data: { usage: `${layer}.${what}` } },
+        el("td", null, layer), el("td", null, what), el("td", { class: "num" }, n))));
+    table($("usage-items"), ["Layer", "What", "Count"], items);
+    table($("usage-tokens"), ["Tokens", "Count"], [["embedding", "embedding"], ["llm_in", "LLM in"], ["llm_out", "LLM out"]]
+      .map(([name, label]) => el("tr", { data: { token: name } }, el("td", null, label), el("td", { class: "num" }, usage.tokens[name]))));
+    const calls = Object.entries(usage.calls).map(([route, n]) => el("tr", { data: { route } },
+      el("td", null, route), el("td", { class: "num" }, n)));
+    table($("usage-calls"), ["Route", "Calls"], calls);
+    if (calls.length === 0) fill($("usage-calls"), el("caption", null, "No calls in the window yet."));
+  }
+
   // -- search and context ------------------------------------------------------------------
 
   function ranks(hit) {
@@ -421,6 +438,7 @@
     skills: () => loadSkills(false),
     audit: () => loadAudit(false),
     search: async () => {},
+    usage: loadUsage,
   };
 
   function selectTab(name) {
@@ -445,7 +463,8 @@
     // Nothing of the last tenant stays on the page.
     for (const id of ["session-list", "turn-list", "working-list", "working-summary", "document-list", "document-facts",
       "document-text", "skill-list", "skill-body", "skill-history", "audit-list", "hit-list", "hits-summary",
-      "context-summary", "context-sections", "context-text", "session-ids"]) fill($(id));
+      "context-summary", "context-sections", "context-text", "session-ids", "usage-window", "usage-items", "usage-tokens",
+      "usage-calls"]) fill($(id));
     for (const id of ["session-detail", "document-detail", "skill-detail"]) show($(id), false);
     $("search-session").value = "";
     $("session-id").value = "";

@@ -313,3 +313,38 @@ def test_the_audit_pages_through_every_entry(page: Page, agents_stack: Running) 
     page.until(
         "every entry, and no more to load", lambda: rows() == 101 and not page.by_id("audit-more").is_displayed()
     )
+
+
+def test_the_usage_panel_shows_what_the_usage_route_answers(page: Page, tenants: Tenants,
+                                                            agents_stack: Running) -> None:
+    def usage() -> dict[str, Any]:
+        return dict(ok(agents_stack.call("GET", "/v1/usage", tenants.a)))
+
+    # The layer shards write their counts every serve.usage_flush_s (5 s), and the fixture's
+    # document and skill are indexed in the background: wait until two reads a flush apart agree.
+    before, deadline = usage(), time.monotonic() + WAIT_S
+    while True:
+        time.sleep(6.0)
+        after = usage()
+        if (after["tokens"], after["items"]) == (before["tokens"], before["items"]) or time.monotonic() > deadline:
+            break
+        before = after
+    page.paste_key(tenants.a)
+    page.tab("usage")
+    page.until("the usage tables", lambda: page.driver.find_elements(By.CSS_SELECTOR, "#usage-calls tbody tr"))
+    expected = usage()  # after the panel's own usage call: it counts once answered
+
+    def cells(css: str, attribute: str) -> dict[str, int]:
+        rows = page.driver.find_elements(By.CSS_SELECTOR, css)
+        return {str(r.get_attribute(attribute)): int(r.find_element(By.CSS_SELECTOR, "td.num").text) for r in rows}
+
+    tokens = cells("#usage-tokens tbody tr", "data-token")
+    assert tokens == expected["tokens"] and tokens["embedding"] > 0
+    items = cells("#usage-items tbody tr", "data-usage")
+    assert items == {f"{layer}.{what}": n for layer, counts in expected["items"].items() for what, n in counts.items()}
+    assert items["episodic.turns"] >= 2 and items["procedural.skills"] == 1
+    calls = cells("#usage-calls tbody tr", "data-route")
+    assert {r: n for r, n in calls.items() if r != "usage"} == {
+        r: n for r, n in expected["calls"].items() if r != "usage"
+    }
+    assert calls["record_turn"] >= 3

@@ -1,13 +1,19 @@
 """Usage (issue 45) on the shared stack: a tenant of its own makes known calls, and ``GET
-/v1/usage`` (and the admin's ``GET /v1/admin/usage``) answer the items it holds and the calls
-it made per route. The API replicas write their counts every ``serve.usage_flush_s`` (5 s): a
-read writes its own replica's first, the others' may take one interval, so the test polls."""
+/v1/usage`` (and the admin's ``GET /v1/admin/usage``) answer the items it holds, the calls
+it made per route, and the tokens its texts cost the embedding model (as the model's own
+tokenizer counts them, each cut to its limit) and the LLM (none: the stack has no LLM). The
+processes write their counts every ``serve.usage_flush_s`` (5 s): a read writes its own
+replica's first, the others' may take one interval, so the test polls."""
 
 from __future__ import annotations
 
 import time
 from typing import Any
 
+from tokenizers import Tokenizer
+
+from strata.providers.embedder import minilm_files
+from strata_actors.episodic import turn_text
 from tests.e2e.running import SHARED_ADMIN_KEY, Running
 
 TENANT = "usage-probe"
@@ -66,3 +72,48 @@ def test_usage_counts_what_a_tenant_wrote_and_called(agents_stack: Running) -> N
     assert long.status_code == 422 and "31 days" in long.json()["message"]
     session_key = stack.new_key("create", TENANT, "--session", SESSION)
     assert stack.call("GET", "/v1/usage", session_key).status_code == 403
+
+
+def _pieces(text: str, limit: int) -> int:
+    """Word pieces the MiniLM model reads of ``text``: its tokenizer's count, [CLS] and [SEP]
+    included, cut to ``limit`` (``embedding.max_tokens`` 256 for a stored text, 128 for a query)."""
+    tokenizer = Tokenizer.from_file(str(minilm_files()[1]))
+    tokenizer.no_truncation()
+    tokenizer.no_padding()  # its file pads to 128
+    return min(len(tokenizer.encode(text.strip()).ids), limit)
+
+
+def test_usage_counts_the_tokens_a_tenants_texts_were_embedded_from(agents_stack: Running) -> None:
+    stack = agents_stack
+    key = stack.new_key("create", "usage-tokens")
+    turns = [{"user": f"Turn {i}: the Brno depot moved to Olomouc in spring", "agent": "Noted"} for i in range(4)]
+    # Over 256 pieces, under episodic.passage_chars (no passages): counted as 256.
+    turns.append({"user": "a " * 400, "agent": "ok"})
+    query = "Where did the depot move?"
+    assert stack.call("POST", "/v1/sessions/t1/turns/batch", key, {"turns": turns}).status_code == 201
+    assert stack.call("POST", "/v1/search", key, {"query": query, "layers": ["episodic"]}).status_code == 200
+    stored = sum(_pieces(turn_text(t), 256) for t in turns)
+    assert _pieces(turn_text(turns[-1]), 10_000) > 256 and stored == 4 * _pieces(turn_text(turns[0]), 256) + 256
+    expected = {"embedding": stored + _pieces(query, 128), "llm_in": 0, "llm_out": 0}
+    deadline = time.monotonic() + 20.0
+    while True:
+        body = stack.call("GET", "/v1/usage", key).json()
+        if body["tokens"] == expected or time.monotonic() > deadline:
+            break
+        time.sleep(1.0)
+    assert body["tokens"] == expected
+    assert sum(h["tokens"]["embedding"] for h in body["hours"]) == expected["embedding"]
+    admin = stack.call("GET", "/v1/admin/usage?tenant=usage-tokens", SHARED_ADMIN_KEY).json()
+    assert admin["tenants"][0]["tokens"] == expected
+
+    # A document's passages are embedded by the semantic shard, which writes its counts itself
+    # every serve.usage_flush_s.
+    document = {"doc_id": "depots", "text": "The Brno depot moved to Olomouc in spring. It opens at six."}
+    assert stack.call("POST", "/v1/documents", key, document).status_code == 201
+    deadline = time.monotonic() + 20.0
+    while True:
+        tokens = stack.call("GET", "/v1/usage", key).json()["tokens"]
+        if tokens["embedding"] > expected["embedding"] or time.monotonic() > deadline:
+            break
+        time.sleep(1.0)
+    assert tokens["embedding"] >= expected["embedding"] + _pieces(document["text"], 256)
