@@ -17,9 +17,8 @@ import threading
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
-from contextvars import ContextVar
+from collections.abc import Callable, Iterable
+from contextvars import ContextVar, Token
 from dataclasses import dataclass, field
 
 from strata.ids import SYSTEM_TENANT
@@ -136,15 +135,23 @@ def process_counter() -> UsageCounter:
     return COUNTER
 
 
-@contextmanager
-def on_behalf_of(tenant: str) -> Iterator[None]:
+class on_behalf_of:  # lower case: a context manager, named as contextlib's are
     """The work inside is ``tenant``'s: embeddings and LLM calls made in it (and in threads
-    and tasks started in it) count for ``tenant``."""
-    token = _tenant.set(tenant)
-    try:
-        yield
-    finally:
-        _tenant.reset(token)
+    and tasks started in it) count for ``tenant``. A class, not a generator: it is entered on
+    every request that embeds (~1 us less)."""
+
+    __slots__ = ("_tenant", "_token")
+
+    def __init__(self, tenant: str) -> None:
+        self._tenant = tenant
+        self._token: Token[str | None] | None = None
+
+    def __enter__(self) -> None:
+        self._token = _tenant.set(self._tenant)
+
+    def __exit__(self, *_: object) -> None:
+        if self._token is not None:
+            _tenant.reset(self._token)
 
 
 def working_for() -> str | None:
