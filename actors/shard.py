@@ -112,6 +112,13 @@ class LayerShard(TenantExpiry[_L]):
         if self._usage_writer is None or self._usage_writer.done():
             self._usage_writer = asyncio.get_running_loop().create_task(self._write_usage())
 
+    def __ray_shutdown__(self) -> None:
+        """Ray calls this when the actor exits gracefully (not when it is killed): the counts
+        made since the last write are written, if the store was ever opened."""
+        if self._store is not None and self._collections is not None:
+            with contextlib.suppress(StrataError):
+                process_counter().flush(self._store, self._collections.state)
+
     async def _write_usage(self) -> None:
         while True:
             await asyncio.sleep(self.settings.serve.usage_flush_s)
