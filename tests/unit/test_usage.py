@@ -9,6 +9,7 @@ import asyncio
 import threading
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import httpx
 import numpy as np
@@ -24,6 +25,7 @@ from strata.ids import SYSTEM_TENANT
 from strata.providers.embedder import OnnxMiniLMEmbedder, embed_counted, make_embedder
 from strata.store.layout import Collections
 from strata.store.records import InMemoryRecordStore, Record
+from strata_actors.shard import LayerShard
 from strata_serve.auth import Authenticate, KeyGate
 from strata_serve.errors import install_handlers
 from strata_serve.usage import CountCalls, UsageBook
@@ -302,3 +304,40 @@ def test_an_embedder_without_counts_counts_none() -> None:
 
     vectors, tokens = embed_counted(Plain(), ["a", "b"], query=True)
     assert vectors.shape == (2, 2) and tokens == [0, 0]
+
+
+class _Shard(LayerShard[list[str]]):
+    """A layer shard without a layer: its embeddings, its LLM work and its usage writes."""
+
+    def __init__(self) -> None:
+        super().__init__(StrataSettings(serve=ServeSettings(usage_flush_s=0.05)).to_dict(), 0)
+        self.store = FlakyStore()
+
+    async def _backend(self) -> Any:
+        return self.store, NAMES, None
+
+
+async def test_a_layer_shard_counts_its_embeddings_and_llm_work_and_writes_them_itself() -> None:
+    shard, tenant = _Shard(), "acme-shard"
+    texts = ["where do I live now?", "word " * 1000]
+    vectors = await shard.embed(texts, tenant=tenant)  # stored texts: cut to 256 pieces
+    _, pieces = embed_counted(shard.embedder(), texts)
+    assert vectors.shape == (2, 384) and pieces[1] == 256
+    await shard.embed_query(["where?"], tenant=tenant)
+    _, query_pieces = embed_counted(shard.embedder(), ["where?"], query=True)
+    async with shard.on_behalf_of(tenant):  # as the summaries, entities and skill drafts call the LLM
+        await asyncio.to_thread(count_tokens, "llm_in", 120)
+        await asyncio.to_thread(count_tokens, "llm_out", 30)
+    expected = {"embedding": sum(pieces) + sum(query_pieces), "llm_in": 120, "llm_out": 30}
+
+    def written() -> dict[str, int]:
+        tokens = counts_from_rows(usage_rows(shard.store), ALL, group="tokens").get(tenant, {})
+        return {k: v for hour in tokens.values() for k, v in hour.items()}
+
+    for _ in range(200):  # the shard's own task writes within serve.usage_flush_s
+        if written() == expected:
+            break
+        await asyncio.sleep(0.01)
+    assert written() == expected
+    assert shard._usage_writer is not None
+    shard._usage_writer.cancel()
