@@ -14,6 +14,7 @@ a new id.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -88,27 +89,36 @@ def counts_from_rows(
 
 def held_items(store: RecordStore, collections: Collections, tenant: str) -> dict[str, dict[str, int]]:
     """What ``tenant`` holds now, per layer: one scan of its rows without vectors per collection.
+    Each layer's ``bytes`` are the UTF-8 bytes of its rows' text and payload (as JSON): what the
+    tenant stored, without the vectors (4 bytes per dimension per row) or the store's own cost.
 
     Costs a read of the tenant's rows (their texts included), not a count: fine for a usage
     call, not for a hot path.
     """
 
-    def kinds(collection: str, wanted: Sequence[str]) -> list[Record]:
-        return store.scan(collection, tenant=tenant, kinds=list(wanted), with_vectors=False)
+    def kinds(collection: str, wanted: Sequence[str] | None) -> list[Record]:
+        return store.scan(collection, tenant=tenant, kinds=list(wanted) if wanted else None, with_vectors=False)
 
-    episodic = kinds(collections.episodic, ["turn", "summary"])
-    semantic = kinds(collections.semantic, ["doc", "child"])
+    def size(rows: Sequence[Record]) -> int:
+        return sum(len(r.text.encode()) + len(json.dumps(r.payload, ensure_ascii=False).encode()) for r in rows)
+
+    working = kinds(collections.state, ["working"])
+    episodic = kinds(collections.episodic, None)  # turns, summaries, and long turns' passages
+    semantic = kinds(collections.semantic, None)  # documents, their parents and children
+    procedural = kinds(collections.procedural, None)  # skills and their history
     return {
-        "working": {"items": len(kinds(collections.state, ["working"]))},
+        "working": {"items": len(working), "bytes": size(working)},
         "episodic": {
             "turns": sum(r.kind == "turn" for r in episodic),
             "summaries": sum(r.kind == "summary" for r in episodic),
             "sessions": len({r.session for r in episodic if r.kind == "turn"}),
+            "bytes": size(episodic),
         },
         "semantic": {
             "documents": sum(r.kind == "doc" for r in semantic),
             "passages": sum(r.kind == "child" for r in semantic),
+            "bytes": size(semantic),
         },
-        "procedural": {"skills": len(kinds(collections.procedural, ["skill"]))},
+        "procedural": {"skills": sum(r.kind == "skill" for r in procedural), "bytes": size(procedural)},
     }
 

@@ -423,7 +423,8 @@ class UsageOut(_Out):
     items: dict[str, dict[str, int]] | None = Field(
         default=None,
         description="Items held now, per layer: working items; turns, summaries, sessions; documents, passages; "
-        "skills. Null in an admin report over every tenant",
+        "skills; and each layer's bytes (UTF-8 of its rows' text and metadata, vectors not counted). "
+        "Null in an admin report over every tenant",
     )
     calls: dict[str, int] = Field(description="Calls per route in the window, every API replica's summed")
     tokens: UsageTokens = Field(

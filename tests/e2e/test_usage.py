@@ -54,9 +54,10 @@ def test_usage_counts_what_a_tenant_wrote_and_called(agents_stack: Running) -> N
     assert body["tenant"] == TENANT  # a usage call is counted once answered: not in its own answer
     items = body["items"]
     assert items["episodic"]["turns"] == 4 and items["episodic"]["sessions"] == 1
-    assert items["working"] == {"items": len(working)}
+    assert items["working"]["items"] == len(working) and items["working"]["bytes"] > 0
     assert items["semantic"]["documents"] == 1 and items["semantic"]["passages"] >= 1
-    assert items["procedural"] == {"skills": 0}
+    assert items["procedural"] == {"skills": 0, "bytes": 0}
+    assert items["episodic"]["bytes"] >= sum(len(t["user"]) + len(t["agent"]) for t in TURNS)
     assert sum(n for hour in body["hours"] for n in hour["calls"].values()) == sum(body["calls"].values())
 
     admin = stack.call("GET", f"/v1/admin/usage?tenant={TENANT}", SHARED_ADMIN_KEY)

@@ -143,13 +143,14 @@ def test_a_window_is_whole_hours_and_a_bad_one_names_its_field() -> None:
 def test_items_held_are_counted_per_layer_for_one_tenant() -> None:
     store = FlakyStore()
 
-    def row(collection: str, tenant: str, session: str, kind: str, n: int) -> None:
+    def row(collection: str, tenant: str, session: str, kind: str, n: int, text: str = "x") -> None:
         store.upsert(collection, [Record(pk=f"{tenant}/{kind}/{session}/{i}", tenant=tenant, session=session,
-                                         kind=kind, ts_ms=0, text="x") for i in range(n)])
+                                         kind=kind, ts_ms=0, text=text, payload={"n": i}) for i in range(n)])
 
     row("ep", "acme", "s1", "turn", 3)
     row("ep", "acme", "s2", "turn", 2)
     row("ep", "acme", "s1", "summary", 1)
+    row("ep", "acme", "s1", "passage", 2, text="日志")  # a long turn's passages: bytes, not items
     row("ep", "other", "s1", "turn", 7)
     row("sem", "acme", "d1", "doc", 1)
     row("sem", "acme", "d1", "parent", 2)
@@ -158,11 +159,12 @@ def test_items_held_are_counted_per_layer_for_one_tenant() -> None:
     row("proc", "acme", "k1", "skill_version", 5)
     row("state", "acme", "s1", "working", 6)
     row("state", "acme", "s1", "idempotency", 9)
+    row_bytes = len("x") + len('{"n": 0}')  # text and payload, as UTF-8 (one digit of n)
     assert held_items(store, NAMES, "acme") == {
-        "working": {"items": 6},
-        "episodic": {"turns": 5, "summaries": 1, "sessions": 2},
-        "semantic": {"documents": 1, "passages": 4},
-        "procedural": {"skills": 2},
+        "working": {"items": 6, "bytes": 6 * row_bytes},
+        "episodic": {"turns": 5, "summaries": 1, "sessions": 2, "bytes": 6 * row_bytes + 2 * (6 + 8)},
+        "semantic": {"documents": 1, "passages": 4, "bytes": 7 * row_bytes},
+        "procedural": {"skills": 2, "bytes": 7 * row_bytes},
     }
 
 
