@@ -1897,7 +1897,7 @@ export interface components {
             until: string;
             /**
              * Items
-             * @description Items held now, per layer: working items; turns, summaries, sessions; documents, passages; skills. Null in an admin report over every tenant
+             * @description Items held now, per layer: working items; turns, summaries, sessions; documents, passages; skills; and each layer's bytes (UTF-8 of its rows' text and metadata, vectors not counted). Null in an admin report over every tenant
              */
             items?: {
                 [key: string]: {
