@@ -39,6 +39,7 @@ def test_a_100k_character_reply_is_kept_whole_and_found_by_its_middle(agents_sta
     ]
     answer = stack.call("POST", "/v1/sessions/s1/turns/batch", key, {"turns": turns})
     assert answer.status_code == 201, answer.text
+    assert answer.json()["missing"] == {}  # working memory took it too (compressing what is over its budget)
 
     found = stack.call("POST", "/v1/search", key, {"query": "When does the nightly export job run now?", "top_k": 5})
     assert found.status_code == 200, found.text
