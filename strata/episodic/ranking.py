@@ -46,7 +46,7 @@ def ranked(
     fusion: str = "rrf",
     feedback: tuple[int, float] = (0, 0.0),
     neighbours: tuple[Callable[[np.ndarray], np.ndarray], float] | None = None,
-    passages: Callable[[np.ndarray], np.ndarray | None] | None = None,
+    passages: tuple[Callable[[np.ndarray], np.ndarray | None], float] | None = None,
 ) -> list[tuple[str, float, dict[str, int], float]]:
     """The ``top_k`` best keys that ``keep`` accepts: by cosine alone, or fused with
     BM25 and (given ``graph``) the entities the text names; each with its fused score,
@@ -62,17 +62,21 @@ def ranked(
     each item's dense score adds ``weight`` x how far the best score among its neighbours
     (``near(scores)``, :class:`strata.episodic.neighbours.NeighbourRows`) is above its own:
     an item is drawn toward a better-matching neighbour, and one that matches as well as
-    its neighbours gains nothing. Relevance stays the item's own cosine. ``passages``: for each
-    item, the best cosine of its passages (a long turn's, :mod:`strata.episodic.passages`), or
-    None: an item's cosine is the better of its own and that.
+    its neighbours gains nothing. Relevance stays the item's own cosine. ``passages`` ``(best,
+    weight)``: ``best(query)`` gives each item the best cosine of its passages (a long turn's,
+    :mod:`strata.episodic.passages`), or None; an item's cosine adds ``weight`` x how far that is
+    above its own (1: the better of the two).
 
     ``factor`` (at least 1) reweighs candidates before the cut; scores are divided
     by its largest value, so they stay in the range of the unweighted ones."""
     depth = max(top_k * 4, 50)  # rank deeper than we return, so agreement or a factor can lift an item
     def scores(query: np.ndarray) -> np.ndarray:
         own = index.scores(query)
-        best_passage = passages(query) if passages is not None else None
-        return own if best_passage is None else np.maximum(own, best_passage)
+        if passages is None:
+            return own
+        best_of, weight = passages
+        best_passage = best_of(query)
+        return own if best_passage is None else own + weight * np.maximum(best_passage - own, 0)
 
     cosines = scores(vector)
     searched = cosines

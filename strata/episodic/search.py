@@ -110,7 +110,9 @@ class EpisodicSearch:
             span=self._settings.cosine_span, fusion=self._settings.fusion_mode,
             feedback=(self._settings.dense_feedback_docs, self._settings.dense_feedback_weight),
             neighbours=(self._near_scores, self._settings.dense_context_weight) if self._near is not None else None,
-            passages=self._passage_scores if len(self._passages) else None,
+            passages=(
+                (self._passage_scores, self._settings.passage_dense_weight) if len(self._passages) else None
+            ),
         )
         best_turn = found[0][0] if found else None
         for key, score, ranks, relevance in found:
