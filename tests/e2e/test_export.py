@@ -5,12 +5,12 @@ same searches return the same items there."""
 
 from __future__ import annotations
 
-import asyncio
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
-from strata.schema.export import dump_line
 from tests.e2e.running import Running
 
 SOURCE, TARGET = "export-src", "export-dst"
@@ -50,15 +50,31 @@ def _records(lines: list[str]) -> list[dict[str, Any]]:
     return [json.loads(line) for line in lines[1:]]
 
 
-def _in_cluster(stack: Running, tenant: str) -> list[dict[str, Any]]:
-    """The records of ``InClusterClient.export()``, as JSON lines would carry them."""
-    from strata_actors.client import InClusterClient
+_IN_CLUSTER = """
+import asyncio, sys
+from strata.schema.export import dump_line
+from strata_actors.client import InClusterClient
 
-    async def read() -> list[dict[str, Any]]:
-        async with InClusterClient.for_running_stack(tenant, data_dir=str(stack.data_dir)) as client:
-            return [json.loads(dump_line(item)) async for item in client.export()]
+async def main() -> None:
+    async with InClusterClient.for_running_stack(sys.argv[1], data_dir=sys.argv[2]) as client:
+        with open(sys.argv[3], "w", encoding="utf-8") as out:
+            async for item in client.export():
+                out.write(dump_line(item))
 
-    return asyncio.run(read())[1:]
+asyncio.run(main())
+"""
+
+
+def _in_cluster(stack: Running, tenant: str, out: Path) -> list[dict[str, Any]]:
+    """The records of ``InClusterClient.export()``, as JSON lines would carry them. In a process of
+    its own, as an agent in the cluster runs it: joining the stack's Ray from the test process
+    failed there once a suite had run Ray in it before ("Failed to connect to Ray cluster")."""
+    done = subprocess.run(
+        [sys.executable, "-c", _IN_CLUSTER, tenant, str(stack.data_dir), str(out)],
+        capture_output=True, text=True, timeout=180, check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    return _records(out.read_text(encoding="utf-8").splitlines())
 
 
 def test_a_tenant_exported_and_restored_answers_the_same_searches(agents_stack: Running, tmp_path: Path) -> None:
@@ -97,7 +113,8 @@ def test_a_tenant_exported_and_restored_answers_the_same_searches(agents_stack: 
     assert {w.get("turn_id") for w in working} >= {"t-001", "t-002", "t-003"}  # the turns' copies
     assert "sk-strata-" not in streamed.text  # never a key
 
-    assert _in_cluster(stack, SOURCE) == records  # the in-cluster client's export() parses the same lines
+    # The in-cluster client's export() parses the same lines.
+    assert _in_cluster(stack, SOURCE, tmp_path / "in-cluster.jsonl") == records
 
     out = tmp_path / "export.jsonl"
     done = stack.cli("export", SOURCE, "--out", str(out))
