@@ -171,7 +171,10 @@ class EpisodicShard(LayerShard[EpisodicMemory]):
         (recorded, replayed), version = await self.mutate(tenant, _SCOPE, expected_version, write, apply)
         if not replayed:
             self._schedule_summaries(tenant)
-            self._schedule_passages(tenant)
+            # A side this long may have passages (a quarter of passage_chars: CJK text); no task else.
+            shortest = self.settings.episodic.passage_chars // 4
+            if any(len(t.user or "") > shortest or len(t.agent or "") > shortest for t in recorded):
+                self._schedule_passages(tenant)
         return self._recorded(recorded, version, replayed=replayed)
 
     @staticmethod
