@@ -44,6 +44,7 @@ from strata.ids import validate_id
 from strata.providers.embedder import Embedder, embed_counted, make_embedder
 from strata.providers.llm import LLM, LLMUsage
 from strata_actors.expiry import TenantExpiry
+from strata_actors.load import ShardLoad
 from strata_actors.meter import send_to_collector
 from strata_actors.residency import CALLER_EPOCH
 
@@ -55,7 +56,7 @@ _L = TypeVar("_L")
 _R = TypeVar("_R")
 
 
-class LayerShard(TenantExpiry[_L]):
+class LayerShard(ShardLoad, TenantExpiry[_L]):
     """Base of the layer actors: versioned reads and mutations, forgets, batched reads, health."""
 
     #: The reads a caller may send several of in one actor call (:meth:`reads`).
