@@ -2,7 +2,8 @@
 
 Summaries are made in the background after a write returns: the turns are
 already durable, and a summary not made yet (a crash, the LLM down, Milvus
-down) is made at the next write, because "not covered by a summary" is
+down, the tenant moved to another shard) is made when the tenant next loads
+on its owner, or at its next write, because "not covered by a summary" is
 derived from the durable rows. A summary made from turns that a forget of
 the tenant removed meanwhile is dropped, not written.
 """
@@ -105,8 +106,11 @@ class EpisodicShard(LayerShard[EpisodicMemory]):
         layer.load()
 
     def loaded(self, tenant: str, layer: EpisodicMemory) -> None:
+        """Background work the stored rows say is owed (the shard that owed it may have died, or
+        the tenant moved here): passages' vectors, and summaries of turns no summary covers."""
         if layer.unembedded():  # written before a stop that came before their vectors
             self._schedule_passages(tenant)
+        self._schedule_summaries(tenant)
 
     # -- expiry: turns, and the summaries made from them ------------------------------
 

@@ -13,16 +13,21 @@ the actor dies first, the document keeps the rules' entities.
 
 A large document may be indexed in the background (``wait=False``): the
 call returns at once, :meth:`get_document` reports progress, and the old
-version stays searchable until the new one is committed. A background job
-lives in this actor's memory only: if the actor dies, the job is gone and
-the document is at its previous version; the caller re-sends it (the CLI
-import does). A job still running when its tenant is forgotten writes
-nothing: its write is refused (see :meth:`LayerShard.generation`).
+version stays searchable until the new one is committed. Such a job is
+durable (:mod:`strata.store.jobs`): the document is written as a job row
+before the call is answered, and the shard that owns the tenant now runs it
+(each shard scans the rows when it starts and every :data:`_SCAN_S`), so it
+survives its actor's death, a restart and a move of its tenant; a read of the
+document finds the job's row where this shard does not run it. A job still
+running when its tenant is forgotten writes nothing: its write is refused
+(see :meth:`LayerShard.generation`), and the forget deletes its row.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import hashlib
 import logging
 import time
 import uuid
@@ -32,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from strata.errors import NotFound, StrataError, VersionConflict
+from strata.errors import NotFound, StoreUnavailable, StrataError, VersionConflict
 from strata.ids import validate_id
 from strata.providers.embedder import embedding_dim
 from strata.providers.llm import METER, make_llm
@@ -41,9 +46,11 @@ from strata.retrieval.entities import EntityExtractor, LLMExtractor, RuleExtract
 from strata.semantic.chunking import make_chunker
 from strata.semantic.documents import DOC, DocumentInput, PreparedDocument, SemanticHit
 from strata.semantic.memory import SemanticMemory
+from strata.store.jobs import JobRow, JobRows
 from strata.store.layout import Collections
 from strata.store.records import RecordStore
 from strata_actors.expiry import WholeRecordExpiry
+from strata_actors.residency import CALLER_EPOCH
 from strata_actors.shard import LayerShard
 
 __all__ = ["SemanticShard", "hit_out"]
@@ -51,6 +58,8 @@ __all__ = ["SemanticShard", "hit_out"]
 _log = logging.getLogger(__name__)
 _EMBED_BATCH = 64
 _JOB_KEEP_S = 600.0
+#: How often a shard looks for indexing jobs of the tenants it owns now (a restart, a move, a dead shard's).
+_SCAN_S = 5.0
 #: Documents waiting for their LLM entities at most (each holds its passages and vectors); past
 #: it a document keeps the rules' entities (an import of thousands must not queue them all).
 _MAX_DRAWING = 64
@@ -66,6 +75,8 @@ class _Job:
     error: str | None = None
     started: float = field(default_factory=time.monotonic)
     finished: float | None = None
+    #: The job's row, for a background job (durable).
+    row: JobRow | None = None
 
     def view(self) -> dict[str, Any]:
         return {
@@ -73,6 +84,17 @@ class _Job:
             "progress": {"stage": self.stage, "children_done": self.done, "children_total": self.total},
             "error": self.error,
         }
+
+    @classmethod
+    def of_row(cls, row: JobRow) -> _Job:
+        """The job as its row says (no progress: the shard that runs it is elsewhere)."""
+        status = {"done": "ready", "failed": "failed"}.get(row.status, "indexing")
+        return cls(str(row.args.get("doc_id", "")), status=status, error=row.error, row=row)
+
+
+def document_job_id(tenant: str, doc_id: str) -> str:
+    """The id of the background job indexing ``doc_id``: one at a time per document."""
+    return "index-" + hashlib.blake2b(f"{tenant}\0{doc_id}".encode(), digest_size=12).hexdigest()
 
 
 def hit_out(hit: SemanticHit) -> dict[str, Any]:
@@ -112,6 +134,13 @@ class SemanticShard(WholeRecordExpiry, LayerShard[SemanticMemory]):
         #: Indexing tasks running, every tenant's: held here so none is collected mid-run (the
         #: event loop keeps only weak references), and counted by :meth:`ping`.
         self._indexing: set[asyncio.Task[dict[str, Any]]] = set()
+        self._jobs_loop: asyncio.Task[None] | None = None
+
+    async def _backend(self) -> Any:
+        backend = await super()._backend()
+        if self._jobs_loop is None:
+            self._jobs_loop = asyncio.get_running_loop().create_task(self._adopt_jobs())
+        return backend
 
     async def ping(self) -> dict[str, Any]:
         """:meth:`LayerShard.ping`, and how many documents this shard is indexing now (every tenant's)."""
@@ -136,11 +165,11 @@ class SemanticShard(WholeRecordExpiry, LayerShard[SemanticMemory]):
         return collections.semantic, None
 
     async def forget_derived(self, tenant: str) -> int:
-        """The tenant's indexing jobs: one still running is refused at the lock, and none is
-        reported any more."""
+        """The tenant's indexing jobs: one still running is refused at the lock, none is
+        reported any more, and the background jobs' rows (their documents) go."""
         for key in [key for key in self._jobs if key[0] == tenant]:
             del self._jobs[key]
-        return 0
+        return len(await asyncio.to_thread((await self._job_rows()).drop_tenant, tenant))
 
     def load_layer(self, layer: SemanticMemory) -> None:
         layer.load()
@@ -185,15 +214,26 @@ class SemanticShard(WholeRecordExpiry, LayerShard[SemanticMemory]):
                 layer=self.layer_name,
             )
         job = self._jobs[(tenant, doc_id)] = _Job(doc_id)
-        task = asyncio.get_running_loop().create_task(
-            self._run(tenant, DocumentInput(**{**doc, "doc_id": doc_id}), expected_version, job, generation)
-        )
-        self._indexing.add(task)
-        task.add_done_callback(self._indexing.discard)
+        if not wait:
+            try:
+                job.row = await self._keep_job(tenant, doc_id, doc, expected_version, current)
+            except BaseException:
+                del self._jobs[(tenant, doc_id)]
+                raise
+        task = self._start(tenant, DocumentInput(**{**doc, "doc_id": doc_id}), expected_version, job, generation)
         if wait:
             return await asyncio.shield(task)
-        task.add_done_callback(lambda t: t.exception())  # retrieved: a failure is on the job
         return {"doc_id": doc_id, "version": current, **job.view()}
+
+    def _start(
+        self, tenant: str, doc: DocumentInput, expected_version: int | None, job: _Job, generation: int
+    ) -> asyncio.Task[dict[str, Any]]:
+        task = asyncio.get_running_loop().create_task(self._run(tenant, doc, expected_version, job, generation))
+        self._indexing.add(task)
+        task.add_done_callback(self._indexing.discard)
+        if job.row is not None:
+            task.add_done_callback(lambda t: t.exception())  # retrieved: a failure is on the job
+        return task
 
     async def _run(
         self, tenant: str, doc: DocumentInput, expected_version: int | None, job: _Job, generation: int
@@ -220,6 +260,7 @@ class SemanticShard(WholeRecordExpiry, LayerShard[SemanticMemory]):
                 generation=generation,
             )
             job.status, job.stage = "ready", "done"
+            await self._end_job(tenant, job, generation, result={"version": version})
             if self._llm_extractor is not None and len(self._drawing) >= _MAX_DRAWING:
                 METER.result("entities", "busy")  # it keeps the rules' entities
             elif self._llm_extractor is not None:
@@ -229,12 +270,106 @@ class SemanticShard(WholeRecordExpiry, LayerShard[SemanticMemory]):
                 self._drawing.add(task)
                 task.add_done_callback(self._drawing.discard)
             return {**document.to_dict(), "version": version, **job.view()}
+        except StoreUnavailable:
+            # The tenant moved (its new owner takes the job up from its row), or the store did
+            # not answer (the row stays pending: the next scan takes the job up again).
+            if self._jobs.get((tenant, job.doc_id)) is job:
+                del self._jobs[(tenant, job.doc_id)]
+            raise
         except BaseException as exc:
             job.status = "failed"
             job.error = exc.message if isinstance(exc, StrataError) else f"{type(exc).__name__}: {exc}"
+            if isinstance(exc, Exception):
+                with contextlib.suppress(StrataError):  # the row stays pending: it runs again
+                    await self._end_job(tenant, job, generation)  # the same input fails the same way
             raise
         finally:
             job.finished = time.monotonic()
+
+    # -- background jobs, durable ------------------------------------------------------
+
+    async def _job_rows(self) -> JobRows:
+        store, collections, _ = await self._backend()
+        return JobRows(store, collections.state, self.layer_name)
+
+    async def _keep_job(
+        self, tenant: str, doc_id: str, doc: dict[str, Any], expected_version: int | None, current: int
+    ) -> JobRow:
+        """Write the background job's row, with the document, before the call is answered.
+
+        Raises:
+            VersionConflict: a job of another life of this shard, or of another shard, is
+                indexing the document (its row is not ended).
+        """
+        table = await self._job_rows()
+        job_id = document_job_id(tenant, doc_id)
+        earlier = await asyncio.to_thread(table.get, job_id)
+        if earlier is not None and not earlier.ended:
+            raise VersionConflict(
+                f"document {doc_id!r} is being indexed already: wait until GET shows it ready",
+                current_version=current,
+                layer=self.layer_name,
+            )
+        args = {k: v for k, v in doc.items() if k != "text"}
+        row = JobRow(job_id, tenant, "document", {**args, "doc_id": doc_id, "expected_version": expected_version})
+        return await asyncio.to_thread(table.put, row, str(doc.get("text", "")))
+
+    async def _end_job(
+        self, tenant: str, job: _Job, generation: int, *, result: dict[str, Any] | None = None
+    ) -> None:
+        """Mark a background job's row ready or failed (not after a forget: it deleted the row)."""
+        if job.row is None or generation != self.generation(tenant):
+            return
+        ended = job.row.end("done" if job.status == "ready" else "failed", error=job.error, result=result)
+        job.row = await asyncio.to_thread((await self._job_rows()).put, ended)
+
+    async def _adopt_jobs(self) -> None:
+        """Take up the background jobs of the tenants this shard owns that it does not run
+        (its own after a restart, a dead or retired shard's, a moved tenant's); runs for the
+        life of the actor."""
+        CALLER_EPOCH.set(None)  # a loop of the shard's own, not of a call
+        while True:
+            try:
+                await self._adopt_once()
+            except StrataError as exc:
+                _log.warning("cannot read indexing jobs now: %s", exc.message)
+            except Exception:
+                _log.exception("taking up indexing jobs failed")
+            await asyncio.sleep(_SCAN_S)
+
+    async def _adopt_once(self) -> None:
+        table = await self._job_rows()
+        running = {j.row.job_id for j in self._jobs.values() if j.row is not None and j.status == "indexing"}
+        generations = dict(self._generations)  # a forget while the rows are read deletes some of them
+        rows = await asyncio.to_thread(table.sweep, owns=self._owns, running=running, keep_s=_JOB_KEEP_S)
+        for row in rows:
+            tenant, doc_id = row.tenant, str(row.args.get("doc_id", ""))
+            generation = self.generation(tenant)
+            held = self._jobs.get((tenant, doc_id))
+            if generation != generations.get(tenant, 0) or (held is not None and held.status == "indexing"):
+                continue
+            try:
+                text = await asyncio.to_thread(table.text, row)
+            except LookupError as exc:  # a forget deleted it meanwhile
+                _log.warning("indexing job %s cannot be taken up: %s", row.job_id, exc)
+                continue
+            args = {k: v for k, v in row.args.items() if k != "expected_version"}
+            expected = row.args.get("expected_version")
+            if expected is not None and await self._written_already(tenant, doc_id, text, int(expected)):
+                expected = None  # its write landed before its row said so: writing it again is the same
+            job = self._jobs[(tenant, doc_id)] = _Job(doc_id, row=row)
+            self._start(tenant, DocumentInput(**{**args, "text": text}), expected, job, generation)
+            _log.info("semantic shard %d took up indexing job %s", self.shard, row.job_id)
+
+    async def _written_already(self, tenant: str, doc_id: str, text: str, expected: int) -> bool:
+        """Whether a job's document is stored already past the version it expected (an earlier
+        run wrote it and stopped before its row said ready)."""
+        slot = await self._tenant(tenant)
+        if await self.version(tenant, doc_id) == expected:
+            return False
+        with contextlib.suppress(NotFound):
+            return bool(slot.layer.text(doc_id) == text)
+        return False
 
     async def _draw_entities(
         self, tenant: str, prepared: PreparedDocument, vectors: np.ndarray, extractor: LLMExtractor
@@ -298,6 +433,9 @@ class SemanticShard(WholeRecordExpiry, LayerShard[SemanticMemory]):
         try:
             document = slot.layer.document(doc_id)
         except NotFound:
+            if job is None:
+                row = await asyncio.to_thread((await self._job_rows()).get, document_job_id(tenant, doc_id))
+                job = None if row is None or row.tenant != tenant else _Job.of_row(row)
             if job is None or job.status == "ready":
                 raise
             return {"doc_id": doc_id, "version": version, **job.view()}

@@ -1,13 +1,16 @@
 """The procedural layer's skill-extraction jobs: a trace in, a skill learned from it, at least once.
 
-Learning is at-least-once. The trace is written first, as a job row in the
-shared state collection (under the system tenant, by shard, so a restarted
-shard finds its jobs without knowing its tenants); the skill is written
-next; the job row goes last. A failed LLM leaves the job to be retried in
-the background with backoff, then by the rule extractor; a crash leaves it
-to the shard's next start, which resumes every job it owned. A job retried
-after its skill was written merges into that skill (the same draft adds
-nothing but a version).
+Learning is at-least-once. The trace is written first, as a job row (:mod:`strata.store.jobs`:
+the state collection, under the system tenant, in the procedural layer's session of jobs, so
+every procedural shard finds them without knowing their tenants); the skill is written next;
+the job row then says ``done`` and which skill, for a while. A failed LLM leaves the job to be
+retried in the background with backoff, then by the rule extractor. The shard that owns the
+job's tenant now runs it: each shard scans the rows when it starts and every
+:data:`_SCAN_S` after, so a job outlives its shard's death, a restart, and a move of its tenant
+to another shard (docs/scaling.md); a shard that lost a tenant lets its jobs go, unfinished,
+to the new owner. A job retried after its skill was written merges into that skill (the same
+draft adds nothing but a version). A read of a job answers from the row where the shard does
+not hold the job in memory: the same on every shard.
 
 A forget of the tenant deletes its jobs' rows; a job attempt still running
 then is refused when it comes to write the skill (it began at an older
@@ -26,13 +29,13 @@ import logging
 import time
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
 
-from strata.errors import InvalidInput, LLMError, NotFound, StrataError, VersionConflict
+from strata.errors import InvalidInput, LLMError, NotFound, StrataError, TenantMoved, VersionConflict
 from strata.ids import SYSTEM_TENANT, validate_id
 from strata.procedural.extractors import (
     LLMSkillExtractor,
@@ -44,15 +47,18 @@ from strata.procedural.extractors import (
 )
 from strata.procedural.memory import ProceduralMemory, new_skill_id
 from strata.providers.llm import make_llm
-from strata.store.records import Record
+from strata.store.jobs import JobRow, JobRows
 from strata_actors.residency import CALLER_EPOCH, KeyedLocks
 from strata_actors.shard import LayerShard
 
 __all__ = ["SkillJobs"]
 
 _log = logging.getLogger(__name__)
-_JOB = "skill_job"
+#: The kind of the rows skill jobs were kept in before :mod:`strata.store.jobs` (one session per shard).
+_LEGACY_JOB = "skill_job"
 _DONE_KEEP_S = 600.0
+#: How often a shard looks for jobs of the tenants it owns now (a restart, a move, a dead shard's).
+_SCAN_S = 5.0
 #: Attempts after which a job stops being retried (kept, with its error, for inspection).
 _GIVE_UP_AFTER = 3
 
@@ -76,20 +82,29 @@ class _Job:
     #: The tenant's generation when the job was made: a forget since ends it (not in the row).
     generation: int = 0
 
-    def payload(self) -> dict[str, Any]:
-        return {
-            "job_id": self.job_id,
-            "tenant": self.tenant,
-            "task": self.task,
-            "trace": self.trace,
-            "outcome": self.outcome,
-            "by": self.by,
-            "created_at": self.created_at,
-            "attempts": self.attempts,
-            "error": self.error,
-            "status": "failed" if self.status == "failed" else "pending",
-            **self.extra,
+    def row(self) -> JobRow:
+        """The job's row: its status, ``pending`` while it may still run."""
+        status = self.status if self.status in ("done", "failed") else "pending"
+        # An ended job's row keeps no trace: it may be written after a forget began.
+        args = {} if status != "pending" else {
+            "task": self.task, "trace": self.trace, "outcome": self.outcome, "by": self.by,
+            "created_at": self.created_at, **self.extra,
         }
+        result = {"skill_id": self.skill_id} if self.skill_id else None
+        row = JobRow(self.job_id, self.tenant, "skill", args, status=status, attempts=self.attempts, error=self.error)
+        return row.end(status, error=self.error, result=result) if status != "pending" else row
+
+    @classmethod
+    def of_row(cls, row: JobRow) -> _Job:
+        a = row.args
+        return cls(
+            job_id=row.job_id, tenant=row.tenant, task=str(a.get("task", "")), trace=list(a.get("trace") or []),
+            outcome=a.get("outcome"), by=str(a.get("by", "")), created_at=str(a.get("created_at", "")),
+            attempts=row.attempts, error=row.error, status=row.status,
+            skill_id=(row.result or {}).get("skill_id"),
+            finished=time.monotonic() if row.ended else None,
+            extra={k: v for k, v in a.items() if k not in _JOB_FIELDS},
+        )
 
     def view(self) -> dict[str, Any]:
         return {
@@ -101,7 +116,8 @@ class _Job:
         }
 
 
-#: The payload keys of a job row that are fields of :class:`_Job`; the others are its ``extra``.
+#: The keys of a job row's args (or a legacy row's payload) that are fields of :class:`_Job`;
+#: the others are its ``extra``.
 _JOB_FIELDS = frozenset(
     ("job_id", "tenant", "task", "trace", "outcome", "by", "created_at", "attempts", "error", "status")
 )
@@ -134,12 +150,11 @@ class SkillJobs(LayerShard[ProceduralMemory]):
         self._wake = asyncio.Event()
 
     async def forget_derived(self, tenant: str) -> int:
-        """The tenant's pending skill jobs: they hold its traces."""
-        doomed = [job for job in self._jobs.values() if job.tenant == tenant]
-        for job in doomed:
-            await self._drop_job(job)
+        """The tenant's skill jobs, in memory and in the store (those of other shards' lives
+        too): they hold its traces."""
+        for job in [job for job in self._jobs.values() if job.tenant == tenant]:
             self._jobs.pop(job.job_id, None)
-        return len(doomed)
+        return len(await asyncio.to_thread((await self._job_rows()).drop_tenant, tenant))
 
     async def _backend(self) -> Any:
         backend = await super()._backend()
@@ -163,6 +178,11 @@ class SkillJobs(LayerShard[ProceduralMemory]):
         try:
             # The caller waits: the LLM has llm.request_timeout_s, once; the job retries later.
             return await self._attempt(job, deadline=time.monotonic() + self.settings.llm.request_timeout_s)
+        except TenantMoved:
+            # The caller's handle sends the trace to the tenant's new owner: this job must not learn it too.
+            with contextlib.suppress(StrataError):
+                await self._drop_job(job)
+            raise
         except LLMError as exc:
             raise LLMError(
                 f"{exc.message}; nothing is lost: the trace is kept as job {job.job_id} and "
@@ -181,8 +201,12 @@ class SkillJobs(LayerShard[ProceduralMemory]):
         return job.view()
 
     async def skill_job(self, tenant: str, job_id: str) -> dict[str, Any]:
-        await self._backend()
+        """The job as this shard runs it, else as its row says (a job of another shard's life)."""
+        await self._tenant(tenant)  # the owner answers, as for every call of the tenant
         job = self._jobs.get(validate_id(job_id, field="job_id"))
+        if job is None:
+            row = await asyncio.to_thread((await self._job_rows()).get, job_id)
+            job = None if row is None else _Job.of_row(row)
         if job is None or job.tenant != tenant:
             raise NotFound(f"no skill job {job_id!r}: it never existed, or finished more than 10 minutes ago")
         return job.view()
@@ -267,6 +291,11 @@ class SkillJobs(LayerShard[ProceduralMemory]):
             except StrataError as store_error:  # the 422 is the answer; the row fails the same way next start
                 _log.warning("skill job %s cannot be learned and its row stays: %s", job.job_id, store_error.message)
             raise
+        except TenantMoved:
+            # The tenant moved to another shard, which takes the job up from its row: not an attempt.
+            job.status = "pending"
+            self._jobs.pop(job.job_id, None)
+            raise
         except BaseException as exc:
             if self._forgotten(job):
                 raise self._discard(job) from None
@@ -284,9 +313,9 @@ class SkillJobs(LayerShard[ProceduralMemory]):
             raise
         job.status, job.skill_id, job.error, job.finished = "done", result["skill_id"], None, time.monotonic()
         try:
-            await self._drop_job(job)
+            await self._save_job(job)  # done, and which skill: a read on any shard says so
         except StrataError as exc:  # learned; a retry after a restart merges into the same skill
-            _log.warning("skill job %s learned but its row stays: %s", job.job_id, exc.message)
+            _log.warning("skill job %s learned but its row still says pending: %s", job.job_id, exc.message)
         return result
 
     async def _learn(
@@ -321,60 +350,75 @@ class SkillJobs(LayerShard[ProceduralMemory]):
 
     # -- the job rows -------------------------------------------------------------
 
-    def _job_session(self) -> str:
-        return f"skilljobs-{self.shard}"
+    async def _job_rows(self) -> JobRows:
+        store, collections, _ = await self._backend()
+        return JobRows(store, collections.state, self.layer_name)
 
     async def _save_job(self, job: _Job) -> None:
-        store, collections, _ = await self._backend()
-        row = Record(
-            pk=f"{SYSTEM_TENANT}/{_JOB}/{job.job_id}",
-            tenant=SYSTEM_TENANT,
-            session=self._job_session(),
-            kind=_JOB,
-            ts_ms=int(time.time() * 1000),
-            text="",
-            payload=job.payload(),
-        )
-        await asyncio.to_thread(store.upsert, collections.state, [row])
+        await asyncio.to_thread((await self._job_rows()).put, job.row())
 
     async def _drop_job(self, job: _Job) -> None:
-        store, collections, _ = await self._backend()
-        await asyncio.to_thread(
-            store.delete, collections.state, tenant=SYSTEM_TENANT, pks=[f"{SYSTEM_TENANT}/{_JOB}/{job.job_id}"]
-        )
+        await asyncio.to_thread((await self._job_rows()).drop, [job.row()])
 
-    async def _resume_jobs(self) -> None:
+    async def _adopt_jobs(self) -> None:
+        """Take up the jobs of the tenants this shard owns now that it does not hold (its own
+        after a restart, a dead or retired shard's, a moved tenant's); let go of those of the
+        tenants it no longer owns (their new owner takes them up)."""
+        for job_id, job in list(self._jobs.items()):
+            if job.status == "pending" and not self._owns(job.tenant):
+                del self._jobs[job_id]
+        table = await self._job_rows()
+        generations = dict(self._generations)  # a forget while the rows are read deletes some of them
+        rows = await asyncio.to_thread(table.sweep, owns=self._owns, running=self._jobs, keep_s=_DONE_KEEP_S)
+        rows = [
+            r for r in rows if self.generation(r.tenant) == generations.get(r.tenant, 0) and r.job_id not in self._jobs
+        ]
+        for row in rows:
+            self._jobs[row.job_id] = replace(_Job.of_row(row), generation=self.generation(row.tenant))
+        if rows:
+            _log.info("procedural shard %d took up %d skill jobs", self.shard, len(rows))
+
+    async def _adopt_legacy_jobs(self) -> None:
+        """Rows of the form before :mod:`strata.store.jobs` (one session per shard, kind
+        ``skill_job``) become job rows: once, by the shard of that number."""
         store, collections, _ = await self._backend()
+        session = f"skilljobs-{self.shard}"
         rows = await asyncio.to_thread(
-            store.scan, collections.state, tenant=SYSTEM_TENANT, session=self._job_session(), kinds=[_JOB],
+            store.scan, collections.state, tenant=SYSTEM_TENANT, session=session, kinds=[_LEGACY_JOB],
             with_vectors=False,
         )
         for row in rows:
             p = row.payload
-            if p["job_id"] in self._jobs:
-                continue
             job = _Job(
                 job_id=p["job_id"], tenant=p["tenant"], task=p["task"], trace=p["trace"], outcome=p.get("outcome"),
                 by=p.get("by", ""), created_at=p.get("created_at", ""), attempts=int(p.get("attempts", 0)),
                 error=p.get("error"), status="failed" if p.get("status") == "failed" else "pending",
                 extra={k: v for k, v in p.items() if k not in _JOB_FIELDS},
             )
-            self._jobs[job.job_id] = job
+            await self._save_job(job)
         if rows:
-            _log.info("procedural shard %d resumed %d skill jobs", self.shard, len(rows))
+            await asyncio.to_thread(store.delete, collections.state, tenant=SYSTEM_TENANT, pks=[r.pk for r in rows])
+            _log.info("procedural shard %d moved %d skill jobs to the layer's job rows", self.shard, len(rows))
 
     async def _run_jobs(self) -> None:
         """Retry pending jobs when they are due; runs for the life of the actor."""
         CALLER_EPOCH.set(None)  # a loop of the shard's own, not of the call that started it
         while True:
             try:
-                await self._resume_jobs()
+                await self._adopt_legacy_jobs()
                 break
             except StrataError as exc:
                 _log.warning("cannot read skill jobs yet: %s", exc.message)
                 await asyncio.sleep(self.settings.procedural.job_retry_s)
+        scanned = -_SCAN_S
         while True:
             now = time.monotonic()
+            if now - scanned >= _SCAN_S:
+                try:
+                    await self._adopt_jobs()
+                    scanned = now
+                except StrataError as exc:
+                    _log.warning("cannot read skill jobs now: %s", exc.message)
             for job_id, job in list(self._jobs.items()):
                 if job.finished is not None and job.finished < now - _DONE_KEEP_S:
                     del self._jobs[job_id]
@@ -385,7 +429,7 @@ class SkillJobs(LayerShard[ProceduralMemory]):
                 except Exception as exc:
                     _log.warning("skill job %s attempt %d failed: %s", job.job_id, job.attempts, exc)
             waiting = [j.next_at for j in self._jobs.values() if j.status == "pending"]
-            delay = max(0.05, min(waiting) - time.monotonic()) if waiting else 60.0
+            delay = max(0.05, min([*waiting, scanned + _SCAN_S]) - time.monotonic())
             self._wake.clear()
             with contextlib.suppress(TimeoutError):  # due, or woken by a new job: either way, look again
                 await asyncio.wait_for(self._wake.wait(), timeout=delay)
