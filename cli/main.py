@@ -379,7 +379,7 @@ def _add_bench(sub: Any) -> None:
     bench_service.add_arguments(bench)
     add_store_arguments(bench)
     bench.set_defaults(fn=lambda a: bench_service.run(a, bench_target))
-    benches = bench.add_subparsers(dest="bench", required=False, metavar="{contention,fanout,llm,pii}")
+    benches = bench.add_subparsers(dest="bench", required=False, metavar="{contention,depth,fanout,llm,pii}")
     contention = benches.add_parser(
         "contention", help="concurrent outcome updates of one skill, atomic and with If-Match: no update lost"
     )
@@ -388,6 +388,14 @@ def _add_bench(sub: Any) -> None:
     contention.add_argument("--clients", type=int, default=16)
     contention.add_argument("--updates", type=int, default=50, help="updates per client")
     contention.set_defaults(fn=lambda a: bench_fanout.run(a, "contention", bench_target))
+    from strata_bench.service import depth as bench_depth
+
+    depth = benches.add_parser(
+        "depth", help="one tenant grown to 100k turns: ingest, context p50/p95, RSS per turn, cold load, move wait"
+    )
+    bench_depth.add_arguments(depth)
+    add_store_arguments(depth)
+    depth.set_defaults(fn=lambda a: bench_depth.run(a, bench_target))
     fanout = benches.add_parser("fanout", help="/v1/context over four layers against each single layer")
     bench_fanout.add_arguments(fanout)
     add_store_arguments(fanout)
