@@ -81,7 +81,13 @@ class JobRows:
 
     def put(self, job: JobRow, text: str | None = None) -> JobRow:
         """Write the job's row (and first its text's parts, when ``text`` is given); returns
-        the row as written (with its part count)."""
+        the row as written (with its part count). An ended job's row keeps no parts: they go
+        once the row says it ended."""
+        if job.ended and job.parts:
+            ended = replace(job, parts=0)
+            self._store.upsert(self._collection, [self._row(ended)])
+            self._drop_parts([job])
+            return ended
         if text is not None:
             pieces = [text[i : i + PART_CHARS] for i in range(0, len(text), PART_CHARS)]
             rows = [self._part(job, n, piece) for n, piece in enumerate(pieces)]
@@ -123,7 +129,7 @@ class JobRows:
         ``running`` already; deletes the rows of jobs that ended over ``keep_s`` ago."""
         rows = self.all()
         cutoff = now_ms() - int(keep_s * 1000)
-        stale = [r for r in rows if r.ended and (r.ended_ms or 0) < cutoff]
+        stale = [r for r in rows if r.ended and (r.ended_ms or 0) <= cutoff]
         self.drop(stale)
         return [r for r in rows if not r.ended and r.job_id not in running and owns(r.tenant)]
 
@@ -141,10 +147,13 @@ class JobRows:
         removed = self._store.delete(
             self._collection, tenant=SYSTEM_TENANT, pks=[self._pk(j.job_id) for j in jobs]
         )
+        self._drop_parts(jobs)
+        return removed
+
+    def _drop_parts(self, jobs: list[JobRow]) -> None:
         parts = [self._part_pk(j.job_id, n) for j in jobs for n in range(j.parts)]
         for start in range(0, len(parts), _PARTS_PER_WRITE):
             self._store.delete(self._collection, tenant=SYSTEM_TENANT, pks=parts[start : start + _PARTS_PER_WRITE])
-        return removed
 
     # -- rows ---------------------------------------------------------------------------
 
