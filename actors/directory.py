@@ -14,6 +14,16 @@ A change of layer ``L`` from n to n' shards, one at a time:
 4. the row is published: routers place by n' from their next refresh;
 5. shrinking: the shards past n', holding nothing now, are killed.
 
+Growing starts the new shards and waits for them to run *before* step 1, so that a shard waiting
+for a node (the Ray autoscaler adding one) holds up no tenant: none moves until every new owner
+runs.
+
+With ``actors.autoscale.enabled`` the directory also runs the autoscaling policy: every
+``interval_s`` it reads each shard's load (:mod:`strata_actors.load`), and
+:func:`strata_actors.autoscale.decide` says when a layer grows or shrinks by one shard, which it
+does by the same :meth:`PlacementDirectory.scale` as ``strata scale`` (docs/scaling.md,
+"Autoscaling policy").
+
 :class:`PlacementDirectory` is the plain class; :class:`Directory` is its typed handle, the only
 code that calls ``.remote()`` on it.
 """
@@ -22,8 +32,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import ray
@@ -31,13 +42,17 @@ from ray.exceptions import RayActorError
 
 from strata.config import StrataSettings
 from strata.config.stack import MAX_SHARDS
-from strata.errors import InvalidInput
+from strata.errors import InvalidInput, StoreUnavailable
 from strata.layers import LAYERS, Layer
 from strata.store.layout import open_store
 from strata.store.placement import Placement, PlacementStore
+from strata_actors.autoscale import Decision, LayerSample, decide
 from strata_actors.errors import unwrap
+from strata_actors.load import LoadReading
 
-__all__ = ["DIRECTORY_NAME", "Directory", "PlacementDirectory", "ShardStatus", "check_scale"]
+__all__ = [
+    "DIRECTORY_NAME", "AutoscaleStatus", "Directory", "PlacementDirectory", "ScaleChange", "ShardStatus", "check_scale",
+]
 
 _log = logging.getLogger(__name__)
 
@@ -45,6 +60,9 @@ DIRECTORY_NAME = "strata-placement"
 #: How long the fence waits for a shard that does not answer (restarting) before giving up the
 #: change for now: it stays recorded, and the next change, or a retry, finishes it.
 _FENCE_TIMEOUT_S = 120.0
+#: The policy's read of one shard's load: one that does not answer within this (64 calls in flight
+#: ahead of it, or restarting) leaves its layer unsampled this round.
+_LOAD_TIMEOUT_S = 10.0
 
 
 def check_scale(layer: str, shards: int) -> Layer:
@@ -74,6 +92,30 @@ class ShardStatus:
     epoch: int | None
 
 
+@dataclass(frozen=True)
+class ScaleChange:
+    """A change of a layer's count this directory made (in this actor's life)."""
+
+    layer: str
+    shards_from: int
+    shards_to: int
+    #: Wall clock (``time.time()``) when it began and when it was published.
+    began_at: float
+    done_at: float
+    #: "policy: <why>", or "command" (``strata scale``, the admin route).
+    reason: str
+
+
+@dataclass(frozen=True)
+class AutoscaleStatus:
+    """The autoscaling policy as it stands: each layer's last sample and decision, the changes made."""
+
+    enabled: bool
+    samples: dict[str, LayerSample] = field(default_factory=dict)
+    decisions: dict[str, Decision] = field(default_factory=dict)
+    changes: list[ScaleChange] = field(default_factory=list)
+
+
 class PlacementDirectory:
     """The directory actor (async: reads answer while a change runs).
 
@@ -90,6 +132,19 @@ class PlacementDirectory:
         self._reading = asyncio.Lock()
         #: Changes found begun (recorded, not published) when the rows were first read.
         self._resuming: set[asyncio.Task[None]] = set()
+        self._changes: list[ScaleChange] = []
+        # The policy's state: each layer's samples since its last change (and that change's
+        # epoch), its last decision, each shard's last load reading, the shards' handles.
+        self._samples: dict[str, list[LayerSample]] = {}
+        self._sampled_epoch: dict[str, int] = {}
+        self._decisions: dict[str, Decision] = {}
+        self._readings: dict[tuple[str, int], LoadReading] = {}
+        self._load_handles: dict[tuple[str, int], Any] = {}
+        self._policy: asyncio.Task[None] | None = None
+        if self._settings.actors.autoscale.enabled:
+            # Ray runs an async actor's constructor on its event loop: the policy starts with the
+            # actor, and again with each restart of it.
+            self._policy = asyncio.get_running_loop().create_task(self._autoscale_forever())
 
     async def _table(self) -> PlacementStore:
         if self._rows is None:
@@ -133,9 +188,14 @@ class PlacementDirectory:
     async def placements(self) -> dict[str, Placement]:
         return {layer: await self.placement(layer) for layer in LAYERS}
 
-    async def scale(self, layer: str, shards: int) -> Placement:
+    async def scale(self, layer: str, shards: int, reason: str = "command") -> Placement:
         """Change the layer's count to ``shards`` (a change found half done is finished first);
-        returns the row as published."""
+        returns the row as published.
+
+        Raises:
+            StoreUnavailable: growing, a new shard did not run within
+                ``actors.autoscale.start_timeout_s`` (nothing changed; it was stopped).
+        """
         check_scale(layer, shards)
         async with self._changing:
             current = await self.placement(layer)
@@ -143,10 +203,34 @@ class PlacementDirectory:
                 current = await self._finish(current)
             if shards == current.shards:
                 return current
+            began = time.time()
+            if shards > current.shards:
+                await self._start(check_scale(layer, shards), range(current.shards, shards))
             intent = current.begin(shards)
             await asyncio.to_thread((await self._table()).put, intent)
             self._placements[layer] = intent
-            return await self._finish(intent)
+            published = await self._finish(intent)
+            self._changes.append(ScaleChange(layer, current.shards, published.shards, began, time.time(), reason))
+            return published
+
+    async def _start(self, layer: Layer, shards: range) -> None:
+        """Start ``shards`` of ``layer`` and wait until each answers (they own nothing yet: the
+        placement they read names fewer shards). One that does not run in time is stopped."""
+        from strata_actors.router import LayerRouter
+
+        router = LayerRouter(self._settings)
+        handles = [router.shard_handle(layer, n) for n in shards]
+        timeout_s = self._settings.actors.autoscale.start_timeout_s
+        try:
+            await asyncio.wait_for(asyncio.gather(*(h.ping.remote() for h in handles)), timeout_s)
+        except TimeoutError:
+            for handle in handles:
+                ray.kill(handle, no_restart=True)
+            raise StoreUnavailable(
+                f"{layer}: shards {shards.start}-{shards.stop - 1} did not start within {timeout_s:g} s (no node had"
+                f" room for {self._settings.actors.shard_num_cpus:g} CPU each?); the layer keeps {shards.start}",
+                retry_after_s=60,
+            ) from None
 
     async def _finish(self, intent: Placement) -> Placement:
         # Here, not at the top: the router imports this module for its reads of the directory.
@@ -182,6 +266,77 @@ class PlacementDirectory:
                 return left
             except RayActorError:
                 await asyncio.sleep(0.5)
+
+    # -- the autoscaling policy ---------------------------------------------------------
+
+    async def autoscale_status(self) -> AutoscaleStatus:
+        return AutoscaleStatus(self._settings.actors.autoscale.enabled,
+                               {layer: found[-1] for layer, found in self._samples.items() if found},
+                               dict(self._decisions), list(self._changes))
+
+    async def _autoscale_forever(self) -> None:
+        policy = self._settings.actors.autoscale
+        while True:
+            await asyncio.sleep(policy.interval_s)
+            for layer in LAYERS:  # one layer after the other: one change at a time
+                try:
+                    await self._autoscale(layer)
+                except Exception as exc:  # a failed change or read is tried again next round
+                    _log.warning("autoscaling %s: %s: %s", layer, type(exc).__name__, exc)
+
+    async def _autoscale(self, layer: Layer) -> None:
+        policy = self._settings.actors.autoscale
+        current = await self.placement(layer)
+        if current.next_shards is not None or self._changing.locked():
+            return  # a change runs: read the load at the count it leaves
+        if self._sampled_epoch.get(layer) != current.epoch:  # changed since: a new history
+            self._samples[layer] = []
+            self._sampled_epoch[layer] = current.epoch
+        sample = await self._sample(layer, current.shards)
+        if sample is None:
+            return
+        samples = self._samples[layer]
+        samples.append(sample)
+        keep_s = max(policy.grow_window_s, policy.shrink_window_s) + 2 * policy.interval_s
+        samples[:] = [s for s in samples if s.at_s >= sample.at_s - keep_s] or [sample]
+        floor = int(getattr(self._settings.actors, f"{layer}_shards"))
+        decision = self._decisions[layer] = decide(samples, shards=current.shards, floor=floor, policy=policy)
+        if decision.changes(current.shards):
+            _log.info("autoscaling %s: %d -> %d shards: %s", layer, current.shards, decision.shards, decision.reason)
+            await self.scale(layer, decision.shards, reason=f"policy: {decision.reason}")
+
+    async def _sample(self, layer: Layer, shards: int) -> LayerSample | None:
+        """The mean over the layer's shards of each one's load since its last reading; None
+        until every shard has two readings of one process."""
+        readings = await asyncio.gather(*(self._read_load(layer, n) for n in range(shards)))
+        rates = []
+        for n, reading in enumerate(readings):
+            if reading is None:
+                return None
+            rates.append(reading.rates_since(self._readings.get((layer, n))))
+            self._readings[(layer, n)] = reading
+        if any(r is None for r in rates):
+            return None
+        busy = sum(r.busy for r in rates if r is not None) / shards
+        queue = sum(r.queue for r in rates if r is not None) / shards
+        return LayerSample(time.monotonic(), shards, busy, queue)
+
+    async def _read_load(self, layer: Layer, shard: int) -> LoadReading | None:
+        """One shard's load reading; None if it is not running (a layer never called: its
+        shards are not started for this) or does not answer in time."""
+        from strata_actors.router import actor_name
+
+        key = (layer, shard)
+        try:
+            handle = self._load_handles.get(key)
+            if handle is None:
+                handle = self._load_handles[key] = await asyncio.to_thread(
+                    ray.get_actor, actor_name(layer, shard), namespace=self._settings.ray.namespace)
+            reading: LoadReading = await asyncio.wait_for(handle.load.remote(), _LOAD_TIMEOUT_S)
+            return reading
+        except Exception:  # no such actor, dead, restarting or slow: looked up again next time
+            self._load_handles.pop(key, None)
+            return None
 
     async def status(self) -> list[ShardStatus]:
         """Every shard of every layer: its node, resident tenants and epoch."""
@@ -234,8 +389,10 @@ class Directory:
                 max_restarts=self._settings.actors.max_restarts,
                 max_task_retries=0,
                 max_concurrency=64,
+                # No CPU: it is idle but for scale changes and the policy's reads. A token of
+                # memory, as the layer shards at shard_num_cpus 0 (router.py says why).
                 num_cpus=0,
-                memory=2**20,  # a token, as the layer shards ask (router.py says why)
+                memory=2**20,
             ).remote(self._settings.to_dict())
         return self._actor
 
@@ -251,6 +408,11 @@ class Directory:
 
     async def placements(self) -> dict[str, Placement]:
         found: dict[str, Placement] = await self._call("placements")
+        return found
+
+    async def autoscale_status(self) -> AutoscaleStatus:
+        """The autoscaling policy's last samples and decisions, and the changes this directory made."""
+        found: AutoscaleStatus = await self._call("autoscale_status")
         return found
 
     async def scale(self, layer: str, shards: int) -> Placement:

@@ -46,7 +46,7 @@ from strata_actors.procedural import ProceduralShard
 from strata_actors.semantic import SemanticShard
 from strata_actors.working import WorkingShard
 
-__all__ = ["LAYER_CLASSES", "LayerRouter", "actor_name", "shutdown_ray"]
+__all__ = ["LAYER_CLASSES", "LayerRouter", "actor_name", "shard_resources", "shutdown_ray"]
 
 #: How long a call for a tenant that is moving waits for the move to be published, polling the
 #: directory this often, before it answers 503 (docs/scaling.md: callers wait briefly).
@@ -82,6 +82,12 @@ def shutdown_ray() -> None:
     finally:
         if enabled:
             gc.enable()
+
+
+def shard_resources(settings: StrataSettings) -> dict[str, float]:
+    """What a layer shard asks Ray for (:meth:`LayerRouter.shard_handle` says why)."""
+    cpus = settings.actors.shard_num_cpus
+    return {"num_cpus": cpus} if cpus > 0 else {"num_cpus": 0, "memory": 2**20}
 
 
 def actor_name(layer: Layer, shard: int) -> str:
@@ -233,13 +239,13 @@ class LayerRouter:
                 # write could apply twice), the caller sees the error instead.
                 max_task_retries=0,
                 max_concurrency=64,
-                # No CPU, but a token of memory (1 MiB): Ray's GCS sends an actor that asks
-                # for nothing to a random node whatever the strategy (8 shards on 3 nodes:
+                # A CPU share (actors.shard_num_cpus): a shard that fits no node is demand the
+                # Ray autoscaler meets with a node, and a node counts as idle once its shards
+                # left. At 0, a token of memory (1 MiB) instead: Ray's GCS sends an actor that
+                # asks for nothing to a random node whatever the strategy (8 shards on 3 nodes:
                 # as uneven as 6/1/1); with a request, SPREAD deals them out, at creation and
-                # when a dead node's shards restart elsewhere. A CPU share would do too, but
-                # would leave no node a whole CPU for an embedding replica.
-                num_cpus=0,
-                memory=2**20,
+                # when a dead node's shards restart elsewhere.
+                **shard_resources(self._settings),
                 scheduling_strategy="SPREAD",
             ).remote(self._settings_dict, shard)
             self._handles[key] = handle

@@ -30,7 +30,7 @@ from strata.config.layers import (
 from strata.config.privacy import PII_TYPES, PIIAction, PIISettings, TTLLayers, TTLSettings
 from strata.config.providers import COSINE_SPANS, EmbeddingSettings, LLMMaxTokens, LLMSettings
 from strata.config.settings import StrataSettings, load_settings
-from strata.config.stack import ActorSettings, MilvusSettings, RaySettings, ServeSettings
+from strata.config.stack import ActorSettings, AutoscaleSettings, MilvusSettings, RaySettings, ServeSettings
 
 __all__ = [
     "COSINE_SPANS",
@@ -38,6 +38,7 @@ __all__ = [
     "ActorSettings",
     "AuditSettings",
     "AuthSettings",
+    "AutoscaleSettings",
     "ChunkingSettings",
     "ChunkingStrategy",
     "ContextSettings",

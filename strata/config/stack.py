@@ -9,7 +9,7 @@ from pydantic import Field, field_validator, model_validator
 
 from strata.config.validation import Section
 
-__all__ = ["MAX_SHARDS", "ActorSettings", "MilvusSettings", "RaySettings", "ServeSettings"]
+__all__ = ["MAX_SHARDS", "ActorSettings", "AutoscaleSettings", "MilvusSettings", "RaySettings", "ServeSettings"]
 
 #: The most shards a layer may have, at start (``actors.<layer>_shards``) or scaled (``strata scale``).
 MAX_SHARDS = 1024
@@ -137,6 +137,43 @@ class ServeSettings(Section):
         return value
 
 
+class AutoscaleSettings(Section):
+    """The directory's policy that grows and shrinks each layer's shards by their load
+    (docs/scaling.md, "Autoscaling policy"). A layer never goes below its first count
+    (``actors.<layer>_shards``) nor above ``max_shards``; one change at a time, of one shard.
+
+    Off by default: on one machine another shard is another process on the same cores (and
+    ~50-90 MiB, and its tenants' cold loads), not more capacity. Turn it on where a grown shard
+    can land on a node that the Ray autoscaler adds (``cluster.yaml`` does).
+    """
+
+    enabled: bool = False
+    #: How often the directory reads every shard's load (:mod:`strata_actors.load`).
+    interval_s: float = Field(default=5.0, gt=0)
+    #: A layer is hot while its shards' mean busy fraction (CPU seconds per second of each
+    #: shard's process) is at least ``grow_busy`` or their mean calls in flight at least
+    #: ``grow_queue``; it grows by one shard once it has been hot for ``grow_window_s``.
+    grow_busy: float = Field(default=0.7, gt=0)
+    grow_queue: float = Field(default=8.0, gt=0)
+    grow_window_s: float = Field(default=30.0, gt=0)
+    #: It is cold while both are at most these; it shrinks by one (its highest shard) once
+    #: it has been cold for ``shrink_window_s``.
+    shrink_busy: float = Field(default=0.2, ge=0)
+    shrink_queue: float = Field(default=1.0, ge=0)
+    shrink_window_s: float = Field(default=300.0, gt=0)
+    max_shards: int = Field(default=16, ge=1, le=MAX_SHARDS)
+    #: A shard the policy (or ``strata scale``) adds must be running within this, or the change
+    #: is given up and the shard stopped (no node had room, and the Ray autoscaler added none).
+    start_timeout_s: float = Field(default=300.0, gt=0)
+
+    @model_validator(mode="after")
+    def _hysteresis(self) -> AutoscaleSettings:
+        if self.shrink_busy >= self.grow_busy or self.shrink_queue >= self.grow_queue:
+            raise ValueError("autoscale: shrink_busy and shrink_queue must be below grow_busy and grow_queue"
+                             " (else a layer could grow and shrink on the same load)")
+        return self
+
+
 class ActorSettings(Section):
     """How tenants map to layer actors (see README, "Tenants and actors")."""
 
@@ -154,3 +191,11 @@ class ActorSettings(Section):
     max_resident_tenants: int = Field(default=256, ge=1)
     resident_grace_s: float = Field(default=5.0, ge=0)
     max_restarts: int = Field(default=-1, ge=-1)
+    #: CPUs each layer shard reserves from Ray. The embedded stack (``ray.num_cpus`` 2) holds the
+    #: api (0.25) and embedding (0.5) replicas and 4 layers x 2 shards at 0.1 with 0.45 to spare
+    #: (four more shards by ``strata scale``). On a cluster, 1: then a grown shard that fits no
+    #: node is demand that the Ray autoscaler meets with a node, and a node whose shards all left
+    #: counts as idle (``cluster.yaml``). 0: the shards ask only a token of memory (placement
+    #: then spreads them, but they never add a node).
+    shard_num_cpus: float = Field(default=0.1, ge=0)
+    autoscale: AutoscaleSettings = AutoscaleSettings()
