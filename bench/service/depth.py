@@ -425,6 +425,7 @@ def _measure_step(found: Target, shards: _Shards | None, tenant: str, key: str, 
                     failed.append(f"{type(exc).__name__} after {time.perf_counter() - t0:.1f} s: {str(exc)[:120]}")
                     if time.perf_counter() - t0 > 600:
                         raise
+                    await asyncio.sleep(0.1)
             first_ms = (time.perf_counter() - t0) * 1000
             warm = []
             for n in range(5):
