@@ -48,6 +48,7 @@ from strata.schema import (
     SkillVersionOut,
 )
 from strata.schema.outputs import SessionList, SessionTurns
+from strata.store.tombstones import Tombstone
 from strata_actors.errors import unwrap
 
 __all__ = [
@@ -368,6 +369,17 @@ class LayerHandle:
     async def forget_tenant(self, tenant: str) -> int:
         """Delete every row this layer holds for ``tenant``; returns how many."""
         return int((await self._call("forget_tenant", tenant))["removed"])
+
+    async def forget(self, tombstone: Tombstone) -> dict[str, Any]:
+        """This layer's part of the forget ``tombstone`` stands for (docs/scaling.md): what
+        ``forget_tenant`` or ``forget_session`` answers. Raises ``NotFound`` for a session the
+        layer holds nothing of."""
+        removed: dict[str, Any] = await self._call("forget", tombstone)
+        return removed
+
+    async def lift_forget(self, tombstone: Tombstone) -> bool:
+        """Take writes under ``tombstone``'s scope again: its forget is done in every layer."""
+        return bool(await self._call("lift_forget", tombstone))
 
     async def ping(self) -> Ping:
         """The shard's health: tenants loaded; raises if its store does not answer."""

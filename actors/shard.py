@@ -1,10 +1,11 @@
-"""The calls every layer actor answers: versioned reads and mutations, forgets, batched reads.
+"""The calls every layer actor answers: versioned reads and mutations, batched reads, health.
 
 A shard actor owns the state of many tenants for one layer; each tenant lives on exactly one
 shard (:mod:`strata_actors.placement`), so the shard is the single writer of that tenant's rows
 and in-memory index. Which tenants it holds in memory, and how they load and leave, is
 :mod:`strata_actors.residency`; purging what has expired before a call is answered is
-:mod:`strata_actors.expiry`. :class:`LayerShard` builds on both; each layer's actor
+:mod:`strata_actors.expiry`; forgetting a tenant or a session, in one layer and across them,
+:mod:`strata_actors.forgetting`. :class:`LayerShard` builds on these; each layer's actor
 (``working``, ``episodic``, ``semantic``, ``procedural``) subclasses it.
 
 Versioning is optimistic. Each (tenant, layer, scope) has a durable counter;
@@ -17,12 +18,11 @@ state before a mutation or after it, since the in-memory state changes
 only in one step after the durable write.
 
 A write that overlaps a forget is ordered before the forget's delete (and deleted by it) or
-after it: it lands in the emptied tenant, acknowledged after the layer acknowledged the forget.
-Work that read the tenant before a forget and writes later (a skill job, a
-document indexed in the background, a summary) carries the tenant's
-:meth:`LayerShard.generation`; a forget changes it, and such a write is
-refused (``VersionConflict``, nothing written) rather than re-create what
-the forget removed.
+after it; after it, it is refused (``ForgetInProgress``) until every layer has done its part
+of the forget, and then lands in the emptied tenant. Work that read the tenant before a forget
+and writes later (a skill job, a document indexed in the background, a summary) carries the
+tenant's :meth:`LayerShard.generation`; a forget changes it, and such a write is refused
+(``VersionConflict``, nothing written) rather than re-create what the forget removed.
 """
 
 from __future__ import annotations
@@ -40,10 +40,9 @@ import numpy as np
 
 from strata.counting import count_tokens, on_behalf_of, process_counter
 from strata.errors import StrataError, VersionConflict
-from strata.ids import validate_id
 from strata.providers.embedder import Embedder, embed_counted, make_embedder
 from strata.providers.llm import LLM, LLMUsage
-from strata_actors.expiry import TenantExpiry
+from strata_actors.forgetting import CALL, TenantForgets
 from strata_actors.load import ShardLoad
 from strata_actors.meter import send_to_collector
 from strata_actors.residency import CALLER_EPOCH
@@ -56,7 +55,7 @@ _L = TypeVar("_L")
 _R = TypeVar("_R")
 
 
-class LayerShard(ShardLoad, TenantExpiry[_L]):
+class LayerShard(ShardLoad, TenantForgets[_L]):
     """Base of the layer actors: versioned reads and mutations, forgets, batched reads, health."""
 
     #: The reads a caller may send several of in one actor call (:meth:`reads`).
@@ -64,8 +63,6 @@ class LayerShard(ShardLoad, TenantExpiry[_L]):
 
     def __init__(self, settings: dict[str, Any], shard: int) -> None:
         super().__init__(settings, shard)
-        #: Forgets begun and ended per tenant in this actor's life (see :meth:`generation`).
-        self._generations: dict[str, int] = {}
         #: The LLM this shard calls, if any: its usage is reported by :meth:`llm_usage`.
         self.llm: LLM | None = None
         self._embedder: Embedder | None = None
@@ -176,6 +173,8 @@ class LayerShard(ShardLoad, TenantExpiry[_L]):
         Raises:
             VersionConflict: ``expected_version`` is not the current version, or the
                 tenant was forgotten since ``generation``.
+            ForgetInProgress: the tenant, or the session written, is being forgotten
+                (:meth:`~strata_actors.forgetting.TenantForgets.refuse_if_forgetting`).
         """
         return await self.mutate_versioned(
             tenant, scope, expected_version, lambda layer, _: write(layer), apply, generation=generation
@@ -206,6 +205,7 @@ class LayerShard(ShardLoad, TenantExpiry[_L]):
                     current_version=current,
                     layer=self.layer_name,
                 )
+            self.refuse_if_forgetting(tenant, scope)
             if expected_version is not None and expected_version != current:
                 raise self._conflict(scope, current, expected_version)
             new = await self._claim(tenant, slot, scope)
@@ -246,44 +246,6 @@ class LayerShard(ShardLoad, TenantExpiry[_L]):
         async with self._locked(tenant) as slot:
             return await fn(slot.layer)
 
-    # -- forgetting a whole tenant ------------------------------------------------
-    def generation(self, tenant: str) -> int:
-        """How many times a forget of ``tenant`` began or ended in this actor's life (odd while
-        one runs). Work that reads the tenant and writes later notes it when it begins, and
-        passes it to :meth:`mutate`: a forget in between makes that write a conflict."""
-        return self._generations.get(tenant, 0)
-
-    async def forget_tenant(self, tenant: str) -> dict[str, Any]:
-        """Delete every row this layer holds for ``tenant`` and drop it from memory.
-
-        Under the tenant's lock: writes queued behind the forget find its slot dead and land in
-        the emptied tenant (acknowledged after this call returns); work begun before it and
-        written after it is refused (see :meth:`generation`)."""
-        validate_id(tenant, field="tenant")
-        store, collections, _ = await self._backend()
-        collection, kinds = self.tenant_rows(collections)
-        async with self._locked(tenant) as slot:
-            before = self.generation(tenant)
-            self._generations[tenant] = before + 1
-            try:
-                removed = await asyncio.to_thread(store.delete, collection, tenant=tenant, kinds=kinds)
-                removed += await self.forget_derived(tenant)
-            except BaseException:
-                # Nothing forgotten for certain: the caller retries. Work begun before goes on
-                # (work begun during it sees a new generation), and memory reloads from the store.
-                self._generations[tenant] = before
-                raise
-            finally:
-                self._retire(tenant, slot)
-            self._generations[tenant] = before + 2
-        return {"removed": removed}
-
-    async def forget_derived(self, tenant: str) -> int:
-        """Rows of ``tenant`` a layer keeps elsewhere (e.g. pending jobs), and its background work
-        (a running job is refused at the lock by :meth:`generation`); none by default. Called
-        under the tenant's lock."""
-        return 0
-
     # -- remote methods common to all layers -------------------------------------
 
     async def call(self, epoch: int | None, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -296,6 +258,7 @@ class LayerShard(ShardLoad, TenantExpiry[_L]):
         if method.startswith("_") or method in ("call", "reads") or not callable(getattr(self, method, None)):
             raise StrataError(f"{method!r} is not a call of the {self.layer_name} layer")
         CALLER_EPOCH.set(epoch)  # this call's task only
+        CALL.set((method, args, kwargs))
         result = getattr(self, method)(*args, **kwargs)
         return await result if inspect.isawaitable(result) else result
 

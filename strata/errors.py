@@ -14,7 +14,8 @@ place (``serve_app/errors.py``)::
     ├── PreconditionRequired  428  the change needs If-Match (the version it was made against)
     ├── RateLimited           429  the key sent more than its rate; carries retry_after_s
     ├── StoreUnavailable      503  Milvus (or another store) cannot be reached
-    │   └── TenantMoved            a layer shard no longer owns the tenant (a scale moved it): retried
+    │   ├── TenantMoved            a layer shard no longer owns the tenant (a scale moved it): retried
+    │   └── ForgetInProgress       the tenant or session is being forgotten: writes wait for the forget's end
     ├── VectorModelMismatch   503  stored vectors were made by another embedder: run `strata reindex`
     ├── EmbedderError         502  the configured embedding endpoint failed or answered garbage
     └── LLMError              502  the configured LLM failed or answered garbage
@@ -31,6 +32,7 @@ from typing import Any
 
 __all__ = [
     "EmbedderError",
+    "ForgetInProgress",
     "InvalidInput",
     "LLMBreakerOpen",
     "LLMBusy",
@@ -116,6 +118,12 @@ class TenantMoved(StoreUnavailable):
     def __init__(self, message: str, **details: Any) -> None:
         super().__init__(message, **details)
         self.epoch: int = int(details.get("epoch", 0))
+
+
+class ForgetInProgress(StoreUnavailable):
+    """A write refused because its tenant (``tenant``), or its session (``session_id``), is being
+    forgotten: every layer refuses writes under the forget's tombstone until all of them have
+    forgotten it (docs/scaling.md). Retried after ``retry_after_s``, it goes to the emptied tenant."""
 
 
 class VectorModelMismatch(StrataError):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 from strata.counting import on_behalf_of
 from strata.errors import InvalidInput, NotFound, StrataError
@@ -31,6 +31,8 @@ from strata.schema import (
     WorkingItemsIn,
     WorkingState,
 )
+from strata.store.layout import open_store
+from strata.store.tombstones import Tombstone, TombstoneStore
 from strata.working.sessions import TURN_ID
 from strata_actors.episodic import turn_text
 from strata_actors.orchestration.audit import AuditFlow
@@ -44,6 +46,9 @@ SESSION_LAYERS: tuple[Layer, ...] = ("working", "episodic")
 
 class WriteFlow(AuditFlow):
     """Turns, interactions, working items and documents in; sessions and tenants forgotten."""
+
+    #: The forget tombstones' rows, opened at the first forget.
+    _tombstone_rows: TombstoneStore | None = None
 
     async def record_turns(
         self,
@@ -191,10 +196,11 @@ class WriteFlow(AuditFlow):
     # -- forgetting -------------------------------------------------------------
 
     async def forget_session(self, tenant: str, session_id: str, *, by: str = "") -> ForgetResult:
-        """Forget a session in every layer; 404 only if no layer knew it."""
+        """Forget a session in every layer, atomically across them (:meth:`_forget_under`);
+        404 only if no layer knew it."""
         validate_id(session_id, field="session_id")
-        owners = [self.router.session_layer(layer, tenant) for layer in SESSION_LAYERS]
-        results = await asyncio.gather(*(h.forget_session(tenant, session_id) for h in owners), return_exceptions=True)
+        tombstone = Tombstone.begin(tenant, SESSION_LAYERS, session=session_id)
+        results = await self._forget_under(tombstone)
         missing = f"session {session_id!r} has no memory to forget"
         return await self._forgotten(tenant, by, "forget_session", session_id, session_id, results, missing)
 
@@ -232,12 +238,45 @@ class WriteFlow(AuditFlow):
         return ForgetResult(session_id=session_id, removed=removed, versions=versions)
 
     async def forget_tenant(self, tenant: str, *, by: str = "") -> dict[str, int]:
-        """Delete everything every layer holds for ``tenant`` (rows, vectors, indexes, jobs);
-        returns the rows removed per layer. Its keys are the caller's to revoke."""
+        """Delete everything every layer holds for ``tenant`` (rows, vectors, indexes, jobs),
+        atomically across them (:meth:`_forget_under`); returns the rows removed per layer.
+        Its keys are the caller's to revoke."""
         validate_id(tenant, field="tenant")
         if tenant == SYSTEM_TENANT:
             raise InvalidInput("the system tenant cannot be forgotten", field="tenant")
-        removed = await asyncio.gather(*(self.router.layer(layer, tenant).forget_tenant(tenant) for layer in LAYERS))
+        results = await self._forget_under(Tombstone.begin(tenant, LAYERS))
         self._speakers.pop(tenant, None)  # its speakers' names (another ingress's go at its next search)
         await self._record(tenant, by, "forget_tenant", "all", tenant, None)
-        return dict(zip(LAYERS, removed, strict=True))
+        return {layer: int(result["removed"]) for layer, result in zip(LAYERS, results, strict=True)}
+
+    async def _forget_under(self, tombstone: Tombstone) -> list[Any]:
+        """Run a forget across its layers under ``tombstone`` (docs/scaling.md, "Forget tombstones").
+
+        The tombstone is written first; each layer then does its part, from which on it refuses
+        writes under it; once every part is done the tombstone is removed and lifted, and only
+        then does this return. Returns each layer's answer in ``tombstone.layers``' order
+        (``NotFound`` among them for a session a layer did not hold).
+
+        Raises:
+            StrataError: a layer's part failed. The tombstone stands: writes stay refused, and
+                the layer's shard does its part itself within ``RESUME_AFTER_S`` +
+                ``FORGET_CHECK_S`` (:mod:`strata_actors.forgetting`), or a retry of the forget does.
+        """
+        rows = await self._tombstones()
+        await asyncio.to_thread(rows.put, tombstone)
+        tenant = tombstone.tenant
+        handles = [self.router.layer(cast(Layer, layer), tenant) for layer in tombstone.layers]
+        results = await asyncio.gather(*(h.forget(tombstone) for h in handles), return_exceptions=True)
+        for result in results:
+            if isinstance(result, BaseException) and not isinstance(result, NotFound):
+                raise result
+        await asyncio.to_thread(rows.remove, tombstone)  # False: a later forget of the scope stands
+        # Best effort: a shard not told now stops refusing at its next check (the row is gone).
+        await asyncio.gather(*(h.lift_forget(tombstone) for h in handles), return_exceptions=True)
+        return list(results)
+
+    async def _tombstones(self) -> TombstoneStore:
+        if self._tombstone_rows is None:
+            store, names = await asyncio.to_thread(open_store, self.settings)
+            self._tombstone_rows = TombstoneStore(store, names.state)
+        return self._tombstone_rows
