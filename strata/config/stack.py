@@ -195,7 +195,9 @@ class ActorSettings(Section):
     #: api (0.25) and embedding (0.5) replicas and 4 layers x 2 shards at 0.1 with 0.45 to spare
     #: (four more shards by ``strata scale``). On a cluster, 1: then a grown shard that fits no
     #: node is demand that the Ray autoscaler meets with a node, and a node whose shards all left
-    #: counts as idle (``cluster.yaml``). 0: the shards ask only a token of memory (placement
-    #: then spreads them, but they never add a node).
+    #: counts as idle (``cluster.yaml``). A node must still keep a whole CPU for an embedding
+    #: replica (serve.yaml: 1): on nodes of one or two CPUs, shards spread over all of them can
+    #: leave none, so set 0 there: the shards then ask only a token of memory (placement still
+    #: spreads them, but they never add a node).
     shard_num_cpus: float = Field(default=0.1, ge=0)
     autoscale: AutoscaleSettings = AutoscaleSettings()

@@ -150,7 +150,10 @@ def app(cluster: LocalAutoscalingCluster, milvus: MilvusServer) -> Deployed:
     from ray.serve.schema import ServeDeploySchema
 
     [head] = _alive_nodes()
-    settings = settings_for(milvus, auth={"admin_key": ADMIN})
+    # The premise is the api replicas' (the head holds the embedding replica and two api
+    # replicas, and the shards, which then reserve no CPU); shards that reserve CPU and add a node
+    # are tests/integration/test_shard_autoscaling.py's.
+    settings = settings_for(milvus, auth={"admin_key": ADMIN}, actors={"shard_num_cpus": 0})
     # As `strata up` does before deploying: the collections exist before shards race to make them.
     store, names = open_store(settings)
     keys = open_keys(store, names)

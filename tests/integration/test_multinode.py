@@ -116,7 +116,9 @@ def test_a_process_without_the_token_cannot_join_the_cluster(cluster: Cluster, r
 
 @pytest.fixture(scope="module")
 def settings(milvus: MilvusServer, cluster: Cluster) -> Any:
-    settings = settings_for(milvus)
+    # Shards that reserve no CPU (as before actors.shard_num_cpus): spread over three 1-CPU nodes at
+    # 0.1 each, they would leave no node the whole CPU serve.yaml's embedding replica asks for.
+    settings = settings_for(milvus, actors={"shard_num_cpus": 0})
     # Create the collections first, as `strata up` does: shards that open a fresh store
     # at the same moment race in ensure_collection, and the loser's call fails with 503.
     open_store(settings)
