@@ -135,7 +135,7 @@ def test_the_routed_entry_points_count_themselves_once_where_defined() -> None:
     shard = _Layer()
 
     async def run() -> LoadReading:
-        assert await asyncio.gather(shard.call(1), shard.call(2)) == [2, 3]
+        assert list(await asyncio.gather(shard.call(1), shard.call(2))) == [2, 3]
         return await shard.load()
 
     reading = asyncio.run(run())
