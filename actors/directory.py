@@ -63,6 +63,8 @@ _FENCE_TIMEOUT_S = 120.0
 #: The policy's read of one shard's load: one that does not answer within this (64 calls in flight
 #: ahead of it, or restarting) leaves its layer unsampled this round.
 _LOAD_TIMEOUT_S = 10.0
+#: The last changes :meth:`PlacementDirectory.autoscale_status` lists.
+_CHANGES_KEPT = 100
 
 
 def check_scale(layer: str, shards: int) -> Layer:
@@ -94,7 +96,7 @@ class ShardStatus:
 
 @dataclass(frozen=True)
 class ScaleChange:
-    """A change of a layer's count this directory made (in this actor's life)."""
+    """A change of a layer's count this directory made (in this actor's life; the last 100)."""
 
     layer: str
     shards_from: int
@@ -211,6 +213,7 @@ class PlacementDirectory:
             self._placements[layer] = intent
             published = await self._finish(intent)
             self._changes.append(ScaleChange(layer, current.shards, published.shards, began, time.time(), reason))
+            del self._changes[:-_CHANGES_KEPT]
             return published
 
     async def _start(self, layer: Layer, shards: range) -> None:
