@@ -11,8 +11,9 @@ tombstone is lifted, which happens only once every layer marked its part done; s
 a write into the emptied tenant before the whole forget is acknowledged.
 
 The shard keeps the tombstones in memory (:class:`StandingForgets`), so a write costs a dict
-lookup, not a store read. Memory is a cache of the rows: a tenant's load reads its tombstones,
-so a restarted shard, or the new owner of a moved tenant, keeps refusing; and every
+lookup, not a store read. Memory is a cache of the rows: a tenant's load reads its tombstones
+(beside its rows; its first write waits for that read), so a restarted shard, or the new owner
+of a moved tenant, keeps refusing; and every
 :data:`FORGET_CHECK_S` each shard reads all tombstones, does its part of any that a crash left
 (the orchestrator's replica died, or this shard did mid-part), removes those whose every part is
 done, and forgets those removed elsewhere.
@@ -131,6 +132,8 @@ class TenantForgets(TenantExpiry[_L]):
         #: Forgets begun and ended per tenant in this actor's life (see :meth:`generation`).
         self._generations: dict[str, int] = {}
         self._standing = StandingForgets()
+        #: Reads of a tenant's tombstones begun at its load and not yet in memory (or failed).
+        self._forgets_read: dict[str, asyncio.Task[None]] = {}
         self._forget_checker: asyncio.Task[None] | None = None
 
     # -- one layer's forget ----------------------------------------------------------
@@ -220,13 +223,15 @@ class TenantForgets(TenantExpiry[_L]):
         row removed. Best effort (the periodic check lifts it too); False if not held here."""
         return self._standing.lift(tombstone)
 
-    def refuse_if_forgetting(self, tenant: str, scope: str) -> None:
+    async def refuse_if_forgetting(self, tenant: str, scope: str) -> None:
         """Refuse a write of version ``scope`` of ``tenant`` under a standing tombstone (the
-        caller holds the tenant's lock). Costs a dict lookup when none stands.
+        caller holds the tenant's lock). Costs two dict lookups when none stands, once the
+        tombstones read at the tenant's load are in.
 
         Raises:
             ForgetInProgress: the tenant, or the session the write is for, is being forgotten.
         """
+        await self._forgets_known(tenant)
         standing = self._standing.of(tenant)
         if not standing or _IN_FORGET.get():
             return
@@ -258,13 +263,35 @@ class TenantForgets(TenantExpiry[_L]):
 
     # -- keeping the tombstones in memory, and finishing what a crash left -------------------
 
-    async def read_beside_load(self, tenant: str) -> None:
-        """A tenant's tombstones, read with its load: a restarted shard or a moved tenant's new
-        owner refuses what the old one did."""
+    def load_begun(self, tenant: str) -> None:
+        """Read the tenant's tombstones beside its load, so that a restarted shard or a moved
+        tenant's new owner refuses what the old one did. Reads do not wait for it; the tenant's
+        first write does (:meth:`refuse_if_forgetting`)."""
+        task = asyncio.get_running_loop().create_task(self._read_forgets(tenant))
+        self._forgets_read[tenant] = task
+
+        def done(task: asyncio.Task[None]) -> None:
+            # Kept when it failed: the next write reads again (and fails if the store still does).
+            if self._forgets_read.get(tenant) is task and not task.cancelled() and task.exception() is None:
+                del self._forgets_read[tenant]
+
+        task.add_done_callback(done)
+
+    async def _read_forgets(self, tenant: str) -> None:
         store, collections, _ = await self._backend()
         since = self._standing.mark()
         found = await asyncio.to_thread(TombstoneStore(store, collections.state).of_tenant, tenant)
         self._standing.sync([t for t in found if self.layer_name in t.layers], since=since, tenant=tenant)
+
+    async def _forgets_known(self, tenant: str) -> None:
+        """Until the tombstones of ``tenant`` read at its load are in memory (at once once read)."""
+        task = self._forgets_read.get(tenant)
+        if task is None:
+            return
+        if task.done() and (task.cancelled() or task.exception() is not None):
+            self.load_begun(tenant)
+            task = self._forgets_read[tenant]
+        await asyncio.shield(task)
 
     async def _backend(self) -> tuple[RecordStore, Collections, VersionStore]:
         backend = await super()._backend()

@@ -122,7 +122,7 @@ class ProceduralShard(WholeRecordExpiry, SkillJobs):
         entries = sorted((history_entry(entry) for entry in history), key=lambda e: e.version)
         vector = (await self.embed([skill_search_text(imported.draft)], tenant=tenant))[0]
         async with self._locked(tenant) as slot:
-            self.refuse_if_forgetting(tenant, imported.skill_id)  # it claims a version without mutate
+            await self.refuse_if_forgetting(tenant, imported.skill_id)  # it claims a version without mutate
             current = await self._version(tenant, slot, imported.skill_id)
             try:
                 there = slot.layer.get(imported.skill_id)

@@ -136,9 +136,10 @@ class TenantResidency(Generic[_L]):
         """A tenant was loaded and is resident (on the event loop): start work its rows left
         undone, if any (the episodic layer's passages still to embed)."""
 
-    async def read_beside_load(self, tenant: str) -> None:
-        """Read what the shard checks a tenant's calls against besides its rows, run beside its
-        load (a forget's tombstones: :mod:`strata_actors.forgetting`); nothing by default."""
+    def load_begun(self, tenant: str) -> None:
+        """A tenant's load began (on the event loop): start reading what its writes are checked
+        against besides its rows, beside them (a forget's tombstones:
+        :mod:`strata_actors.forgetting`); nothing by default."""
 
     def tenant_rows(self, collections: Collections) -> tuple[str, list[str] | None]:
         """Where this layer keeps a tenant's rows: a collection, and the kinds there (None = all).
@@ -244,6 +245,7 @@ class TenantResidency(Generic[_L]):
         self._loading[tenant] = future
         try:
             store, collections, versions = await self._backend()
+            self.load_begun(tenant)
             vectors = self._vector_collection(collections)
             layer = self.make_layer(tenant, store, collections)
             reads: list[Awaitable[Any]] = []
@@ -252,7 +254,6 @@ class TenantResidency(Generic[_L]):
                     asyncio.to_thread(check_tenant, store, collections.state, tenant, vectors, self._vector_model)
                 )
             reads.append(asyncio.to_thread(self.load_layer, layer))
-            reads.append(self.read_beside_load(tenant))
             if scope is not None:
                 reads.append(asyncio.to_thread(versions.get, tenant, self.layer_name, scope))
             done = await asyncio.gather(*reads, return_exceptions=True)

@@ -205,7 +205,7 @@ class LayerShard(ShardLoad, TenantForgets[_L]):
                     current_version=current,
                     layer=self.layer_name,
                 )
-            self.refuse_if_forgetting(tenant, scope)
+            await self.refuse_if_forgetting(tenant, scope)
             if expected_version is not None and expected_version != current:
                 raise self._conflict(scope, current, expected_version)
             new = await self._claim(tenant, slot, scope)

@@ -49,6 +49,10 @@ class _GatedStore(InMemoryRecordStore):
         super().upsert(collection, records)
 
 
+class _Collections:
+    state = _STATE  # where a forget's tombstones are read from (actors/forgetting.py)
+
+
 class _Shard(LayerShard[list[str]]):
     """A layer that is a list of texts, one durable row each."""
 
@@ -58,7 +62,7 @@ class _Shard(LayerShard[list[str]]):
         self.counters = VersionStore(self.store, _STATE)
 
     async def _backend(self) -> Any:
-        return self.store, None, self.counters
+        return self.store, _Collections(), self.counters
 
     def make_layer(self, tenant: str, store: Any, collections: Any) -> list[str]:
         return sorted(r.text for r in self.store.scan(_ROWS, tenant=tenant))
