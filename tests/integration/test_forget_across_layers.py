@@ -105,7 +105,7 @@ def _hold(client: InClusterClient, layer: str) -> _Held:
     def layer_of(name: Any, tenant: str) -> Any:
         return held if name == layer and tenant == client._tenant else real(name, tenant)
 
-    router.layer = layer_of  # type: ignore[method-assign]
+    router.layer = layer_of  # type: ignore[method-assign,assignment]
     return held
 
 
@@ -143,7 +143,7 @@ async def test_a_layer_that_did_its_part_refuses_writes_until_every_layer_did(se
     # After the forget is acknowledged, writes go to the emptied tenant.
     await client.record_turns("s1", [{"user": "written after the forget", "agent": "kept"}])
     left = _rows(settings, tenant)
-    store, names = open_store(settings)
+    names = open_store(settings)[1]
     assert [r.text for r in left[names.episodic] if r.kind == "turn"] != []
     assert all("after the forget" in r.text for r in left[names.episodic] if r.kind == "turn")
     assert left[names.procedural] == [] and left[names.semantic] == []
@@ -192,10 +192,11 @@ async def test_a_forget_whose_caller_died_is_finished_by_the_shards_and_leaves_n
     assert _rows(settings, tenant)[open_store(settings)[1].semantic] != []  # not done there yet
 
     # The other layers' shards die too; restarted, they find the tombstone and do their part.
-    for layer in ("semantic", "procedural"):
-        ray.kill(router.handle(layer, tenant), no_restart=False)
-    for layer in ("semantic", "procedural"):
-        await until_up(router.handle(layer, tenant), timeout_s=HANG_S)
+    restarted = [router.handle("semantic", tenant), router.handle("procedural", tenant)]
+    for actor in restarted:
+        ray.kill(actor, no_restart=False)
+    for actor in restarted:
+        await until_up(actor, timeout_s=HANG_S)
 
     async def removed() -> bool:
         return await asyncio.to_thread(rows.of_tenant, tenant) == []

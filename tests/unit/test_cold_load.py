@@ -110,7 +110,8 @@ async def test_a_cold_episodic_search_reads_model_mark_rows_and_version_at_once(
     found = await cold.search(T, query=QUESTION, vector=vector, top_k=3)
     names = Collections.for_settings(SETTINGS)
     # The fourth: the tenant's forget tombstones (actors/forgetting.py), read beside the rest.
-    assert sorted(store.reads[:4]) == ["get vector_model", "get version", f"scan {names.episodic}", f"scan {names.state}"]
+    assert sorted(store.reads[:4]) == [
+        "get vector_model", "get version", f"scan {names.episodic}", f"scan {names.state}"]
     assert len(found["hits"]) == 3 and found["version"] == 1
 
 
