@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+from collections.abc import Callable, Coroutine
 from datetime import UTC, datetime
 from typing import Any
 
@@ -354,13 +355,7 @@ class EpisodicShard(LayerShard[EpisodicMemory]):
     # -- long turns' passages, embedded after the write -------------------------------
 
     def _schedule_passages(self, tenant: str) -> None:
-        running = self._embedding.get(tenant)
-        if running is None or running.done():
-            task = asyncio.get_running_loop().create_task(self._embed_passages(tenant))
-            self._embedding[tenant] = task
-            task.add_done_callback(
-                lambda done: self._embedding.pop(tenant, None) if self._embedding.get(tenant) is done else None
-            )
+        _schedule(self._embedding, tenant, self._embed_passages)
 
     async def _embed_passages(self, tenant: str) -> None:
         """Embed the passages of the tenant's long turns that wait for their vectors, one turn at
@@ -408,14 +403,7 @@ class EpisodicShard(LayerShard[EpisodicMemory]):
     # -- background summaries ---------------------------------------------------
 
     def _schedule_summaries(self, tenant: str) -> None:
-        running = self._summarising.get(tenant)
-        if running is None or running.done():
-            task = asyncio.get_running_loop().create_task(self._summarise(tenant))
-            self._summarising[tenant] = task
-            # Gone once done: a shard serving thousands of tenants keeps no task per tenant ever seen.
-            task.add_done_callback(
-                lambda done: self._summarising.pop(tenant, None) if self._summarising.get(tenant) is done else None
-            )
+        _schedule(self._summarising, tenant, self._summarise)
 
     async def _summarise(self, tenant: str) -> None:
         try:
@@ -448,3 +436,14 @@ class EpisodicShard(LayerShard[EpisodicMemory]):
                     await self.run_locked(tenant, store)
         except Exception as exc:
             _log.warning("summarising tenant %s stopped: %s", tenant, exc)
+
+
+def _schedule(
+    tasks: dict[str, asyncio.Task[None]], tenant: str, work: Callable[[str], Coroutine[Any, Any, None]]
+) -> None:
+    """Start ``work(tenant)`` unless one runs for the tenant already (in ``tasks``). It leaves
+    ``tasks`` once done: a shard serving thousands of tenants keeps no task per tenant ever seen."""
+    running = tasks.get(tenant)
+    if running is None or running.done():
+        task = tasks[tenant] = asyncio.get_running_loop().create_task(work(tenant))
+        task.add_done_callback(lambda done: tasks.pop(tenant, None) if tasks.get(tenant) is done else None)

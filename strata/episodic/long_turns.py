@@ -16,7 +16,7 @@ import numpy as np
 
 from strata.clock import to_ms
 from strata.config import EpisodicSettings
-from strata.episodic.passages import PASSAGE, SIDES, Passage, PassageIndex, cut
+from strata.episodic.passages import PASSAGE, SIDES, Passage, PassageIndex, cut, texts_of
 from strata.episodic.turns import Turn
 from strata.store.records import Record, RecordStore
 from strata.store.ttl import EXPIRES
@@ -57,17 +57,15 @@ class LongTurns:
     def passage_texts(self, user: str | None, agent: str | None) -> list[str]:
         """The passages of a turn with these sides that are embedded (the first
         ``passage_vectors_max``), in order: what :meth:`write` takes the vectors of."""
-        sides = {"user": user or "", "agent": agent or ""}
-        embedded = self.passages(user, agent)[: self._settings.passage_vectors_max]
-        return [sides[p.side][p.start : p.end] for p in embedded]
+        return texts_of(user, agent, self.passages(user, agent)[: self._settings.passage_vectors_max])
 
     def _passage_rows(self, turn: Turn, parts: Sequence[Passage], embedded: np.ndarray) -> list[Record]:
         """The rows of a turn's passages; the first ``len(embedded)`` with their vectors."""
-        sides = {"user": turn.user or "", "agent": turn.agent or ""}
+        texts = texts_of(turn.user, turn.agent, parts)
         return [
             Record(
                 pk=self._passage_pk(turn, p), tenant=self.tenant, session=turn.session_id, kind=PASSAGE,
-                ts_ms=to_ms(turn.timestamp), text=sides[p.side][p.start : p.end],
+                ts_ms=to_ms(turn.timestamp), text=texts[i],
                 payload={
                     "turn_id": turn.turn_id, "side": p.side, "n": p.n, "start": p.start, "end": p.end,
                     "embedded": i < len(embedded), **({EXPIRES: turn.expires_ms} if turn.expires_ms else {}),
@@ -90,9 +88,7 @@ class LongTurns:
         if key not in self._unembedded:
             return []
         turn = self._turns[key]
-        sides = {"user": turn.user or "", "agent": turn.agent or ""}
-        wanted = self._passages.passages(key)[: self._settings.passage_vectors_max]
-        return [sides[p.side][p.start : p.end] for p in wanted]
+        return texts_of(turn.user, turn.agent, self._passages.passages(key)[: self._settings.passage_vectors_max])
 
     def write_passage_vectors(self, key: str, texts: Sequence[str], vectors: np.ndarray) -> bool:
         """Durably give the turn ``key``'s first passages their ``vectors`` (those of ``texts``);
@@ -102,10 +98,13 @@ class LongTurns:
         if not texts or self.texts_to_embed(key) != list(texts):
             return False
         parts = self._passages.passages(key)[: len(vectors)]
-        rows = self._passage_rows(self._turns[key], parts, vectors)
+        self._upsert(self._passage_rows(self._turns[key], parts, vectors))
+        return True
+
+    def _upsert(self, rows: Sequence[Record]) -> None:
+        """Write ``rows``, :data:`WRITE_BATCH` to a store call. Blocking I/O."""
         for start in range(0, len(rows), WRITE_BATCH):
             self._store.upsert(self._collection, rows[start : start + WRITE_BATCH])
-        return True
 
     def index_passage_vectors(self, key: str, vectors: np.ndarray) -> None:
         """The in-memory half of :meth:`write_passage_vectors` (after it returned True)."""

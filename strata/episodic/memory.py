@@ -27,9 +27,9 @@ import numpy as np
 
 from strata.clock import to_ms
 from strata.config import EpisodicSettings, TTLSettings
-from strata.episodic.long_turns import WRITE_BATCH, LongTurns
+from strata.episodic.long_turns import LongTurns
 from strata.episodic.neighbours import NeighbourRows
-from strata.episodic.passages import Passage, PassageIndex, cjk_chars
+from strata.episodic.passages import Passage, PassageIndex, cjk_chars, texts_of
 from strata.episodic.search import EpisodicSearch
 from strata.episodic.summarize import EpisodeSummary
 from strata.episodic.turns import (
@@ -225,10 +225,8 @@ class EpisodicMemory(EpisodicSearch, LongTurns):
                 self._cut_ahead.clear()  # cuts no index() took (writes that failed after them)
             self._cut_ahead[key] = parts
             self._turn_lexical.precount(key, self._lexical_text(t, parts))
-            sides = {"user": t.user or "", "agent": t.agent or ""}
-            self._passages.precount(key, parts, [sides[p.side][p.start : p.end] for p in parts])
-        for start in range(0, len(records), WRITE_BATCH):
-            self._store.upsert(self._collection, records[start : start + WRITE_BATCH])
+            self._passages.precount(key, parts, texts_of(t.user, t.agent, parts))
+        self._upsert(records)
 
     def index(self, turns: Sequence[Turn], vectors: np.ndarray, passage_vectors: np.ndarray | None = None) -> None:
         """The in-memory half of :meth:`record`: make written turns searchable."""
@@ -510,8 +508,7 @@ class EpisodicMemory(EpisodicSearch, LongTurns):
         if parts is None:
             parts = self.passages(turn.user, turn.agent)
         if parts:
-            sides = {"user": turn.user or "", "agent": turn.agent or ""}
-            texts = [sides[p.side][p.start : p.end] for p in parts]
+            texts = texts_of(turn.user, turn.agent, parts)
             embedded = passage_vectors if passage_vectors is not None else np.zeros((0, len(vector)), np.float32)
             self._passages.add(key, turn.session_id, parts, texts, embedded)
             if len(embedded) < min(len(parts), self._settings.passage_vectors_max):

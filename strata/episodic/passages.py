@@ -27,7 +27,9 @@ import numpy as np
 from strata.retrieval.lexical import LexicalIndex
 from strata.retrieval.vectors import VectorIndex
 
-__all__ = ["PASSAGE", "SIDES", "Passage", "PassageIndex", "cjk_chars", "cut", "joined", "passage_key", "quote"]
+__all__ = [
+    "PASSAGE", "SIDES", "Passage", "PassageIndex", "cjk_chars", "cut", "joined", "passage_key", "quote", "texts_of",
+]
 
 #: The ``kind`` of a passage's row.
 PASSAGE = "passage"
@@ -54,6 +56,12 @@ class Passage:
 def passage_key(turn_key: str, side: str, n: int) -> str:
     """A passage's id in the index: its turn's key (``session/turn_id``), side and number."""
     return f"{turn_key}#{side}{n}"
+
+
+def texts_of(user: str | None, agent: str | None, parts: Iterable[Passage]) -> list[str]:
+    """The text of each of ``parts`` of a turn whose sides say ``user`` and ``agent``."""
+    sides = {"user": user or "", "agent": agent or ""}
+    return [sides[p.side][p.start : p.end] for p in parts]
 
 
 def cjk_chars(text: str) -> int:
