@@ -4,6 +4,8 @@ plain :class:`~strata_actors.shard.LayerShard` on it."""
 
 from __future__ import annotations
 
+import json
+import pickle
 from typing import Any
 
 import pytest
@@ -89,6 +91,17 @@ def test_what_a_tombstone_refuses() -> None:
     assert session.refuses("s1", None) and session.refuses("episodic", "s1")  # by scope, or by the call's session
     assert session.refuses("episodic", None)  # a write whose session is not known: refused to be safe
     assert not session.refuses("s2", "s2") and not session.refuses("episodic", "s2")
+
+
+def test_a_refused_write_crosses_the_actor_boundary_and_answers_503_with_retry_after() -> None:
+    from strata_serve.errors import error_response
+
+    refused = ForgetInProgress("tenant 't' is being forgotten", tenant="t", session_id=None, retry_after_s=1)
+    again = pickle.loads(pickle.dumps(refused))  # noqa: S301  round-trips its own object, as Ray does
+    assert type(again) is ForgetInProgress and again.details == refused.details
+    response = error_response(again)
+    assert response.status_code == 503 and response.headers["Retry-After"] == "1"
+    assert json.loads(bytes(response.body))["error"] == "ForgetInProgress"
 
 
 # -- the shard's memory of them ------------------------------------------------------
