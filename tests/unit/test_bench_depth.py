@@ -53,7 +53,7 @@ def _step(turns: int, p95: float, loaded_mib: float | None = 400.0, *, moved: bo
         "search": {"p50_ms": p95 / 3, "p95_ms": p95 / 2, "p99_ms": p95 / 2, "calls": 40},
         "rss": {"empty_mib": 300.0, "loaded_mib": loaded_mib,
                 "per_turn_kib": None if loaded_mib is None else (loaded_mib - 300.0) * 1024 / turns},
-        "cold": {"first_context_ms": turns * 0.2},
+        "cold": {"first_search_ms": turns * 0.2},
         "move": {"grow": {"longest_wait_ms": 1500.0}, "shrink": {"longest_wait_ms": 900.0}} if moved
         else {"skipped": "--no-move"},
     }
@@ -76,7 +76,7 @@ def test_report_rows_table_and_plot(tmp_path: Path) -> None:
     assert first["rss_added_per_turn_kib"] is None
     assert second["rss_added_per_turn_kib"] == round(90 * 1024 / 9000, 2)
     assert third["rss_per_turn_kib"] is None and third["move_wait_grow_ms"] is None
-    assert second["move_wait_grow_ms"] == 1500.0 and second["cold_first_context_ms"] == 2000.0
+    assert second["move_wait_grow_ms"] == 1500.0 and second["cold_first_search_ms"] == 2000.0
     assert doc["context_p95_holds_to_turns"] == 30_000
     table = format_table(doc)
     assert "| 10,000 | 80.0 | 30 ms | 60 ms |" in table and "| – |" in table
