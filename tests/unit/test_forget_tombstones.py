@@ -229,8 +229,9 @@ async def test_the_periodic_check_finishes_a_forget_its_caller_left() -> None:
     tombstone = Tombstone.begin("t", ("episodic",))
     TombstoneStore(store, _STATE).put(tombstone)  # the caller wrote it, then died
     await shard.add("t", "s1", "before its part")  # not told yet: taken, and the part deletes it
-    assert await shard.check_forgets() == 0  # too young: its caller may still be at it
-    later = tombstone.begun_ms / 1000 + RESUME_AFTER_S + 1
+    begun = tombstone.begun_ms / 1000
+    assert await shard.check_forgets(now=lambda: begun + 1) == 0  # too young: its caller may still be at it
+    later = begun + RESUME_AFTER_S + 1
     assert await shard.check_forgets(now=lambda: later) == 1
     assert store.scan(_ROWS, tenant="t") == []
     assert TombstoneStore(store, _STATE).pending() == ([], [])  # every part done: removed
