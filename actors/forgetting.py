@@ -199,6 +199,8 @@ class TenantForgets(TenantExpiry[_L]):
         """
         if self.layer_name not in tombstone.layers:
             raise InvalidInput(f"this forget does not reach the {self.layer_name} layer", field="layers")
+        # Before the flag: the store's first opening starts the shard's loops, which must not inherit it.
+        store, collections, _ = await self._backend()
         self._standing.note(tombstone)
         flag = _IN_FORGET.set(True)
         missing: NotFound | None = None
@@ -212,7 +214,6 @@ class TenantForgets(TenantExpiry[_L]):
                     result, missing = {}, exc
         finally:
             _IN_FORGET.reset(flag)
-        store, collections, _ = await self._backend()
         await asyncio.to_thread(TombstoneStore(store, collections.state).mark_done, tombstone, self.layer_name)
         if missing is not None:
             raise missing
