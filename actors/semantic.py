@@ -53,7 +53,7 @@ from strata_actors.expiry import WholeRecordExpiry
 from strata_actors.residency import CALLER_EPOCH
 from strata_actors.shard import LayerShard
 
-__all__ = ["SemanticShard", "hit_out"]
+__all__ = ["SemanticShard", "document_job_id", "hit_out"]
 
 _log = logging.getLogger(__name__)
 _EMBED_BATCH = 64

@@ -25,7 +25,7 @@ from typing import Any
 from strata.ids import SYSTEM_TENANT
 from strata.store.records import Record, RecordStore
 
-__all__ = ["ENDED", "PART_CHARS", "JobRow", "JobRows"]
+__all__ = ["ENDED", "PART_CHARS", "JobRow", "JobRows", "now_ms"]
 
 _JOB = "job"
 _PART = "job_part"
@@ -38,6 +38,7 @@ _PARTS_PER_WRITE = 256
 
 
 def now_ms() -> int:
+    """Wall-clock milliseconds since the epoch: when a job was made or ended."""
     return int(time.time() * 1000)
 
 

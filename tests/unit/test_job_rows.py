@@ -29,7 +29,7 @@ def test_a_long_text_is_kept_in_parts_and_read_back_whole(table: JobRows) -> Non
 
 def test_a_missing_part_is_an_error_not_a_shorter_text(table: JobRows) -> None:
     row = table.put(JobRow("j1", "t1", "document"), "x" * (PART_CHARS * 2))
-    table._store.delete("state", tenant=SYSTEM_TENANT, pks=[table._part_pk("j1", 1)])  # type: ignore[attr-defined]
+    table._store.delete("state", tenant=SYSTEM_TENANT, pks=[table._part_pk("j1", 1)])
     with pytest.raises(LookupError):
         table.text(row)
 
@@ -52,13 +52,13 @@ def test_a_forget_drops_every_row_of_the_tenant_and_their_parts(table: JobRows) 
     table.put(JobRow("b", "t1", "skill", {"trace": ["x"]}))
     table.put(JobRow("c", "t2", "skill"))
     assert sorted(j.job_id for j in table.drop_tenant("t1")) == ["a", "b"]
-    store = table._store  # type: ignore[attr-defined]
+    store = table._store
     left = store.scan("state", tenant=SYSTEM_TENANT)
-    assert [r.pk for r in left] == [table._pk("c")]  # type: ignore[attr-defined]
+    assert [r.pk for r in left] == [table._pk("c")]
 
 
 def test_layers_do_not_see_each_others_jobs(table: JobRows) -> None:
-    other = JobRows(table._store, "state", "procedural")  # type: ignore[attr-defined]
+    other = JobRows(table._store, "state", "procedural")
     table.put(JobRow("a", "t1", "document"))
     other.put(JobRow("b", "t1", "skill"))
     assert [j.job_id for j in table.all()] == ["a"] and [j.job_id for j in other.all()] == ["b"]
@@ -68,7 +68,7 @@ def test_an_ended_job_keeps_its_row_but_not_its_text(table: JobRows) -> None:
     row = table.put(JobRow("a", "t1", "document"), "z" * (PART_CHARS * 3))
     ended = table.put(row.end("done", result={"version": 1}))
     assert ended.parts == 0
-    store = table._store  # type: ignore[attr-defined]
-    assert [r.pk for r in store.scan("state", tenant=SYSTEM_TENANT)] == [table._pk("a")]  # type: ignore[attr-defined]
+    store = table._store
+    assert [r.pk for r in store.scan("state", tenant=SYSTEM_TENANT)] == [table._pk("a")]
     again = table.get("a")
     assert again is not None and again.status == "done" and again.result == {"version": 1}
