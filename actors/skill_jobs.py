@@ -223,6 +223,10 @@ class SkillJobs(LayerShard[ProceduralMemory]):
         a direct extraction answering ``merged`` in a fresh tenant).
         """
         validate_id(tenant, field="tenant")
+        # A trace sent while the tenant is being forgotten is refused before it is kept: its
+        # job would learn it into the emptied tenant after the caller was told 503.
+        await self._tenant(tenant)  # the owner only; its load reads the tenant's tombstones
+        await self.refuse_if_forgetting(tenant, "skill-job")
         job = _Job(
             job_id=f"job-{uuid.uuid4().hex[:16]}",
             tenant=tenant,
