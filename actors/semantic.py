@@ -198,6 +198,8 @@ class SemanticShard(WholeRecordExpiry, LayerShard[SemanticMemory]):
         validate_id(doc_id, field="doc_id")
         generation = self.generation(tenant)  # before the document is prepared from the tenant's state
         await self._tenant(tenant)
+        # Refused now, not after its work (nor kept as a job to write into the emptied tenant later).
+        await self.refuse_if_forgetting(tenant, doc_id)
         current = await self.version(tenant, doc_id)
         if expected_version is not None and expected_version != current:
             raise VersionConflict(
