@@ -120,6 +120,8 @@ class TenantResidency(Generic[_L]):
         #: Drops of the tenants a newer placement gave away, read from the store by a call.
         self._adopting: set[asyncio.Task[int]] = set()
         self._evictor: asyncio.Task[None] | None = None
+        #: Held while the store opens: the actor's start and its first calls open it once.
+        self._opening_store = asyncio.Lock()
         #: The layer's placement as this shard serves it: the settings' count until the store's
         #: row is read (when the store opens), then the directory's (docs/scaling.md).
         self._placement = ShardView(0, int(getattr(self.settings.actors, f"{self.layer_name}_shards", 1)))
@@ -151,18 +153,23 @@ class TenantResidency(Generic[_L]):
 
     async def _backend(self) -> tuple[RecordStore, Collections, VersionStore]:
         if self._store is None or self._collections is None or self._versions is None:
-            store, collections = await asyncio.to_thread(open_store, self.settings)
-            vectors = self._vector_collection(collections)
-            if vectors is not None:  # before any use: a store of another embedder's vectors is refused
-                await asyncio.to_thread(check_collection, store, collections.state, vectors, self._vector_model)
-            row = await asyncio.to_thread(PlacementStore(store, collections.state).get, self.layer_name)
-            if row is not None and row.fenced.epoch >= self._placement.epoch:
-                self._placement = row.fenced
-            self._store, self._collections = store, collections
-            self._versions = VersionStore(store, collections.state)
+            async with self._opening_store:
+                if self._store is None or self._collections is None or self._versions is None:
+                    await self._open_store()
         if self._evictor is None:
             self._evictor = asyncio.get_running_loop().create_task(self._evict_idle())
-        return self._store, self._collections, self._versions
+        return cast(tuple[RecordStore, Collections, VersionStore], (self._store, self._collections, self._versions))
+
+    async def _open_store(self) -> None:
+        store, collections = await asyncio.to_thread(open_store, self.settings)
+        vectors = self._vector_collection(collections)
+        if vectors is not None:  # before any use: a store of another embedder's vectors is refused
+            await asyncio.to_thread(check_collection, store, collections.state, vectors, self._vector_model)
+        row = await asyncio.to_thread(PlacementStore(store, collections.state).get, self.layer_name)
+        if row is not None and row.fenced.epoch >= self._placement.epoch:
+            self._placement = row.fenced
+        self._store, self._collections = store, collections
+        self._versions = VersionStore(store, collections.state)
 
     @property
     def _vector_model(self) -> VectorModel:

@@ -37,6 +37,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 import numpy as np
+import ray
 
 from strata.counting import count_tokens, on_behalf_of, process_counter
 from strata.errors import StrataError, VersionConflict
@@ -69,6 +70,20 @@ class LayerShard(ShardLoad, TenantForgets[_L]):
         self._usage_writer: asyncio.Task[None] | None = None
         if self.settings.llm.enabled:
             send_to_collector(self.settings)
+        #: The store opened as the actor starts (in an actor only: Ray runs an async actor's
+        #: constructor on its event loop), not at its first call.
+        self._opening: asyncio.Task[None] | None = None
+        if ray.is_initialized() and ray.get_runtime_context().get_actor_id() is not None:
+            self._opening = asyncio.get_running_loop().create_task(self._open_at_start())
+
+    async def _open_at_start(self) -> None:
+        """Open the store now: the loops that opening starts (background jobs to take up,
+        forgets to finish) run after a restart even when no call comes."""
+        CALLER_EPOCH.set(None)
+        try:
+            await self._backend()
+        except StrataError as exc:  # the first call opens it, or says why not
+            _log.warning("%s shard %d could not open the store at start: %s", self.layer_name, self.shard, exc.message)
 
     # -- embedding, for layers that embed in the actor ------------------------------
 
