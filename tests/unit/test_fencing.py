@@ -6,65 +6,32 @@ the plain :class:`~strata_actors.shard.LayerShard` over the in-memory reference 
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 import pytest
 
-from strata.config import StrataSettings
 from strata.errors import TenantMoved
 from strata.store.placement import Placement, PlacementStore, ShardView
 from strata.store.records import InMemoryRecordStore, Record
-from strata.store.versions import VersionStore
 from strata_actors.placement import owner_shard, serves
 from strata_actors.residency import CALLER_EPOCH
-from strata_actors.shard import LayerShard
+from tests.unit.list_shard import ROWS, STATE, ListShard, list_store
 
-_ROWS, _STATE = "rows", "state"
 #: Tenants that shard 0 of 2 owns, and that go to shard 2 when the layer grows to 3.
 STAYS = next(t for t in (f"t{i}" for i in range(100)) if owner_shard(t, 2) == 0 == owner_shard(t, 3))
 MOVES = next(t for t in (f"t{i}" for i in range(100)) if owner_shard(t, 2) == 0 and owner_shard(t, 3) == 2)
 
 
-class _Collections:
-    state = _STATE
-
-
-class _Shard(LayerShard[list[str]]):
-    """Shard 0 of a layer of two, whose state is a list of texts, a durable row each."""
-
-    layer_name = "episodic"
-
+class _Shard(ListShard):
     def __init__(self, store: InMemoryRecordStore) -> None:
-        super().__init__(StrataSettings.from_dict({"actors": {"episodic_shards": 2}}).model_dump(), 0)
-        self.store = store
-        self._store, self._collections = store, _Collections()  # type: ignore[assignment]  # what _fence reads
-
-    async def _backend(self) -> Any:
-        return self.store, _Collections(), VersionStore(self.store, _STATE)
-
-    def make_layer(self, tenant: str, store: Any, collections: Any) -> list[str]:
-        return sorted(r.text for r in self.store.scan(_ROWS, tenant=tenant))
-
-    def tenant_rows(self, collections: Any) -> tuple[str, list[str] | None]:
-        return _ROWS, None
+        super().__init__(store, shards=2)
 
     async def add(self, tenant: str, text: str) -> int:
         def write(layer: list[str]) -> str:
-            self.store.upsert(_ROWS, [Record(f"{tenant}/{text}", tenant, "s", "row", 0, text)])
+            self.store.upsert(ROWS, [Record(f"{tenant}/{text}", tenant, "s", "row", 0, text)])
             return text
 
         _, version = await self.mutate(tenant, "scope", None, write, lambda layer, t: layer.append(t))
         return version
-
-    async def texts(self, tenant: str) -> list[str]:
-        return list((await self._tenant(tenant)).layer)
-
-
-def _store() -> InMemoryRecordStore:
-    store = InMemoryRecordStore()
-    for name in (_ROWS, _STATE):
-        store.ensure_collection(name, dim=2)
-    return store
 
 
 def test_serves_the_callers_epoch_and_the_one_before_for_tenants_that_stayed() -> None:
@@ -81,15 +48,15 @@ def test_a_change_is_recorded_before_it_is_published() -> None:
     assert intent.published == row.published == ShardView(3, 2, 1)
     assert intent.fenced == ShardView(4, 4, 2)  # shards serve by the next count at once
     assert intent.publish() == Placement("episodic", 4, 4, prev_shards=2)
-    store = _store()
-    rows = PlacementStore(store, _STATE)
+    store = list_store()
+    rows = PlacementStore(store, STATE)
     assert rows.get("episodic") is None
     rows.put(intent)
     assert rows.get("episodic") == intent
 
 
 async def test_a_move_drops_the_tenant_after_its_write_in_flight_and_refuses_the_next() -> None:
-    shard = _Shard(_store())
+    shard = _Shard(list_store())
     CALLER_EPOCH.set(0)
     await shard.add(MOVES, "first")
     await shard.add(STAYS, "kept")
@@ -119,11 +86,11 @@ async def test_a_move_drops_the_tenant_after_its_write_in_flight_and_refuses_the
 
 
 async def test_a_caller_of_a_newer_epoch_makes_the_shard_read_the_directory() -> None:
-    store = _store()
+    store = list_store()
     shard = _Shard(store)
     CALLER_EPOCH.set(0)
     await shard.add(MOVES, "first")
-    PlacementStore(store, _STATE).put(Placement("episodic", 3, 1, prev_shards=2))  # published elsewhere
+    PlacementStore(store, STATE).put(Placement("episodic", 3, 1, prev_shards=2))  # published elsewhere
     CALLER_EPOCH.set(1)
     with pytest.raises(TenantMoved):
         await shard.add(MOVES, "second")

@@ -10,31 +10,21 @@ from typing import Any
 
 import pytest
 
-from strata.config import StrataSettings
 from strata.errors import ForgetInProgress, InvalidInput
 from strata.ids import SYSTEM_TENANT
 from strata.store.records import InMemoryRecordStore, Record
 from strata.store.tombstones import Tombstone, TombstoneStore
-from strata.store.versions import VersionStore
 from strata_actors.forgetting import CALL, RESUME_AFTER_S, StandingForgets
-from strata_actors.shard import LayerShard
+from tests.unit.list_shard import ROWS, STATE, ListShard, list_store
 
-_ROWS, _STATE = "rows", "state"
 LAYERS = ("working", "episodic", "semantic", "procedural")
-
-
-def _store() -> InMemoryRecordStore:
-    store = InMemoryRecordStore()
-    for name in (_ROWS, _STATE):
-        store.ensure_collection(name, dim=2)
-    return store
 
 
 # -- the rows ---------------------------------------------------------------------
 
 
 def test_a_tenants_tombstones_are_read_in_one_read_and_not_another_tenants() -> None:
-    rows = TombstoneStore(_store(), _STATE)
+    rows = TombstoneStore(list_store(), STATE)
     whole = Tombstone.begin("acme", LAYERS)
     session = Tombstone.begin("acme", ("working", "episodic"), session="s1")
     rows.put(whole)
@@ -47,8 +37,8 @@ def test_a_tenants_tombstones_are_read_in_one_read_and_not_another_tenants() -> 
 
 
 def test_a_forget_is_finished_when_every_layer_marked_its_part_of_that_forget() -> None:
-    store = _store()
-    rows = TombstoneStore(store, _STATE)
+    store = list_store()
+    rows = TombstoneStore(store, STATE)
     first = Tombstone.begin("acme", LAYERS)
     rows.put(first)
     for layer in ("working", "episodic", "semantic"):
@@ -71,11 +61,11 @@ def test_a_forget_is_finished_when_every_layer_marked_its_part_of_that_forget() 
     first_marks = [f"{SYSTEM_TENANT}/forgotten/acme/{first.forget_id}/{layer}" for layer in LAYERS]
     assert rows.of_tenant("acme") == [] and rows.pending() == ([], first_marks)
     # Only the system tenant's rows: a forget of the tenant never deletes its own tombstone.
-    assert store.scan(_STATE, tenant="acme") == []
+    assert store.scan(STATE, tenant="acme") == []
 
 
 def test_a_tenants_forget_and_its_sessions_forget_are_two_tombstones() -> None:
-    rows = TombstoneStore(_store(), _STATE)
+    rows = TombstoneStore(list_store(), STATE)
     whole, session = Tombstone.begin("acme", LAYERS), Tombstone.begin("acme", ("working",), session="s1")
     rows.put(whole)
     rows.put(session)
@@ -131,32 +121,13 @@ def test_a_lift_only_lifts_its_own_forget() -> None:
 # -- a shard under a tombstone --------------------------------------------------------
 
 
-class _Collections:
-    state = _STATE
-
-
-class _Shard(LayerShard[list[str]]):
-    """The one shard of a layer whose state is a list of texts, a durable row each."""
-
-    layer_name = "episodic"
-
+class _Shard(ListShard):
     def __init__(self, store: InMemoryRecordStore) -> None:
-        super().__init__(StrataSettings.from_dict({"actors": {"episodic_shards": 1}}).model_dump(), 0)
-        self.store = store
-        self._store, self._collections = store, _Collections()  # type: ignore[assignment]  # what _fence reads
-
-    async def _backend(self) -> Any:
-        return self.store, _Collections(), VersionStore(self.store, _STATE)
-
-    def make_layer(self, tenant: str, store: Any, collections: Any) -> list[str]:
-        return sorted(r.text for r in self.store.scan(_ROWS, tenant=tenant))
-
-    def tenant_rows(self, collections: Any) -> tuple[str, list[str] | None]:
-        return _ROWS, None
+        super().__init__(store, shards=1)
 
     async def add(self, tenant: str, session_id: str, text: str) -> int:
         def write(layer: list[str]) -> str:
-            self.store.upsert(_ROWS, [Record(f"{tenant}/{text}", tenant, session_id, "row", 0, text)])
+            self.store.upsert(ROWS, [Record(f"{tenant}/{text}", tenant, session_id, "row", 0, text)])
             return text
 
         _, version = await self.mutate(tenant, "episodic", None, write, lambda layer, t: layer.append(t))
@@ -164,22 +135,19 @@ class _Shard(LayerShard[list[str]]):
 
     async def forget_session(self, tenant: str, session_id: str) -> dict[str, Any]:
         def delete(layer: list[str]) -> int:
-            return self.store.delete(_ROWS, tenant=tenant, session=session_id)
+            return self.store.delete(ROWS, tenant=tenant, session=session_id)
 
         removed, version = await self.remove(tenant, "episodic", None, delete, lambda layer: layer.clear())
         return {"removed": removed, "version": version}
 
-    async def texts(self, tenant: str) -> list[str]:
-        return list((await self._tenant(tenant)).layer)
-
 
 async def test_after_its_part_a_layer_refuses_writes_until_the_forget_is_lifted() -> None:
-    store = _store()
+    store = list_store()
     shard = _Shard(store)
     await shard.add("t", "s1", "before")
     await shard.add("other", "s1", "kept")
     tombstone = Tombstone.begin("t", ("episodic", "semantic"))
-    TombstoneStore(store, _STATE).put(tombstone)
+    TombstoneStore(store, STATE).put(tombstone)
     assert await shard.forget(tombstone) == {"removed": 1}
     with pytest.raises(ForgetInProgress) as refused:
         await shard.add("t", "s1", "during")
@@ -191,25 +159,25 @@ async def test_after_its_part_a_layer_refuses_writes_until_the_forget_is_lifted(
     fresh = _Shard(store)
     with pytest.raises(ForgetInProgress):
         await fresh.add("t", "s1", "during")
-    assert [f.done for f in TombstoneStore(store, _STATE).pending()[0]] == [{"episodic"}]
+    assert [f.done for f in TombstoneStore(store, STATE).pending()[0]] == [{"episodic"}]
 
-    TombstoneStore(store, _STATE).remove(tombstone)  # every layer's part done
+    TombstoneStore(store, STATE).remove(tombstone)  # every layer's part done
     assert await shard.lift_forget(tombstone) is True
     await shard.add("t", "s1", "after")
     assert await shard.texts("t") == ["after"]
     # The fresh shard was not told: its periodic check finds the row gone.
     await fresh.check_forgets()
     await fresh.add("t", "s1", "after too")
-    assert sorted(r.text for r in store.scan(_ROWS, tenant="t")) == ["after", "after too"]
+    assert sorted(r.text for r in store.scan(ROWS, tenant="t")) == ["after", "after too"]
 
 
 async def test_a_sessions_forget_refuses_that_sessions_writes_only() -> None:
-    store = _store()
+    store = list_store()
     shard = _Shard(store)
     await shard.add("t", "s1", "one")
     await shard.add("t", "s2", "two")
     tombstone = Tombstone.begin("t", ("episodic",), session="s1")
-    TombstoneStore(store, _STATE).put(tombstone)
+    TombstoneStore(store, STATE).put(tombstone)
     assert (await shard.forget(tombstone))["removed"] == 1  # its own change is not refused
     # The session of a write is the call's: what LayerShard.call records.
     CALL.set(("add", ("t", "s2", "three"), {}))
@@ -223,17 +191,17 @@ async def test_a_sessions_forget_refuses_that_sessions_writes_only() -> None:
 
 
 async def test_the_periodic_check_finishes_a_forget_its_caller_left() -> None:
-    store = _store()
+    store = list_store()
     shard = _Shard(store)
     await shard.add("t", "s1", "doomed")
     tombstone = Tombstone.begin("t", ("episodic",))
-    TombstoneStore(store, _STATE).put(tombstone)  # the caller wrote it, then died
+    TombstoneStore(store, STATE).put(tombstone)  # the caller wrote it, then died
     await shard.add("t", "s1", "before its part")  # not told yet: taken, and the part deletes it
     begun = tombstone.begun_ms / 1000
     assert await shard.check_forgets(now=lambda: begun + 1) == 0  # too young: its caller may still be at it
     later = begun + RESUME_AFTER_S + 1
     assert await shard.check_forgets(now=lambda: later) == 1
-    assert store.scan(_ROWS, tenant="t") == []
-    assert TombstoneStore(store, _STATE).pending() == ([], [])  # every part done: removed
+    assert store.scan(ROWS, tenant="t") == []
+    assert TombstoneStore(store, STATE).pending() == ([], [])  # every part done: removed
     await shard.add("t", "s1", "after")
     assert await shard.texts("t") == ["after"]
