@@ -26,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,7 +34,7 @@ from typing import Any
 from strata_cli.ports import free_ports
 from strata_cli.processes import processes_naming
 
-__all__ = ["LocalAutoscalingCluster", "WorkerType"]
+__all__ = ["LocalAutoscalingCluster", "WorkerType", "joined_cluster"]
 
 #: The fake provider's name for the head's node type (``FAKE_HEAD_NODE_TYPE``).
 _HEAD_NODE_TYPE = "ray.head.default"
@@ -197,3 +198,35 @@ def _started(pids: set[int]) -> dict[int, int]:
         except (OSError, IndexError, ValueError):
             continue
     return live
+
+
+@contextlib.contextmanager
+def joined_cluster(
+    auth_dir: Path, *, head_cpus: int, worker: WorkerType, idle_timeout_s: float,
+    before_leaving: Callable[[], None] | None = None,
+) -> Iterator[LocalAutoscalingCluster]:
+    """A cluster started with Ray's token auth (the token in ``auth_dir``) that this process
+    has joined (the session's local Ray left first); on exit ``before_leaving`` runs (if
+    given, its errors ignored: the cluster stops all the same), this process leaves and the
+    cluster stops."""
+    import logging
+
+    import ray
+
+    from strata_actors.router import shutdown_ray
+    from tests.conftest import leave_shared_ray, ray_token_auth
+
+    leave_shared_ray()
+    with ray_token_auth(auth_dir / "auth_token") as auth:
+        cluster = LocalAutoscalingCluster(head_cpus=head_cpus, worker=worker, idle_timeout_s=idle_timeout_s, env=auth)
+        try:
+            cluster.start()
+            ray.init(address=cluster.address, logging_level=logging.ERROR, log_to_driver=False)
+            yield cluster
+        finally:
+            if ray.is_initialized():
+                if before_leaving is not None:
+                    with contextlib.suppress(Exception):
+                        before_leaving()
+                shutdown_ray()
+            cluster.shutdown()

@@ -17,11 +17,9 @@ every acknowledged turn is readable afterwards, from the store.
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator
-from contextlib import suppress
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -37,11 +35,11 @@ from strata.config import StrataSettings
 from strata.errors import RateLimited, StoreUnavailable
 from strata.layers import LAYERS
 from strata.store.layout import open_store
-from strata_actors.router import LayerRouter, shutdown_ray
+from strata_actors.router import LayerRouter
 from strata_serve.app import APP_NAME
 from strata_serve.client import AsyncStrataClient
-from tests.autoscaling_cluster import LocalAutoscalingCluster, WorkerType
-from tests.conftest import MilvusServer, free_port, leave_shared_ray, ray_token_auth, settings_for
+from tests.autoscaling_cluster import LocalAutoscalingCluster, WorkerType, joined_cluster
+from tests.conftest import MilvusServer, free_port, settings_for
 
 ROOT = Path(__file__).resolve().parents[2]
 ADMIN = "sk-strata-autoscaling-admin"
@@ -69,21 +67,12 @@ _T = TypeVar("_T")
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalAutoscalingCluster]:
-    leave_shared_ray()
-    with ray_token_auth(tmp_path_factory.mktemp("ray-auth") / "auth_token") as auth:
-        cluster = LocalAutoscalingCluster(head_cpus=HEAD_CPUS, worker=WORKER, idle_timeout_s=IDLE_TIMEOUT_S, env=auth)
-        try:
-            cluster.start()
-            ray.init(address=cluster.address, logging_level=logging.ERROR, log_to_driver=False)
-            yield cluster
-        finally:
-            if ray.is_initialized():
-                from ray import serve
+    from ray import serve
 
-                with suppress(Exception):  # the cluster is stopped below all the same
-                    serve.shutdown()  # type: ignore[no-untyped-call]  # Ray Serve leaves it unannotated
-                shutdown_ray()
-            cluster.shutdown()
+    auth_dir = tmp_path_factory.mktemp("ray-auth")
+    with joined_cluster(auth_dir, head_cpus=HEAD_CPUS, worker=WORKER, idle_timeout_s=IDLE_TIMEOUT_S,
+                        before_leaving=serve.shutdown) as cluster:
+        yield cluster
 
 
 @dataclass

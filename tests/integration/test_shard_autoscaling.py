@@ -20,7 +20,6 @@ written to the test's tmp dir.
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
 from collections.abc import Iterator
 from contextlib import suppress
@@ -35,9 +34,9 @@ from strata.config import StrataSettings
 from strata.errors import StrataError
 from strata.store.layout import open_store
 from strata_actors.directory import AutoscaleStatus
-from strata_actors.router import LayerRouter, shutdown_ray
-from tests.autoscaling_cluster import LocalAutoscalingCluster, WorkerType
-from tests.conftest import MilvusServer, leave_shared_ray, ray_token_auth, settings_for
+from strata_actors.router import LayerRouter
+from tests.autoscaling_cluster import LocalAutoscalingCluster, WorkerType, joined_cluster
+from tests.conftest import MilvusServer, settings_for
 from tests.integration.test_scale import SESSION, _probe, _vector, _write
 
 TENANTS = [f"load-{n:02d}" for n in range(50)]
@@ -57,17 +56,9 @@ PHASE_TIMEOUT_S = 300.0
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalAutoscalingCluster]:
-    leave_shared_ray()
-    with ray_token_auth(tmp_path_factory.mktemp("ray-auth") / "auth_token") as auth:
-        cluster = LocalAutoscalingCluster(head_cpus=HEAD_CPUS, worker=WORKER, idle_timeout_s=IDLE_TIMEOUT_S, env=auth)
-        try:
-            cluster.start()
-            ray.init(address=cluster.address, logging_level=logging.ERROR, log_to_driver=False)
-            yield cluster
-        finally:
-            if ray.is_initialized():
-                shutdown_ray()
-            cluster.shutdown()
+    auth_dir = tmp_path_factory.mktemp("ray-auth")
+    with joined_cluster(auth_dir, head_cpus=HEAD_CPUS, worker=WORKER, idle_timeout_s=IDLE_TIMEOUT_S) as cluster:
+        yield cluster
 
 
 @pytest.fixture(scope="module")
