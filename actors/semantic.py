@@ -348,7 +348,8 @@ class SemanticShard(WholeRecordExpiry, LayerShard[SemanticMemory]):
             tenant, doc_id = row.tenant, str(row.args.get("doc_id", ""))
             generation = self.generation(tenant)
             held = self._jobs.get((tenant, doc_id))
-            if generation != generations.get(tenant, 0) or (held is not None and held.status == "indexing"):
+            forgetting = generation % 2 == 1 or generation != generations.get(tenant, 0)
+            if forgetting or (held is not None and held.status == "indexing"):
                 continue
             try:
                 text = await asyncio.to_thread(table.text, row)
