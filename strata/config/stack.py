@@ -199,5 +199,8 @@ class ActorSettings(Section):
     #: replica (serve.yaml: 1): on nodes of one or two CPUs, shards spread over all of them can
     #: leave none, so set 0 there: the shards then ask only a token of memory (placement still
     #: spreads them, but they never add a node).
-    shard_num_cpus: float = Field(default=0.1, ge=0)
+    #: 0 by default: on one machine a reservation only caps how many shards can start (a scale
+    #: past what is left waits for a node that never comes, and so did the test suite's many
+    #: stacks on one 2-CPU Ray); a cluster sets 1.
+    shard_num_cpus: float = Field(default=0.0, ge=0)
     autoscale: AutoscaleSettings = AutoscaleSettings()
