@@ -16,7 +16,7 @@ call returns at once, :meth:`get_document` reports progress, and the old
 version stays searchable until the new one is committed. Such a job is
 durable (:mod:`strata.store.jobs`): the document is written as a job row
 before the call is answered, and the shard that owns the tenant now runs it
-(each shard scans the rows when it starts and every :data:`_SCAN_S`), so it
+(each shard scans the rows when it starts and every :data:`SCAN_S`), so it
 survives its actor's death, a restart and a move of its tenant; a read of the
 document finds the job's row where this shard does not run it. A job still
 running when its tenant is forgotten writes nothing: its write is refused
@@ -46,7 +46,7 @@ from strata.retrieval.entities import EntityExtractor, LLMExtractor, RuleExtract
 from strata.semantic.chunking import make_chunker
 from strata.semantic.documents import DOC, DocumentInput, PreparedDocument, SemanticHit
 from strata.semantic.memory import SemanticMemory
-from strata.store.jobs import JobRow, JobRows
+from strata.store.jobs import SCAN_S, JobRow, JobRows
 from strata.store.layout import Collections
 from strata.store.records import RecordStore
 from strata_actors.expiry import WholeRecordExpiry
@@ -58,8 +58,6 @@ __all__ = ["SemanticShard", "document_job_id", "hit_out"]
 _log = logging.getLogger(__name__)
 _EMBED_BATCH = 64
 _JOB_KEEP_S = 600.0
-#: How often a shard looks for indexing jobs of the tenants it owns now (a restart, a move, a dead shard's).
-_SCAN_S = 5.0
 #: Documents waiting for their LLM entities at most (each holds its passages and vectors); past
 #: it a document keeps the rules' entities (an import of thousands must not queue them all).
 _MAX_DRAWING = 64
@@ -337,7 +335,7 @@ class SemanticShard(WholeRecordExpiry, LayerShard[SemanticMemory]):
                 _log.warning("cannot read indexing jobs now: %s", exc.message)
             except Exception:
                 _log.exception("taking up indexing jobs failed")
-            await asyncio.sleep(_SCAN_S)
+            await asyncio.sleep(SCAN_S)
 
     async def _adopt_once(self) -> None:
         table = await self._job_rows()

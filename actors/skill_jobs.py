@@ -6,7 +6,7 @@ every procedural shard finds them without knowing their tenants); the skill is w
 the job row then says ``done`` and which skill, for a while. A failed LLM leaves the job to be
 retried in the background with backoff, then by the rule extractor. The shard that owns the
 job's tenant now runs it: each shard scans the rows when it starts and every
-:data:`_SCAN_S` after, so a job outlives its shard's death, a restart, and a move of its tenant
+:data:`SCAN_S` after, so a job outlives its shard's death, a restart, and a move of its tenant
 to another shard (docs/scaling.md); a shard that lost a tenant lets its jobs go, unfinished,
 to the new owner. A job retried after its skill was written merges into that skill (the same
 draft adds nothing but a version). A read of a job answers from the row where the shard does
@@ -47,7 +47,7 @@ from strata.procedural.extractors import (
 )
 from strata.procedural.memory import ProceduralMemory, new_skill_id
 from strata.providers.llm import make_llm
-from strata.store.jobs import JobRow, JobRows
+from strata.store.jobs import SCAN_S, JobRow, JobRows
 from strata_actors.residency import CALLER_EPOCH, KeyedLocks
 from strata_actors.shard import LayerShard
 
@@ -57,8 +57,6 @@ _log = logging.getLogger(__name__)
 #: The kind of the rows skill jobs were kept in before :mod:`strata.store.jobs` (one session per shard).
 _LEGACY_JOB = "skill_job"
 _DONE_KEEP_S = 600.0
-#: How often a shard looks for jobs of the tenants it owns now (a restart, a move, a dead shard's).
-_SCAN_S = 5.0
 #: Attempts after which a job stops being retried (kept, with its error, for inspection).
 _GIVE_UP_AFTER = 3
 
@@ -414,10 +412,10 @@ class SkillJobs(LayerShard[ProceduralMemory]):
             except StrataError as exc:
                 _log.warning("cannot read skill jobs yet: %s", exc.message)
                 await asyncio.sleep(self.settings.procedural.job_retry_s)
-        scanned = -_SCAN_S
+        scanned = -SCAN_S
         while True:
             now = time.monotonic()
-            if now - scanned >= _SCAN_S:
+            if now - scanned >= SCAN_S:
                 try:
                     await self._adopt_jobs()
                     scanned = now
@@ -433,7 +431,7 @@ class SkillJobs(LayerShard[ProceduralMemory]):
                 except Exception as exc:
                     _log.warning("skill job %s attempt %d failed: %s", job.job_id, job.attempts, exc)
             waiting = [j.next_at for j in self._jobs.values() if j.status == "pending"]
-            delay = max(0.05, min([*waiting, scanned + _SCAN_S]) - time.monotonic())
+            delay = max(0.05, min([*waiting, scanned + SCAN_S]) - time.monotonic())
             self._wake.clear()
             with contextlib.suppress(TimeoutError):  # due, or woken by a new job: either way, look again
                 await asyncio.wait_for(self._wake.wait(), timeout=delay)

@@ -25,7 +25,7 @@ from typing import Any
 from strata.ids import SYSTEM_TENANT
 from strata.store.records import Record, RecordStore
 
-__all__ = ["ENDED", "PART_CHARS", "JobRow", "JobRows", "now_ms"]
+__all__ = ["ENDED", "PART_CHARS", "SCAN_S", "JobRow", "JobRows", "now_ms"]
 
 _JOB = "job"
 _PART = "job_part"
@@ -33,6 +33,8 @@ _PART = "job_part"
 PART_CHARS = 16_000
 #: The statuses of a job that will not run again.
 ENDED = frozenset({"done", "failed"})
+#: How often each shard scans its layer's job rows for jobs of the tenants it owns now.
+SCAN_S = 5.0
 #: Part rows written per store call.
 _PARTS_PER_WRITE = 256
 
