@@ -16,7 +16,7 @@ from strata.context.refine import refine_items
 from strata.counting import on_behalf_of
 from strata.errors import InvalidInput, LLMError, StrataError
 from strata.providers.llm import LLM, METER
-from strata.retrieval.timeparse import resolve_time_range
+from strata.retrieval.timeparse import question_time
 from strata.schema import ContextItem, ContextRequest, ContextResult
 from strata_actors.errors import unwrap
 from strata_actors.handles import WorkingMessages
@@ -61,7 +61,7 @@ class ContextFlow(FlowBase):
         # and its words stay in the query: a date is often content.
         # Off the event loop unless short: a query may be 16,000 characters of text built to make
         # a pattern work hard (~30 ms of time expressions).
-        time_range = await over_text(lambda text: resolve_time_range(text, reference), req.message)
+        time_range = await over_text(lambda text: question_time(text, reference), req.message)
         query = await over_text(self._pii.for_tenant(tenant).text, req.message)
         missing: dict[str, str] = {}
         fetch = [layer for layer in policy if layer != "working"]

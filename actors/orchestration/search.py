@@ -15,7 +15,7 @@ import numpy as np
 
 from strata.counting import on_behalf_of
 from strata.retrieval.terms import extract_terms
-from strata.retrieval.timeparse import resolve_time_range
+from strata.retrieval.timeparse import question_time
 from strata.schema import LAYERS, Layer, SearchHit, SearchRequest, SearchResult, TimeRangeOut, WorkingItemOut
 from strata_actors.orchestration.base import over_text, range_out, skill_hit
 from strata_actors.orchestration.reads import ReadFlow
@@ -34,7 +34,7 @@ class SearchFlow(ReadFlow):
         reference = req.reference_time or datetime.now(UTC)
         # An explicit time_range filters; one read off the query only prefers (see build_context).
         parsed = (
-            None if req.time_range else await over_text(lambda text: resolve_time_range(text, reference), req.query)
+            None if req.time_range else await over_text(lambda text: question_time(text, reference), req.query)
         )
         start = req.time_range.start if req.time_range else None
         end = req.time_range.end if req.time_range else None

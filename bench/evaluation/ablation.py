@@ -27,7 +27,7 @@ from strata.episodic.memory import EpisodicMemory
 from strata.episodic.turns import TurnInput
 from strata.privacy.redaction import Redaction
 from strata.providers.embedder import OnnxMiniLMEmbedder
-from strata.retrieval.timeparse import resolve_time_range, strip_time_expression
+from strata.retrieval.timeparse import question_time, resolve_time_range, strip_time_expression
 from strata.store.records import InMemoryRecordStore
 from strata_bench.evaluation.datasets import Benchmark, EvalSession, EvalTurn, load_benchmark, reference_time
 from strata_bench.evaluation.metrics import Scoreboard
@@ -131,10 +131,11 @@ class _Ablation:
             dense = [memory.dense_query(q.question) if strip_names else q.question for q in questions]
             for q, vector in zip(questions, self._embed_queries(dense), strict=True):
                 ref = reference_time(c, q)
-                found = resolve_time_range(q.question, ref) if ref and time_mode != "none" else None
+                read = resolve_time_range if time_mode == "whole" else question_time
+                found = read(q.question, ref) if ref and time_mode != "none" else None
                 options: dict[str, Any] = {}
                 text = q.question
-                if found and time_mode == "soft":
+                if found and time_mode in ("soft", "whole"):
                     options["prefer"] = (found.start, found.end)
                 elif found and time_mode == "hard":
                     options["start"], options["end"] = found.start, found.end
@@ -169,6 +170,8 @@ ROWS: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
     ("+ graph path, weight 0.4", {"fusion_graph_weight": 0.4}, {}),
     ("− time preference (no time expressions)", {}, {"time_mode": "none"}),
     ("time expression as a hard filter instead", {}, {"time_mode": "hard"}),
+    ("− time a turn speaks of (time_mentioned false: only when it was said)", {"time_mentioned": False}, {}),
+    ("time read off the whole question, not its asking sentences", {}, {"time_mode": "whole"}),
     ("fusion by weighted RRF instead (fusion_mode rrf; the default before)", {"fusion_mode": "rrf"}, {}),
     ("fusion by scores min-max over the candidates (fusion_mode minmax)", {"fusion_mode": "minmax"}, {}),
     ("+ dense feedback, 3 docs, weight 0.5 (dense_feedback_docs)", {"dense_feedback_docs": 3}, {}),

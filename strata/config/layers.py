@@ -111,6 +111,10 @@ class EpisodicSettings(_FusedLayer):
     speaker_boost: float = Field(default=0.3, ge=0, le=5)
     #: Score factor 1 + this for turns inside a time range read off the query.
     time_boost: float = Field(default=1.0, ge=0, le=10)
+    #: A turn also counts as inside that range when the time it speaks of is
+    #: (``strata.retrieval.timeparse.mentioned_time``: "next Wednesday" said on a Monday)
+    #: and is no vaguer than the range. Off: only when a turn was said counts.
+    time_mentioned: bool = True
     #: How the paths are fused. ``theoretical`` (default): weighted sum (CombSUM) of
     #: each path's score normalised per query from the path's own floor (BM25 0, the
     #: cosine of an unrelated text, ``cosine_span[0]``) to the query's best; a hit far

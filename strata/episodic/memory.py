@@ -39,6 +39,7 @@ from strata.episodic.turns import (
     SummaryRecord,
     Turn,
     TurnInput,
+    read_mentions,
     session_place,
     summary_from_record,
     summary_payload,
@@ -98,6 +99,7 @@ class EpisodicMemory(EpisodicSearch, LongTurns):
         # Derived search state: each turn's own vector, and the sessions' turns in
         # time order, so a turn's indexed vector can include its neighbours'.
         self._raw: dict[str, np.ndarray] = {}
+        self._mentioned: dict[str, tuple[int, ...]] = {}  # turns that speak of a time: its (start, end) ms
         self._order: dict[str, list[tuple[tuple[datetime, int], str]]] = {}
         self._session_ids = SortedIds()  # the sessions with turns, for pages of them
         # Each turn's neighbours as rows of the turn index, so the dense path can draw a turn
@@ -185,7 +187,7 @@ class EpisodicMemory(EpisodicSearch, LongTurns):
             turn = Turn(session_id, turn_id, seq, timestamp, item.user, item.agent, item.speaker, dict(item.metadata))
             # Entities are read off the opening of a long turn (the graph path weighs 0 by default).
             entities = self._extractor.extract(turn.said[:ENTITY_CHARS_MAX]).to_dict()
-            turn = replace(turn, entities=entities, expires_ms=deadline)
+            turn = replace(turn, entities=entities, expires_ms=deadline, mentions=read_mentions(turn.said, timestamp))
             turns.append(turn)
             seq += 1
         return turns
@@ -421,6 +423,7 @@ class EpisodicMemory(EpisodicSearch, LongTurns):
             self._unsettled.add(summary.session_id)  # its turns are summarised again
         for key in gone:
             turn = self._turns.pop(key)
+            self._mentioned.pop(key, None)
             self._summarised.get(turn.session_id, set()).discard(turn.turn_id)
         for session in sessions:
             if not self._summarised.get(session, True):
@@ -514,6 +517,9 @@ class EpisodicMemory(EpisodicSearch, LongTurns):
             if len(embedded) < min(len(parts), self._settings.passage_vectors_max):
                 self._unembedded.add(key)
         self._turns[key] = turn
+        mentions = turn.mentioned()
+        if mentions:
+            self._mentioned[key] = mentions
         self._unsettled.add(turn.session_id)
         if turn.speaker:
             if turn.speaker not in self._speakers:

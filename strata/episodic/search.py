@@ -43,6 +43,7 @@ class EpisodicSearch:
     _summary_lexical: LexicalIndex
     _passages: PassageIndex
     _raw: dict[str, np.ndarray]
+    _mentioned: dict[str, tuple[int, ...]]
     _order: dict[str, list[tuple[tuple[datetime, int], str]]]
     _near: NeighbourRows | None
     _speakers: Counter[str]
@@ -91,6 +92,14 @@ class EpisodicSearch:
         named = self._speakers_named(query_text or "")
         speaker_boost, time_boost = self._settings.speaker_boost, self._settings.time_boost
         soft = (to_ms(prefer[0]), to_ms(prefer[1])) if prefer else None
+        mentioned = self._mentioned if self._settings.time_mentioned else {}
+
+        def speaks_of(key: str) -> bool:
+            # The time a turn speaks of ("next Wednesday", said on Monday) counts as well as when
+            # it was said, when it is as precise as the query's: "in May" is not "on 8 May".
+            span = mentioned.get(key)
+            return (span is not None and soft is not None and span[0] < soft[1] and soft[0] < span[1]
+                    and span[1] - span[0] <= soft[1] - soft[0])
 
         def factor(key: str) -> float:
             turn = self._turns[key]
@@ -98,7 +107,7 @@ class EpisodicSearch:
             # A person named in the query: their own turns are the likelier evidence.
             if named and turn.speaker in named:
                 value *= 1 + speaker_boost
-            if soft is not None and soft[0] <= to_ms(turn.timestamp) < soft[1]:
+            if soft is not None and (soft[0] <= to_ms(turn.timestamp) < soft[1] or speaks_of(key)):
                 value *= 1 + time_boost
             return value
 

@@ -13,8 +13,10 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
+from strata.clock import to_ms
 from strata.episodic.passages import PASSAGE, SIDES, joined
 from strata.episodic.summarize import EpisodeSummary, SummaryInput
+from strata.retrieval.timeparse import mentioned_time
 from strata.store.records import Record
 from strata.store.ttl import EXPIRES
 
@@ -26,6 +28,7 @@ __all__ = [
     "SummaryRecord",
     "Turn",
     "TurnInput",
+    "read_mentions",
     "session_place",
     "summary_from_record",
     "summary_inputs",
@@ -38,6 +41,8 @@ __all__ = [
 
 #: The ``kind`` of a row, and of a hit.
 TURN, SUMMARY = "turn", "summary"
+#: The payload key of the time a turn speaks of (:attr:`Turn.mentions`).
+MENTIONS = "when"
 
 
 @dataclass(frozen=True)
@@ -70,6 +75,9 @@ class Turn:
     entities: dict[str, Any] | None = None
     #: When it expires (epoch ms); None: never.
     expires_ms: int | None = None
+    #: The time it speaks of (:func:`~strata.retrieval.timeparse.mentioned_time`), as epoch ms
+    #: ``(start, end)``; ``()`` when it names none; None when not read yet (rows written before).
+    mentions: tuple[int, ...] | None = None
 
     @property
     def said(self) -> str:
@@ -97,7 +105,20 @@ class Turn:
             "metadata": self.metadata,
             "graph": self.entities,
             **({EXPIRES: self.expires_ms} if self.expires_ms else {}),
+            **({MENTIONS: list(self.mentions)} if self.mentions is not None else {}),
         }
+
+    def mentioned(self) -> tuple[int, ...]:
+        """:attr:`mentions`, read off what was said when a row written before did not keep it."""
+        if self.mentions is not None:
+            return self.mentions
+        return read_mentions(self.said, self.timestamp)
+
+
+def read_mentions(said: str, at: datetime) -> tuple[int, ...]:
+    """The time ``said`` at ``at`` speaks of, as epoch ms ``(start, end)``, or ``()``."""
+    found = mentioned_time(said, at) if said else None
+    return (to_ms(found.start), to_ms(found.end)) if found is not None else ()
 
 
 @dataclass(frozen=True)
@@ -179,6 +200,7 @@ def turn_from_record(row: Record) -> Turn:
         metadata=p.get("metadata") or {},
         entities=p.get("graph"),
         expires_ms=p.get(EXPIRES),
+        mentions=tuple(p[MENTIONS]) if p.get(MENTIONS) is not None else None,
     )
 
 

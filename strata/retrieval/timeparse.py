@@ -18,7 +18,9 @@ Semantics chosen for ambiguous cases:
   ("2 weeks ago" is a whole ISO week). "last/past N days" / "最近N天" runs from the
   start of the day N days ago up to the end of today, so today is included.
 * A date without a year ("May 8", "5月8日") is the most recent such date on or
-  before today.
+  before today: a question asks about the past. A message tells of the future as well
+  ("the concert on May 8", said on May 1), so :func:`mentioned_time` takes the date
+  of that day and month nearest its reference instead.
 * "May" counts as a month only next to a day number or a year, so "you may go" has
   no date. Some false positives remain: "Friday Night Lights" is read as a
   Friday, and "8 may help" as 8 May.
@@ -26,6 +28,9 @@ Semantics chosen for ambiguous cases:
   longest. An invalid date ("February 30") gives no range, and shorter readings
   inside it are skipped. An expression later in the query can still match, unless
   :data:`MAX_UNREADABLE` readings have failed before it.
+* In a message that both tells and asks (sentences ending in "?" or "？" and sentences
+  that do not), :func:`question_time` reads the asking sentences only: "Yesterday was
+  awful. Where did I leave my keys?" asks about no day.
 * Only the first :data:`SCAN_CHARS` characters of a query are read (to the end of
   the word there): a question says when early, and the query's embedding reads
   no further either. The work is linear in that prefix, whatever it holds.
@@ -35,10 +40,14 @@ import calendar
 import heapq
 import re
 from collections.abc import Callable, Iterator
+from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta, tzinfo
 
-__all__ = ["MAX_UNREADABLE", "SCAN_CHARS", "TimeRange", "resolve_time_range", "strip_time_expression"]
+__all__ = [
+    "MAX_UNREADABLE", "SCAN_CHARS", "TimeRange", "asking", "mentioned_time", "question_time", "resolve_time_range",
+    "strip_time_expression",
+]
 
 #: How much of a query is read for a time expression, in characters (see the module's notes).
 SCAN_CHARS = 1_000
@@ -214,6 +223,24 @@ def _most_recent(today: date, month: int, day: int) -> date:
     raise ValueError(f"no recent {month}/{day}")
 
 
+def _nearest(today: date, month: int, day: int) -> date:
+    """The date of ``month`` and ``day`` nearest ``today``: last year's, this year's or next year's."""
+    date(2000, month, day)  # a leap year, so only dates that never exist fail here
+    candidates = []
+    for year in (today.year - 1, today.year, today.year + 1):
+        try:
+            candidates.append(date(year, month, day))
+        except ValueError:
+            continue
+    if not candidates:  # Feb 29 with no leap year near: the most recent one
+        return _most_recent(today, month, day)
+    return min(candidates, key=lambda d: (abs((d - today).days), d))
+
+
+#: True while :func:`mentioned_time` reads: a yearless date is the nearest, not the last.
+_YEARLESS_NEAREST: ContextVar[bool] = ContextVar("yearless_nearest", default=False)
+
+
 def _date_from(m: re.Match[str], today: date) -> _Span:
     """A day, or a whole month when there is no day. A missing year means the most recent one."""
     groups = m.groupdict()
@@ -223,6 +250,8 @@ def _date_from(m: re.Match[str], today: date) -> _Span:
     day = _cn_int(groups["d"])
     if groups.get("y"):
         return _day_span(date(_cn_year(groups["y"]), month, day))
+    if _YEARLESS_NEAREST.get():
+        return _day_span(_nearest(today, month, day))
     return _day_span(_most_recent(today, month, day))
 
 
@@ -365,6 +394,42 @@ def resolve_time_range(query: str, reference: datetime) -> TimeRange | None:
         return None
     (first, after), expression = found
     return TimeRange(_midnight(first, tz), _midnight(after, tz), expression)
+
+
+def mentioned_time(text: str, said_at: datetime) -> TimeRange | None:
+    """The time ``text``, said at ``said_at``, speaks of: its first expression, read against when it
+    was said ("next Wednesday" in a message of Monday 1 April is 10 April), a date without a year
+    the nearest one."""
+    token = _YEARLESS_NEAREST.set(True)
+    try:
+        return resolve_time_range(text, said_at)
+    finally:
+        _YEARLESS_NEAREST.reset(token)
+
+
+#: A sentence and the marks that end it; linear (one pass, no nested repetition).
+#: A full stop ends one only before white space ("3.5 GB", "e.g" go on).
+_SENTENCE = re.compile(r"(?:[^。！？!?；;\n.]|\.(?!\s))+[。！？!?；;\n.]*")
+_ASKS = ("?", "？")
+
+
+def asking(text: str) -> str:
+    """The sentences of ``text`` that ask (end in a question mark), when it also has sentences
+    that do not; otherwise ``text`` itself."""
+    sentences = _SENTENCE.findall(text)
+    asks = [s for s in sentences if s.rstrip().endswith(_ASKS)]
+    if not asks or len(asks) == len(sentences) or all(not s.strip() for s in asks):
+        return text
+    if all(not s.strip() for s in sentences if not s.rstrip().endswith(_ASKS)):
+        return text  # the rest is blank lines and marks only
+    return " ".join(s.strip() for s in asks)
+
+
+def question_time(text: str, reference: datetime) -> TimeRange | None:
+    """The time a question asks about: :func:`resolve_time_range` of the sentences that ask
+    (:func:`asking`). A time in the sentences around them tells of what is being said, not of
+    what is asked."""
+    return resolve_time_range(asking(text), reference)
 
 
 def _scanned(query: str) -> str:

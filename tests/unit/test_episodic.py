@@ -7,6 +7,7 @@ module); tests where meaning does not matter use hand-made unit vectors.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from unittest import mock
 
@@ -290,6 +291,47 @@ def test_search_time_range_is_half_open(store: InMemoryRecordStore) -> None:
     assert set(naive) == {"d1", "d2"}
     # top_k counts hits inside the range.
     assert len(memory.search(q, top_k=2, start=start)) == 2
+
+
+def test_a_turn_that_speaks_of_the_asked_time_is_preferred_though_said_before_it(store: InMemoryRecordStore) -> None:
+    # Told on Monday 1 April, for Wednesday 10 April; asked about on Tuesday 16 April as "last week".
+    monday = datetime(2024, 4, 1, 9, tzinfo=UTC)
+    inputs = [
+        TurnInput(user="Tomorrow I'm going to a lecture at the Harbor Gallery.", turn_id="early",
+                  timestamp=datetime(2024, 3, 1, 9, tzinfo=UTC)),
+        TurnInput(user="Next month I'm moving flats.", turn_id="vague", timestamp=datetime(2024, 3, 20, tzinfo=UTC)),
+        TurnInput(user="Next Wednesday I'm going to a lecture at the City Library.", turn_id="told", timestamp=monday),
+        TurnInput(user="Long day, the lecture hall was cold.", turn_id="during",
+                  timestamp=datetime(2024, 4, 10, 20, tzinfo=UTC)),
+    ]
+    vectors = np.stack([unit(0), unit(0), unit(0, (1, 0.3)), unit(0, (1, 0.5))])
+    last_week = (datetime(2024, 4, 8, tzinfo=UTC), datetime(2024, 4, 15, tzinfo=UTC))
+    memory = make(store)
+    turns = add(memory, "s1", inputs, vectors=vectors)
+    assert turns[2].mentions == (to_ms(datetime(2024, 4, 10, tzinfo=UTC)), to_ms(datetime(2024, 4, 11, tzinfo=UTC)))
+    assert turns[3].mentions == ()  # speaks of no time
+    ids = [h.id for h in memory.search(unit(0), top_k=4, prefer=last_week)]
+    # "told" speaks of a day inside the range, "during" was said in it; "vague" speaks of all
+    # of April (vaguer than a week: no preference), "early" of 2 March.
+    assert ids[:2] == ["told", "during"]
+    off = make(InMemoryRecordStore(), settings=SETTINGS.model_copy(update={"time_mentioned": False}))
+    off._store.ensure_collection(COLL, dim=DIM)
+    add(off, "s1", inputs, vectors=vectors)
+    assert off.search(unit(0), top_k=4, prefer=last_week)[0].id == "during"
+    # The time is kept with the row: a reload prefers the same turns without reading it again.
+    reloaded = make(store)
+    with mock.patch("strata.episodic.turns.mentioned_time", side_effect=AssertionError("read again")):
+        reloaded.load()
+    assert [h.id for h in reloaded.search(unit(0), top_k=4, prefer=last_week)] == ids
+    # A row written before the time was kept is read when it loads.
+    legacy = replace(turns[2], mentions=None)
+    assert legacy.mentioned() == turns[2].mentions
+    assert "when" not in legacy.to_dict() and turns[2].to_dict()["when"] == list(turns[2].mentions)
+    # Forgetting the turn forgets its time.
+    memory.delete_keys(["s1/told"], [])
+    memory.drop_keys(["s1/told"], [])
+    assert memory.search(unit(0), top_k=4, prefer=last_week)[0].id == "during"
+    assert "s1/told" not in memory._mentioned
 
 
 # --- summaries ------------------------------------------------------------------

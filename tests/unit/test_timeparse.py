@@ -6,9 +6,13 @@ from datetime import UTC, date, datetime, timedelta, timezone
 import pytest
 
 from strata.retrieval.timeparse import (
+    _SENTENCE,
     MAX_UNREADABLE,
     SCAN_CHARS,
     TimeRange,
+    asking,
+    mentioned_time,
+    question_time,
     resolve_time_range,
     strip_time_expression,
 )
@@ -354,3 +358,61 @@ def test_random_strings_never_raise() -> None:
             assert tr.start < tr.end
             assert tr.expression in query
             strip_time_expression(query, tr)
+
+
+# --- the time a message speaks of, and the time a question asks about -------------------------
+
+
+def test_a_message_s_yearless_date_is_the_nearest_one_a_question_s_the_last_one() -> None:
+    said = datetime(2024, 4, 1, 9, tzinfo=UTC)
+    told = mentioned_time("4月12日晚上有场音乐会", said)
+    assert told is not None and told.start.date() == date(2024, 4, 12)  # ahead: the concert to come
+    asked = resolve_time_range("4月12日晚上有场音乐会", said)
+    assert asked is not None and asked.start.date() == date(2023, 4, 12)  # a question asks of the past
+    back = mentioned_time("my birthday was on March 20", said)
+    assert back is not None and back.start.date() == date(2024, 3, 20)
+    # In December, a date of January is next month's, one of November last month's.
+    december = datetime(2024, 12, 20, tzinfo=UTC)
+    jan = mentioned_time("the trip on January 5", december)
+    nov = mentioned_time("the trip on November 5", december)
+    assert jan is not None and jan.start.date() == date(2025, 1, 5)
+    assert nov is not None and nov.start.date() == date(2024, 11, 5)
+    # Relative expressions read as ever, against when the message was said.
+    nxt = mentioned_time("下周三我要去听讲座", said)
+    assert nxt is not None and nxt.start.date() == date(2024, 4, 10)
+    leap = mentioned_time("on February 29", datetime(2026, 3, 1, tzinfo=UTC))
+    assert leap is not None and leap.start.date() == date(2024, 2, 29)  # no leap year near: the last one
+    # The question's reading is untouched after a mention was read (the mode is per call).
+    again = resolve_time_range("4月12日", said)
+    assert again is not None and again.start.date() == date(2023, 4, 12)
+
+
+@pytest.mark.parametrize(
+    ("message", "asks"),
+    [
+        ("Yesterday was awful. Where did I leave my keys?", "Where did I leave my keys?"),
+        ("哎呀，昨天还热得穿短袖。我想问的是，那个人的生日是什么？", "我想问的是，那个人的生日是什么？"),
+        ("Where did I go yesterday?", "Where did I go yesterday?"),  # all of it asks
+        ("I went out yesterday.", "I went out yesterday."),  # nothing asks
+        ("Is it 3.5 GB? I think so.", "Is it 3.5 GB?"),  # a full stop inside a number ends nothing
+        ("", ""),
+    ],
+)
+def test_a_question_is_read_for_time_in_the_sentences_that_ask(message: str, asks: str) -> None:
+    assert asking(message) == asks
+
+
+def test_a_time_told_around_a_question_is_not_the_time_it_asks_about() -> None:
+    assert question_time("Yesterday was awful. Where did I leave my keys?", REF) is None
+    found = question_time("I'm tired. What did I eat yesterday?", REF)
+    assert found is not None and found.start.date() == d(5, 9)
+    whole = question_time("What did I do yesterday", REF)  # no question mark: the whole text
+    assert whole is not None and whole.start.date() == d(5, 9)
+
+
+@pytest.mark.parametrize("text", ["a" * 100_000, "a. " * 33_000, "a?" * 50_000, "3.5" * 33_000, "字？。" * 33_000])
+def test_finding_the_asking_sentences_is_one_pass(text: str) -> None:
+    # Each sentence is one match, read once (no nested repetition to backtrack into): the
+    # pieces add up to the text, in order.
+    pieces = _SENTENCE.findall(text)
+    assert "".join(pieces) == text
