@@ -57,6 +57,7 @@ def hit_out(hit: EpisodicHit) -> dict[str, Any]:
         "ranks": hit.ranks,
         **({"span": {"side": hit.span[0], "start": hit.span[1], "end": hit.span[2]}} if hit.span else {}),
         **({"superseded_by": hit.superseded_by} if hit.superseded_by else {}),
+        **({"speaks_of": {"start": hit.speaks_of[0], "end": hit.speaks_of[1]}} if hit.speaks_of else {}),
     }
 
 

@@ -97,6 +97,8 @@ class Hit(TypedDict):
     span: NotRequired[dict[str, Any] | None]
     #: A turn: the id of a later turn among the hits that states the same thing.
     superseded_by: NotRequired[str | None]
+    #: A turn: the time it speaks of, ``start`` and ``end`` (a ``TimeRangeOut``).
+    speaks_of: NotRequired[dict[str, Any] | None]
 
 
 class Speakers(TypedDict):

@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from strata.memo import BoundedMemo
 from strata.providers.tokens import CountMemo, TokenCounter
@@ -95,11 +95,21 @@ def _one_line(text: str) -> str:
     return _one_lines.get(text, lambda: " ".join(text.split()))
 
 
+def _days(start: datetime, end: datetime) -> str:
+    """``[start, end)`` of whole days as a reader says it: one day, or the first and the last."""
+    last = end - timedelta(days=1)
+    if last <= start:
+        return start.strftime("%Y-%m-%d")
+    return f"{start:%Y-%m-%d} to {last:%Y-%m-%d}"
+
+
 def _item_line(item: ContextItem) -> str:
     when = item.timestamp.strftime("%Y-%m-%d %H:%M") if isinstance(item.timestamp, datetime) else ""
     prefix = f"[{when}] " if when else ""
     if item.kind == "summary":
         prefix += "(summary) "
+    if item.speaks_of is not None and item.speaks_of.start and item.speaks_of.end:
+        prefix += f"(of {_days(item.speaks_of.start, item.speaks_of.end)}) "
     if item.superseded_by:
         prefix += "(earlier; a later turn covers this) "
     if item.source is not None:

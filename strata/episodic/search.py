@@ -16,7 +16,7 @@ from datetime import datetime
 
 import numpy as np
 
-from strata.clock import to_ms
+from strata.clock import from_ms, to_ms
 from strata.config import EpisodicSettings
 from strata.episodic.neighbours import NeighbourRows
 from strata.episodic.passages import SIDES, PassageIndex, quote
@@ -127,9 +127,11 @@ class EpisodicSearch:
         for key, score, ranks, relevance in found:
             t = self._turns[key]
             text, span = self._quoted(key, query, query_text)
+            told = self._mentioned.get(key)
             hits.append(EpisodicHit(
                 TURN, t.turn_id, t.session_id, text, t.timestamp, score, (t.turn_id,),
                 ranks=ranks, relevance=relevance, span=span,
+                speaks_of=(from_ms(told[0]), from_ms(told[1])) if told else None,
             ))
         hits = newest_first(
             hits, lambda hit: self._raw.get(f"{hit.session_id}/{hit.id}"), lexical_terms,

@@ -171,6 +171,8 @@ class EpisodicHit:
     #: A later turn among the same search's hits that states the same thing (its id):
     #: :mod:`strata.episodic.updates`.
     superseded_by: str | None = None
+    #: A turn: the time it speaks of (:attr:`Turn.mentions`), ``[start, end)``.
+    speaks_of: tuple[datetime, datetime] | None = None
 
 
 def summary_payload(record: SummaryRecord) -> dict[str, Any]:

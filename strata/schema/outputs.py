@@ -176,6 +176,11 @@ class SearchHit(_Out):
         default=None,
         description="A turn: a later turn among these hits that states the same thing (ranked above it)",
     )
+    speaks_of: TimeRangeOut | None = Field(
+        default=None,
+        description="A turn: the time it speaks of, read off its words against when it was said"
+        " (\"next Wednesday\" said on a Monday: that Wednesday), [start, end)",
+    )
 
 
 class ContextItem(SearchHit):

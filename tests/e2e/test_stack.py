@@ -144,6 +144,31 @@ def test_context_answers_from_earlier_sessions(stack: Running) -> None:
         assert found.hits[0].session_id == "monday" and "HTTP 429" in found.hits[0].text
 
 
+def test_a_message_about_an_event_is_found_by_the_time_it_spoke_of(stack: Running) -> None:
+    # Told on Monday 1 April for Wednesday 10 April; asked about on Tuesday 16 April, after a
+    # sentence that names another day: the question's time is the one it asks about.
+    monday = datetime(2024, 4, 1, 9, tzinfo=UTC)
+    with StrataClient(stack.url, stack.key) as client:
+        client.record_turns("events-told", [
+            {"user": "Tomorrow I'm going to a lecture at the Harbor Gallery with Tom.",
+             "timestamp": monday - timedelta(days=20)},
+            {"user": "Next Wednesday I'm going to a lecture at the City Library with Anna.", "timestamp": monday},
+        ])
+        client.record_turn("events-week", "The lecture hall at work was freezing today.",
+                           timestamp=datetime(2024, 4, 10, 18, tzinfo=UTC))
+        found = client.search("I'm so tired today. Where was the lecture I went to last Wednesday?",
+                              reference_time=datetime(2024, 4, 16, 20, tzinfo=UTC), layers=["episodic"])
+        assert found.time_range is not None
+        assert found.time_range.start == datetime(2024, 4, 10, tzinfo=UTC)
+        assert "City Library" in found.hits[0].text, [h.text for h in found.hits]
+        told = found.hits[0].speaks_of
+        assert told is not None and (told.start, told.end) == (datetime(2024, 4, 10, tzinfo=UTC),
+                                                               datetime(2024, 4, 11, tzinfo=UTC))
+        context = client.build_context("Where was the lecture I went to last Wednesday?", "events-week",
+                                       reference_time=datetime(2024, 4, 16, 20, tzinfo=UTC), max_tokens=400)
+        assert "(of 2024-04-10) user: Next Wednesday I'm going to a lecture at the City Library" in context.context
+
+
 def test_working_memory_etag_and_if_match(stack: Running) -> None:
     r = httpx.get(stack.url + "/v1/sessions/tuesday/working", headers={"Authorization": f"Bearer {stack.key}"})
     assert r.status_code == 200

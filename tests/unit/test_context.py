@@ -618,3 +618,23 @@ def test_long_texts_made_one_line_are_remembered_within_their_bound(monkeypatch:
     assert lines.keys() == texts[1:] and lines.weight <= 4500  # the oldest went first
     assert assemble._one_line(texts[1]) is made[1] and lines.keys() == [texts[2], texts[1]]
     assert assemble._one_line(" short \n text ") == "short text" and len(lines) == 2  # short: not kept
+
+
+def test_a_turn_that_speaks_of_a_time_shows_that_time_beside_when_it_was_said() -> None:
+    from strata.schema.outputs import TimeRangeOut
+
+    wednesday = datetime(2024, 3, 6, tzinfo=UTC)
+    items = [
+        ContextItem(layer="episodic", kind="turn", id="told", text="user: Next Wednesday I'm at the lecture.",
+                    score=1.0, timestamp=T0,
+                    speaks_of=TimeRangeOut(start=wednesday, end=wednesday + timedelta(days=1))),
+        ContextItem(layer="episodic", kind="turn", id="week", text="user: Next week I'm away.", score=0.9,
+                    timestamp=T0, speaks_of=TimeRangeOut(start=datetime(2024, 3, 4, tzinfo=UTC),
+                                                         end=datetime(2024, 3, 11, tzinfo=UTC))),
+        ContextItem(layer="episodic", kind="turn", id="plain", text="user: Hello.", score=0.8, timestamp=T0),
+    ]
+    text = assemble_context(working_messages=[], layer_items={"episodic": items}, max_tokens=500,
+                            counter=TiktokenCounter("cl100k_base")).text
+    assert "[2024-03-01 09:00] (of 2024-03-06) user: Next Wednesday I'm at the lecture." in text
+    assert "(of 2024-03-04 to 2024-03-10) user: Next week I'm away." in text
+    assert "[2024-03-01 09:00] user: Hello." in text

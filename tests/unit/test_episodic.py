@@ -314,6 +314,9 @@ def test_a_turn_that_speaks_of_the_asked_time_is_preferred_though_said_before_it
     # "told" speaks of a day inside the range, "during" was said in it; "vague" speaks of all
     # of April (vaguer than a week: no preference), "early" of 2 March.
     assert ids[:2] == ["told", "during"]
+    hits = {h.id: h for h in memory.search(unit(0), top_k=4, prefer=last_week)}
+    assert hits["told"].speaks_of == (datetime(2024, 4, 10, tzinfo=UTC), datetime(2024, 4, 11, tzinfo=UTC))
+    assert hits["during"].speaks_of is None
     off = make(InMemoryRecordStore(), settings=SETTINGS.model_copy(update={"time_mentioned": False}))
     off._store.ensure_collection(COLL, dim=DIM)
     add(off, "s1", inputs, vectors=vectors)

@@ -759,6 +759,8 @@ export interface components {
              * @description A turn: a later turn among these hits that states the same thing (ranked above it)
              */
             superseded_by?: string | null;
+            /** @description A turn: the time it speaks of, read off its words against when it was said ("next Wednesday" said on a Monday: that Wednesday), [start, end) */
+            speaks_of?: components["schemas"]["TimeRangeOut"] | null;
         };
         /** ContextRequest */
         ContextRequest: {
@@ -1317,6 +1319,8 @@ export interface components {
              * @description A turn: a later turn among these hits that states the same thing (ranked above it)
              */
             superseded_by?: string | null;
+            /** @description A turn: the time it speaks of, read off its words against when it was said ("next Wednesday" said on a Monday: that Wednesday), [start, end) */
+            speaks_of?: components["schemas"]["TimeRangeOut"] | null;
         };
         /** SearchRequest */
         SearchRequest: {
