@@ -30,7 +30,7 @@ from pydantic import BaseModel, Field, ValidationError
 from strata.errors import StrataError
 from strata.ids import ID_PATTERN
 from strata.layers import Layer
-from strata.limits import DOCUMENT_CHARS_MAX, MESSAGE_CHARS_MAX
+from strata.limits import DOCUMENT_CHARS_MAX, MESSAGE_CHARS_MAX, TURN_CHARS_MAX
 from strata_serve.client import AsyncStrataClient
 
 __all__ = [
@@ -118,7 +118,12 @@ def _out(model: BaseModel, *fields: str) -> dict[str, Any]:
 async def add_memory(
     ctx: Context,
     text: Annotated[
-        str, Field(min_length=1, max_length=MESSAGE_CHARS_MAX, description="What was said, or the note to keep")
+        str,
+        Field(
+            min_length=1, max_length=TURN_CHARS_MAX,
+            description=f"What was said (a turn: up to {TURN_CHARS_MAX:,} characters), or the note to keep"
+            f" (up to {MESSAGE_CHARS_MAX:,})",
+        ),
     ],
     session_id: _SESSION = "default",
     role: Annotated[
@@ -139,6 +144,11 @@ async def add_memory(
     and for facts the agent wants in front of it later in this session (role "note").
     Returns the turn's id and time, or the session's working memory size after the note.
     """
+    if role == "note" and len(text) > MESSAGE_CHARS_MAX:
+        raise ToolError(
+            f"InvalidInput: text: a note is at most {MESSAGE_CHARS_MAX:,} characters (it stays in working memory,"
+            f" in front of the model); this one has {len(text):,}: keep it as a user or assistant turn instead"
+        )
     async with _strata(ctx) as strata:
         if role == "note":
             state = await strata.add_working_items(session_id, [{"role": "system", "content": text}])

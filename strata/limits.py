@@ -7,13 +7,16 @@ The HTTP schema (:mod:`strata.schema`), the settings' defaults
 from __future__ import annotations
 
 __all__ = [
-    "DOCUMENT_CHARS_MAX", "MESSAGE_CHARS_MAX", "RECORD_TEXT_BYTES_MAX", "SKILL_ITEM_CHARS_MAX", "TTL_MAX_S",
-    "TURN_CHARS_MAX",
+    "DOCUMENT_CHARS_MAX", "MESSAGE_CHARS_MAX", "RECORD_TEXT_BYTES_MAX", "SKILL_ITEM_CHARS_MAX", "TASK_CHARS_MAX",
+    "TTL_MAX_S", "TURN_CHARS_MAX",
     "TURN_CJK_CHARS_MAX",
 ]
 
 #: One message, query or working item, in characters.
 MESSAGE_CHARS_MAX = 16_000
+
+#: A task's words (a working-memory task, an interaction's task), in characters.
+TASK_CHARS_MAX = 2_000
 
 #: One side of a turn (``user`` or ``agent``), in characters: kept whole, searched by passages
 #: (:mod:`strata.episodic.passages`).

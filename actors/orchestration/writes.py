@@ -13,8 +13,10 @@ from datetime import UTC, datetime
 from typing import Any, cast
 
 from strata.counting import on_behalf_of
+from strata.episodic.summarize import LLM_UTTERANCE_CHARS
 from strata.errors import InvalidInput, NotFound, StrataError
 from strata.ids import SYSTEM_TENANT, validate_id
+from strata.limits import TASK_CHARS_MAX
 from strata.schema import (
     LAYERS,
     DocumentDeleted,
@@ -132,12 +134,11 @@ class WriteFlow(AuditFlow):
         elif not body.trace and not self.settings.llm.enabled:
             learning = "not learned: give a trace (without an LLM, skills are built from structured traces)"
         else:
-            trace = (
-                plain_trace(body.trace)
-                if body.trace
-                else [f"user: {body.user or ''}".strip(), f"agent: {body.agent or ''}".strip()]
-            )
-            task = body.task or body.user or body.agent or ""
+            # A side of a turn may be 1,000,000 characters; what a skill is learned from (the job's
+            # row, the LLM's prompt) takes its opening, as summaries do.
+            said = [(body.user or "")[:LLM_UTTERANCE_CHARS], (body.agent or "")[:LLM_UTTERANCE_CHARS]]
+            trace = plain_trace(body.trace) if body.trace else [f"user: {said[0]}".strip(), f"agent: {said[1]}".strip()]
+            task = body.task or (said[0] or said[1])[:TASK_CHARS_MAX]
             try:
                 job = await self.router.procedural(tenant).learn_later(
                     tenant,

@@ -15,7 +15,14 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from strata.config.stack import MAX_SHARDS
 from strata.ids import ID_FIELD_PATTERN
 from strata.layers import Layer, RetrievalPath, Role
-from strata.limits import DOCUMENT_CHARS_MAX, MESSAGE_CHARS_MAX, SKILL_ITEM_CHARS_MAX, TTL_MAX_S, TURN_CHARS_MAX
+from strata.limits import (
+    DOCUMENT_CHARS_MAX,
+    MESSAGE_CHARS_MAX,
+    SKILL_ITEM_CHARS_MAX,
+    TASK_CHARS_MAX,
+    TTL_MAX_S,
+    TURN_CHARS_MAX,
+)
 
 __all__ = [
     "ContextRequest",
@@ -249,7 +256,7 @@ class WorkingItemIn(_In):
 
 class WorkingItemsIn(_In):
     items: list[WorkingItemIn] = Field(min_length=1, max_length=200)
-    task: str | None = Field(default=None, max_length=2000, description="Active task; raises related items")
+    task: str | None = Field(default=None, max_length=TASK_CHARS_MAX, description="Active task; raises related items")
 
 
 class DocumentIn(_In):
@@ -454,7 +461,7 @@ def _trace_size(trace: list[Any]) -> list[Any]:
 
 
 class SkillExtractIn(_In):
-    task: str = Field(min_length=1, max_length=2000, description="What the agent was asked to do")
+    task: str = Field(min_length=1, max_length=TASK_CHARS_MAX, description="What the agent was asked to do")
     trace: list[TraceStepIn | str] = Field(min_length=1, max_length=200, description="The steps, in order")
     outcome: str | None = Field(default=None, max_length=2000, description="How it ended")
     ttl_s: float | None = _ttl()
@@ -495,13 +502,14 @@ class InteractionIn(_In):
     """One exchange of an agent with its user, and how the task went (the seed's post_interaction)."""
 
     session_id: str = Field(pattern=ID_FIELD_PATTERN)
-    user: str | None = Field(default=None, max_length=MESSAGE_CHARS_MAX)
-    agent: str | None = Field(default=None, max_length=MESSAGE_CHARS_MAX)
+    #: A turn's sides, as long as a turn's (``TurnIn``): kept whole, searched by passages.
+    user: str | None = Field(default=None, max_length=TURN_CHARS_MAX)
+    agent: str | None = Field(default=None, max_length=TURN_CHARS_MAX)
     task_type: str = Field(default="general", pattern=_TASK_TYPE)
     success: bool | None = Field(
         default=None, description="Did the task succeed? A success of a learning task type teaches a skill"
     )
-    task: str | None = Field(default=None, max_length=2000, description="The task, if not the user's words")
+    task: str | None = Field(default=None, max_length=TASK_CHARS_MAX, description="The task, if not the user's words")
     trace: list[TraceStepIn | str] | None = Field(default=None, max_length=200)
     outcome: str | None = Field(default=None, max_length=2000)
     timestamp: datetime | None = None

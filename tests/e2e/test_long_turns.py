@@ -65,3 +65,24 @@ def test_a_100k_character_reply_is_kept_whole_and_found_by_its_middle(agents_sta
     over = stack.call("POST", "/v1/sessions/s1/turns", key, {"user": "x" * 1_000_001})
     assert over.status_code == 422
     assert "user" in over.text and "1000000" in over.text
+
+
+def test_an_interaction_with_a_100k_character_message_is_kept_whole(agents_stack: Running) -> None:
+    """/v1/interactions is a write path too: it took 16,000 characters a side while a turn took
+    1,000,000. The skill it may learn reads the opening (a trace of 4,000 characters a side)."""
+    stack = agents_stack
+    key = stack.new_key("create", TENANT)
+    fact = FACT.replace("nightly export", "weekly audit")
+    message = _log(50_000, seed=3) + "\n\n" + fact + "\n\n" + _log(50_000, seed=4)
+    answer = stack.call("POST", "/v1/interactions", key, {
+        "session_id": "s3", "user": message, "agent": "Noted.", "turn_id": "pasted", "success": True,
+        "task_type": "general",
+    })
+    assert answer.status_code == 201, answer.text
+    assert answer.json()["missing"] == {}
+    page = stack.call("GET", "/v1/sessions/s3/turns", key)
+    assert [t["user"] for t in page.json()["turns"] if t["turn_id"] == "pasted"] == [message]
+    found = stack.call("POST", "/v1/search", key, {"query": "When does the weekly audit job run now?", "top_k": 5})
+    assert found.status_code == 200 and found.json()["hits"][0]["id"] == "pasted", found.text
+    over = stack.call("POST", "/v1/interactions", key, {"session_id": "s3", "user": "x" * 1_000_001})
+    assert over.status_code == 422 and "user" in over.text

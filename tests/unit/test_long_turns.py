@@ -233,3 +233,17 @@ def test_an_llm_summary_reads_the_opening_and_end_of_a_long_turn() -> None:
     summary = LLMSummarizer(llm).summarize([SummaryInput("user", "the log:"), SummaryInput("assistant", long)])
     assert summary.method == "llm" and len(llm.sent[0]) < 5_000
     assert "START" in llm.sent[0] and "END" in llm.sent[0] and "characters left out" in llm.sent[0]
+
+
+def test_an_interaction_takes_a_side_as_long_as_a_turn_s() -> None:
+    """Issue 44: every write path takes a message far above 16,000 characters; /v1/interactions
+    refused one over 16,000 and the MCP tool too, while a turn took 1,000,000."""
+    from pydantic import ValidationError
+
+    from strata.limits import TURN_CHARS_MAX
+    from strata.schema import InteractionIn
+
+    long = InteractionIn(session_id="s1", user="word " * 20_000, agent="y" * TURN_CHARS_MAX)
+    assert len(long.turn().user or "") == 100_000 and len(long.turn().agent or "") == TURN_CHARS_MAX
+    with pytest.raises(ValidationError, match="agent"):
+        InteractionIn(session_id="s1", agent="y" * (TURN_CHARS_MAX + 1))

@@ -21,7 +21,7 @@ from starlette.routing import Route
 
 from strata.access.keys import KeyStore
 from strata.config import StrataSettings
-from strata.limits import DOCUMENT_CHARS_MAX, MESSAGE_CHARS_MAX
+from strata.limits import DOCUMENT_CHARS_MAX, MESSAGE_CHARS_MAX, TURN_CHARS_MAX
 from strata.store.records import InMemoryRecordStore
 from strata_mcp import stdio_server
 from strata_serve.auth import INNER_HEADER, Authenticate, KeyGate
@@ -132,13 +132,22 @@ async def test_text_limits_are_in_the_schemas_and_a_refusal_names_the_field_with
     back as pydantic's report, each error ending "For further information visit https://errors.pydantic.dev/..."."""
     async with Client(stdio_server("http://127.0.0.1:1", "sk-x")) as client:
         tools = {tool.name: tool.input_schema["properties"] for tool in (await client.list_tools()).tools}
-        too_long = await client.call_tool("add_memory", {"text": "x" * (MESSAGE_CHARS_MAX + 1), "session_id": "s1"})
+        too_long = await client.call_tool("add_memory", {"text": "x" * (TURN_CHARS_MAX + 1), "session_id": "s1"})
+        long_note = await client.call_tool(
+            "add_memory", {"text": "x" * (MESSAGE_CHARS_MAX + 1), "session_id": "s1", "role": "note"}
+        )
         not_a_number = await client.call_tool("search_memory", {"query": "q", "top_k": "many"})
-    for tool, field in (("add_memory", "text"), ("search_memory", "query"), ("get_context", "message")):
+    for tool, field in (("search_memory", "query"), ("get_context", "message")):
         assert tools[tool][field]["maxLength"] == MESSAGE_CHARS_MAX, tool
+    # A turn is as long as a turn of the HTTP API (issue 44); a note stays in working memory.
+    assert tools["add_memory"]["text"]["maxLength"] == TURN_CHARS_MAX
+    assert "up to 1,000,000 characters" in tools["add_memory"]["text"]["description"]
     assert tools["add_document"]["text"]["maxLength"] == DOCUMENT_CHARS_MAX
     texts = [result.content[0].text for result in (too_long, not_a_number)]  # type: ignore[union-attr]
-    assert too_long.is_error and "InvalidInput: text: String should have at most 16000 characters" in texts[0]
+    assert too_long.is_error and "InvalidInput: text: String should have at most 1000000 characters" in texts[0]
+    assert long_note.is_error and "InvalidInput: text: a note is at most 16,000 characters" in (
+        long_note.content[0].text  # type: ignore[union-attr]
+    )
     assert not_a_number.is_error and "InvalidInput: top_k: Input should be a valid integer" in texts[1]
     assert not any("pydantic.dev" in text or "validation error" in text for text in texts), texts
 
