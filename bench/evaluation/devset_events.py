@@ -47,43 +47,24 @@ class Language:
     places: tuple[str, ...]
     companions: tuple[str, ...]
     filler: tuple[str, ...]
-    weekdays: tuple[str, ...]  # Monday first
-    #: Before the event: (time expression, its event day) for a message written on ``day``.
-    ahead: Callable[[date, date], str]
-    #: After the event: the expression for ``event`` in a question asked on ``day``.
-    behind: Callable[[date, date], str]
+    #: The words for the day ``event`` in a message of the day ``said`` (before it or after it).
+    relative: Callable[[date, date], str]
     tell: tuple[str, ...]  # {when} {kind} {place} {who}
     after: tuple[str, ...]  # a later word about the event: {kind}
     ask: dict[str, tuple[str, ...]]  # category -> forms: {when} {kind} {place}
 
 
-def _zh_ahead(day: date, event: date) -> str:
-    gap = (event - day).days
-    names = "一二三四五六日"
-    if gap == 1:
-        return "明天"
-    if gap == 2:
-        return "后天"
-    week = event.isocalendar()[1] - day.isocalendar()[1]
-    if week == 0 and gap > 2:
-        return f"这周{names[event.weekday()]}"
-    if week == 1:
-        return f"下周{names[event.weekday()]}"
-    return f"{event.month}月{event.day}日"
-
-
-def _zh_behind(day: date, event: date) -> str:
-    gap = (day - event).days
-    names = "一二三四五六日"
-    if gap == 1:
-        return "昨天"
-    if gap == 2:
-        return "前天"
-    week = day.isocalendar()[1] - event.isocalendar()[1]
-    if week == 0 and gap > 2:
-        return f"这周{names[event.weekday()]}"
-    if week == 1:
-        return f"上周{names[event.weekday()]}"
+def _zh_relative(said: date, event: date) -> str:
+    gap = (event - said).days
+    near = {1: "明天", 2: "后天", -1: "昨天", -2: "前天"}
+    if gap in near:
+        return near[gap]
+    day = "一二三四五六日"[event.weekday()]
+    week = event.isocalendar()[1] - said.isocalendar()[1]
+    if week == 0:
+        return f"这周{day}"
+    if abs(week) == 1:
+        return f"{'下' if week > 0 else '上'}周{day}"
     return f"{event.month}月{event.day}日"
 
 
@@ -92,21 +73,13 @@ _EN_MONTHS = ("January", "February", "March", "April", "May", "June", "July", "A
               "October", "November", "December")
 
 
-def _en_ahead(day: date, event: date) -> str:
-    gap = (event - day).days
-    if gap == 1:
-        return "tomorrow"
-    if event.isocalendar()[1] - day.isocalendar()[1] == 1:
-        return f"next {_EN_DAYS[event.weekday()]}"
-    return f"on {_EN_MONTHS[event.month - 1]} {event.day}"
-
-
-def _en_behind(day: date, event: date) -> str:
-    gap = (day - event).days
-    if gap == 1:
-        return "yesterday"
-    if day.isocalendar()[1] - event.isocalendar()[1] == 1:
-        return f"last {_EN_DAYS[event.weekday()]}"
+def _en_relative(said: date, event: date) -> str:
+    gap = (event - said).days
+    if abs(gap) == 1:
+        return "tomorrow" if gap > 0 else "yesterday"
+    week = event.isocalendar()[1] - said.isocalendar()[1]
+    if abs(week) == 1:
+        return f"{'next' if week > 0 else 'last'} {_EN_DAYS[event.weekday()]}"
     return f"on {_EN_MONTHS[event.month - 1]} {event.day}"
 
 
@@ -125,8 +98,7 @@ LANGUAGES: dict[str, Language] = {
             "楼下新开了一家咖啡店。", "今天加班到九点才走。", "快递终于到了，等了一个星期。",
             "早上跑了五公里，感觉挺舒服。", "今天忘带伞了，只好等雨停。", "孩子今天在学校得了一朵小红花。",
         ),
-        weekdays=("周一", "周二", "周三", "周四", "周五", "周六", "周日"),
-        ahead=_zh_ahead, behind=_zh_behind,
+        relative=_zh_relative,
         tell=("{when}我要和{who}去{place}参加{kind}。", "{when}我打算跟{who}一起去{place}看{kind}。",
               "跟你说一下，{when}{who}约我去{place}，有个{kind}。", "{when}在{place}有个{kind}，我和{who}一起去。"),
         after=("那个{kind}比我想的有意思。", "{kind}结束得挺晚的，回家都十点多了。", "上次的{kind}人特别多。"),
@@ -155,8 +127,7 @@ LANGUAGES: dict[str, Language] = {
             "A new coffee shop opened downstairs.", "Worked late until nine today.",
             "The package finally arrived after a week.", "Ran five kilometres this morning, felt great.",
         ),
-        weekdays=_EN_DAYS,
-        ahead=_en_ahead, behind=_en_behind,
+        relative=_en_relative,
         tell=("{When} I'm going to a {kind} at {place} with {who}.",
               "{When} {who} and I are off to {place} for a {kind}.",
               "Heads up: {when} there's a {kind} at {place}, and I'm going with {who}.",
@@ -200,7 +171,7 @@ def build_conversation(lang: str, n: int) -> dict[str, Any]:
         told = event - rng.randint(1, 9)
         asked = event + rng.randint(1, 12)
         d_told, d_event, d_asked = (start + timedelta(days=x) for x in (told, event, asked))
-        ahead, behind = words.ahead(d_told, d_event), words.behind(d_asked, d_event)
+        ahead, behind = words.relative(d_told, d_event), words.relative(d_asked, d_event)
         if not (_reads_as(ahead, d_told, d_event, asked=False) and _reads_as(behind, d_asked, d_event, asked=True)):
             continue
         key = f"e{e}"
