@@ -103,13 +103,19 @@ def _days(start: datetime, end: datetime) -> str:
     return f"{start:%Y-%m-%d} to {last:%Y-%m-%d}"
 
 
+def _same_day(said: datetime | None, start: datetime, end: datetime) -> bool:
+    """Whether ``[start, end)`` is just the day ``said`` falls on ("today": nothing to add)."""
+    return isinstance(said, datetime) and end - start <= timedelta(days=1) and start <= said < end
+
+
 def _item_line(item: ContextItem) -> str:
     when = item.timestamp.strftime("%Y-%m-%d %H:%M") if isinstance(item.timestamp, datetime) else ""
     prefix = f"[{when}] " if when else ""
     if item.kind == "summary":
         prefix += "(summary) "
-    if item.speaks_of is not None and item.speaks_of.start and item.speaks_of.end:
-        prefix += f"(of {_days(item.speaks_of.start, item.speaks_of.end)}) "
+    told = item.speaks_of
+    if told is not None and told.start and told.end and not _same_day(item.timestamp, told.start, told.end):
+        prefix += f"(of {_days(told.start, told.end)}) "
     if item.superseded_by:
         prefix += "(earlier; a later turn covers this) "
     if item.source is not None:

@@ -632,9 +632,12 @@ def test_a_turn_that_speaks_of_a_time_shows_that_time_beside_when_it_was_said() 
                     timestamp=T0, speaks_of=TimeRangeOut(start=datetime(2024, 3, 4, tzinfo=UTC),
                                                          end=datetime(2024, 3, 11, tzinfo=UTC))),
         ContextItem(layer="episodic", kind="turn", id="plain", text="user: Hello.", score=0.8, timestamp=T0),
+        ContextItem(layer="episodic", kind="turn", id="today", text="user: Cold today.", score=0.7, timestamp=T0,
+                    speaks_of=TimeRangeOut(start=T0.replace(hour=0), end=T0.replace(hour=0) + timedelta(days=1))),
     ]
     text = assemble_context(working_messages=[], layer_items={"episodic": items}, max_tokens=500,
                             counter=TiktokenCounter("cl100k_base")).text
     assert "[2024-03-01 09:00] (of 2024-03-06) user: Next Wednesday I'm at the lecture." in text
     assert "(of 2024-03-04 to 2024-03-10) user: Next week I'm away." in text
     assert "[2024-03-01 09:00] user: Hello." in text
+    assert "[2024-03-01 09:00] user: Cold today." in text  # the day it was said: nothing to add
