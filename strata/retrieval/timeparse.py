@@ -399,10 +399,15 @@ def resolve_time_range(query: str, reference: datetime) -> TimeRange | None:
 def mentioned_time(text: str, said_at: datetime) -> TimeRange | None:
     """The time ``text``, said at ``said_at``, speaks of: its first expression, read against when it
     was said ("next Wednesday" in a message of Monday 1 April is 10 April), a date without a year
-    the nearest one."""
+    the nearest one. When that first one is only the day it was said ("Today I booked the flight
+    for next Friday"), the next expression after it, if there is one."""
     token = _YEARLESS_NEAREST.set(True)
     try:
-        return resolve_time_range(text, said_at)
+        found = resolve_time_range(text, said_at)
+        if found is None or not found.contains(said_at) or found.end - found.start > timedelta(days=1):
+            return found
+        after = text.find(found.expression) + len(found.expression)
+        return resolve_time_range(text[after:], said_at) or found
     finally:
         _YEARLESS_NEAREST.reset(token)
 

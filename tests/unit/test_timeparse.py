@@ -382,6 +382,11 @@ def test_a_message_s_yearless_date_is_the_nearest_one_a_question_s_the_last_one(
     assert nxt is not None and nxt.start.date() == date(2024, 4, 10)
     leap = mentioned_time("on February 29", datetime(2026, 3, 1, tzinfo=UTC))
     assert leap is not None and leap.start.date() == date(2024, 2, 29)  # no leap year near: the last one
+    # "Today" says nothing a timestamp does not: the next expression is the time spoken of.
+    booked = mentioned_time("Today I booked the flight for next Friday.", said)
+    assert booked is not None and booked.start.date() == date(2024, 4, 12)
+    only_today = mentioned_time("今天好冷。", said)
+    assert only_today is not None and only_today.start.date() == date(2024, 4, 1)
     # The question's reading is untouched after a mention was read (the mode is per call).
     again = resolve_time_range("4月12日", said)
     assert again is not None and again.start.date() == date(2023, 4, 12)
