@@ -83,6 +83,10 @@ _UPSERT_PLACES_BY_KEY = (2, 3, 10)
 _VERSION = re.compile(r"v?(\d+)\.(\d+)\.(\d+)")
 #: How long a flush and compaction that erases deleted rows may take (off the request path).
 _ERASE_TIMEOUT_S = 120.0
+#: How long creating or loading a collection may take when a shard opens the store (once per
+#: collection and process; a read that finds one released still loads it within its own timeout). A busy server took more than the per-call timeout (3 s in the suite's
+#: server profile: "wait for loading collection timeout"), and the shard then failed to start.
+_LOAD_TIMEOUT_S = 60.0
 
 
 class MilvusRecordStore:
@@ -175,11 +179,13 @@ class MilvusRecordStore:
         from pymilvus import DataType, MilvusClient
         from pymilvus.exceptions import MilvusException
 
+        opening = max(self._timeout_s, _LOAD_TIMEOUT_S)
+
         def create(client: Any) -> None:
             if client.has_collection(name, timeout=self._timeout_s):
                 state = client.get_load_state(name, timeout=self._timeout_s)
                 if "NotLoad" in str(state.get("state")):
-                    client.load_collection(name, timeout=self._timeout_s)
+                    client.load_collection(name, timeout=opening)
                 return
             schema = MilvusClient.create_schema(auto_id=False, enable_dynamic_field=False)
             schema.add_field("pk", DataType.VARCHAR, is_primary=True, max_length=512)
@@ -193,7 +199,7 @@ class MilvusRecordStore:
             index = client.prepare_index_params()
             index.add_index(field_name="vec", index_type=self._vector_index, metric_type="IP")
             try:
-                client.create_collection(name, schema=schema, index_params=index, timeout=self._timeout_s)
+                client.create_collection(name, schema=schema, index_params=index, timeout=opening)
             except MilvusException:
                 # Another process created it between the check and the create (two shards
                 # opening a fresh store at once): theirs will do.
