@@ -84,8 +84,9 @@ _VERSION = re.compile(r"v?(\d+)\.(\d+)\.(\d+)")
 #: How long a flush and compaction that erases deleted rows may take (off the request path).
 _ERASE_TIMEOUT_S = 120.0
 #: How long creating or loading a collection may take when a shard opens the store (once per
-#: collection and process; a read that finds one released still loads it within its own timeout). A busy server took more than the per-call timeout (3 s in the suite's
-#: server profile: "wait for loading collection timeout"), and the shard then failed to start.
+#: collection and process; a read that finds one released still loads it within its own
+#: timeout). A busy server took more than the per-call timeout (3 s in the suite's server
+#: profile: "wait for loading collection timeout"), and the shard then failed to start.
 _LOAD_TIMEOUT_S = 60.0
 
 
