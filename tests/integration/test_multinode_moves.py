@@ -10,6 +10,7 @@ Real Ray nodes (``ray.cluster_utils.Cluster``), real milvus-lite, the packaged e
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -112,7 +113,10 @@ async def test_a_node_killed_during_a_move_loses_no_write_and_its_jobs_finish_el
                                     weights={"lexical": 1}, top_k=3)
         assert any(f"ring-{tenant}-77" in h.text for h in found.hits), (tenant, found)
         probe = f"Probe after the node died: {tenant} parks in bay {tenant[-2:]}7."
-        await client.record_turn("live", probe)
+        # The killed node's episodic shard may still be restarting: a write whose actor died is
+        # not sent again by the handle (its fate is unknown), so the probe is sent with a turn id
+        # until it is acknowledged (a replay answers for one that landed).
+        await until(functools.partial(client.record_turn, "live", probe, turn_id=f"probe-{tenant}"))
         hits = await client.search(probe, session_id="live", layers=["episodic"], top_k=3)
         assert hits.hits and probe in hits.hits[0].text, (tenant, hits)  # read-your-writes, rank 1
     store, names = open_store(settings)
