@@ -423,7 +423,7 @@ def asking(text: str) -> str:
     that do not; otherwise ``text`` itself."""
     sentences = _SENTENCE.findall(text)
     asks = [s for s in sentences if s.rstrip().endswith(_ASKS)]
-    if not asks or len(asks) == len(sentences) or all(not s.strip() for s in asks):
+    if not asks or len(asks) == len(sentences):
         return text
     if all(not s.strip() for s in sentences if not s.rstrip().endswith(_ASKS)):
         return text  # the rest is blank lines and marks only
