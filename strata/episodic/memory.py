@@ -49,6 +49,7 @@ from strata.errors import InvalidInput, NotFound, StoreUnavailable
 from strata.ids import validate_id
 from strata.limits import TURN_CJK_CHARS_MAX
 from strata.paging import SortedIds
+from strata.providers.routes import ScriptRoute, routed
 from strata.retrieval.entities import EntityExtractor, Extraction, RuleExtractor
 from strata.retrieval.graph import KnowledgeGraph
 from strata.retrieval.lexical import LexicalIndex
@@ -63,6 +64,20 @@ ENTITY_CHARS_MAX = 20_000
 #: A long turn's own row keeps this many characters of its text (its passages keep it all).
 TURN_ROW_CHARS = 4_000
 _CUT_AHEAD_MAX = 1024
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+#: The characters of a turn's text the second model is given (it reads 256 tokens of them).
+_ROUTED_CHARS = 8_192
+
+
+def _opening(item: TurnInput) -> str:
+    """The opening of the text a turn is embedded as (:attr:`Turn.text`), for the second model."""
+    cut = [side[:_ROUTED_CHARS] if side else side for side in (item.user, item.agent)]
+    return Turn("", "", 0, _EPOCH, cut[0], cut[1], item.speaker, {}).text[:_ROUTED_CHARS]
+
+
+def _said(item: TurnInput) -> str:
+    """What a turn says, as the route reads it: the opening of each side (they are up to 1 MB)."""
+    return "\n".join(side[:2_000] for side in (item.user, item.agent) if side)
 
 
 class EpisodicMemory(EpisodicSearch, LongTurns):
@@ -77,7 +92,10 @@ class EpisodicMemory(EpisodicSearch, LongTurns):
         settings: EpisodicSettings,
         extractor: EntityExtractor | None = None,
         ttl: TTLSettings | None = None,
+        route: ScriptRoute | None = None,
     ) -> None:
+        """``route``: the second model, for turns in a script the first does not read
+        (:mod:`strata.providers.routes`); None: every turn by the first alone."""
         self.tenant = validate_id(tenant, field="tenant")
         self._store = store
         self._collection = collection
@@ -99,6 +117,12 @@ class EpisodicMemory(EpisodicSearch, LongTurns):
         # Derived search state: each turn's own vector, and the sessions' turns in
         # time order, so a turn's indexed vector can include its neighbours'.
         self._raw: dict[str, np.ndarray] = {}
+        # The same for the turns the second model embedded: their own vectors, and an index of
+        # them mixed with their neighbours' as the turn index is (its own rows).
+        self._route = route
+        self._routed_raw: dict[str, np.ndarray] = {}
+        self._routed_index = VectorIndex()
+        self._routed_rows: np.ndarray | None = None  # the turn index's row of each routed_index row
         self._mentioned: dict[str, tuple[int, ...]] = {}  # turns that speak of a time: its (start, end) ms
         self._order: dict[str, list[tuple[tuple[datetime, int], str]]] = {}
         self._session_ids = SortedIds()  # the sessions with turns, for pages of them
@@ -146,8 +170,15 @@ class EpisodicMemory(EpisodicSearch, LongTurns):
             found.append(turn)
         return found or None
 
-    def prepare(self, session_id: str, inputs: Sequence[TurnInput], *, now: datetime) -> list[Turn]:
+    def prepare(
+        self, session_id: str, inputs: Sequence[TurnInput], *, now: datetime,
+        routed_vectors: Sequence[np.ndarray | None] | None = None,
+    ) -> list[Turn]:
         """Validate inputs and assign turn ids and sequence numbers (no write yet).
+
+        With a route, the turns whose text it takes keep their vector by the second model:
+        ``routed_vectors`` (one per input, None for a turn not routed: :meth:`routed_vectors`),
+        or made here when not given.
 
         Raises:
             InvalidInput: an empty turn, an over-long text, a bad or duplicate turn id.
@@ -190,7 +221,33 @@ class EpisodicMemory(EpisodicSearch, LongTurns):
             turn = replace(turn, entities=entities, expires_ms=deadline, mentions=read_mentions(turn.said, timestamp))
             turns.append(turn)
             seq += 1
+        if self._route is not None:
+            if routed_vectors is None:
+                routed_vectors = self.routed_vectors(inputs)
+            turns = [
+                replace(turn, routed=self._route.encode(vector)) if vector is not None else turn
+                for turn, vector in zip(turns, routed_vectors, strict=True)
+            ]
         return turns
+
+    def routes_any(self, inputs: Sequence[TurnInput]) -> bool:
+        """Whether the second model takes any of these turns (reads at most 2,000 characters a side)."""
+        return self._route is not None and any(routed(_said(item)) for item in inputs)
+
+    def routed_vectors(self, inputs: Sequence[TurnInput]) -> list[np.ndarray | None]:
+        """The second model's vector of each turn it takes, by what was said (the speaker labels
+        are Latin), of the text the first embeds; None for the others, and for all without a
+        route. One call, which the shard makes before the write's lock."""
+        out: list[np.ndarray | None] = [None] * len(inputs)
+        if self._route is None:
+            return out
+        wanted = [i for i, item in enumerate(inputs) if routed(_said(item))]
+        if wanted:
+            # Its opening: the model reads 256 tokens, and a token is a few characters (1 MB sides).
+            texts = [_opening(inputs[i]) for i in wanted]
+            for i, vector in zip(wanted, self._route.embed(texts), strict=True):
+                out[i] = vector
+        return out
 
     def record(self, turns: Sequence[Turn], vectors: np.ndarray, passage_vectors: np.ndarray | None = None) -> None:
         """Write prepared turns durably, then index them."""
@@ -390,7 +447,7 @@ class EpisodicMemory(EpisodicSearch, LongTurns):
             after = bisect.bisect(order, place)  # the first turn after the dropped one
             for position in (after - 1, after):
                 if 0 <= position < len(order):
-                    self._turn_index.set(order[position][1], self._context_vector(order, position))
+                    self._recontext(order, position)
             if self._near is not None:
                 self._near.refill(self._turn_index, order, after)
 
@@ -404,6 +461,7 @@ class EpisodicMemory(EpisodicSearch, LongTurns):
         self._graph.remove(list(gone))
         for key in gone:
             self._raw.pop(key, None)
+            self._routed_raw.pop(key, None)
             speaker = self._turns[key].speaker
             if speaker:
                 self._speakers[speaker] -= 1
@@ -432,6 +490,8 @@ class EpisodicMemory(EpisodicSearch, LongTurns):
         rows = [row for key in gone if (row := self._turn_index.position(key)) is not None]
         before = len(self._turn_index)
         self._turn_index.remove(gone)
+        self._routed_index.remove(gone)
+        self._routed_rows = None  # rows were renumbered
         self._passages.turns_moved()
         if self._near is not None:
             self._near.removed(rows, before)  # rows were renumbered
@@ -533,11 +593,17 @@ class EpisodicMemory(EpisodicSearch, LongTurns):
         order.insert(position, place)
         self._raw[key] = np.asarray(vector, dtype=np.float32)
         self._turn_index.add(key, self._context_vector(order, position), turn.session_id)
+        second = self._route.decode(turn.routed) if self._route is not None and turn.routed else None
+        if second is not None:
+            self._routed_raw[key] = second
+            self._routed_index.add(key, self._context_vector(order, position, self._routed_raw), turn.session_id)
+            if self._routed_rows is not None:
+                self._routed_rows = np.append(self._routed_rows, len(self._turn_index) - 1)
         if self._near is not None:
             self._near.inserted(self._turn_index, order, position)
         for neighbour in (position - 1, position + 1):
             if 0 <= neighbour < len(order):
-                self._turn_index.set(order[neighbour][1], self._context_vector(order, neighbour))
+                self._recontext(order, neighbour)
         self._turn_lexical.add(key, self._lexical_text(turn, parts))
         self.expiries.set((TURN, key), turn.expires_ms)
         if turn.entities is not None:
@@ -547,16 +613,27 @@ class EpisodicMemory(EpisodicSearch, LongTurns):
         self._graph.add(key, extraction)
         self._next_seq = max(self._next_seq, turn.seq + 1)
 
-    def _context_vector(self, order: list[tuple[tuple[datetime, int], str]], position: int) -> np.ndarray:
+    def _context_vector(
+        self, order: list[tuple[tuple[datetime, int], str]], position: int, raw: dict[str, np.ndarray] | None = None,
+    ) -> np.ndarray:
         """A turn's own vector plus a share of its neighbours' in the session: a
-        reply such as "yes, twice last year" is found through what it answers."""
+        reply such as "yes, twice last year" is found through what it answers. ``raw``: the
+        vectors of one model (the first's by default; a neighbour without one adds nothing)."""
+        raw = self._raw if raw is None else raw
         weight = self._settings.context_neighbour_weight
-        vector = self._raw[order[position][1]].copy()
+        vector = raw[order[position][1]].copy()
         for neighbour in (position - 1, position + 1):
-            if weight and 0 <= neighbour < len(order):
-                vector += weight * self._raw[order[neighbour][1]]
+            if weight and 0 <= neighbour < len(order) and order[neighbour][1] in raw:
+                vector += weight * raw[order[neighbour][1]]
         norm = float(np.linalg.norm(vector))
         return vector / norm if norm else vector
+
+    def _recontext(self, order: list[tuple[tuple[datetime, int], str]], position: int) -> None:
+        """The turn at ``position`` has other neighbours: its indexed vectors again."""
+        key = order[position][1]
+        self._turn_index.set(key, self._context_vector(order, position))
+        if key in self._routed_raw:
+            self._routed_index.set(key, self._context_vector(order, position, self._routed_raw))
 
     def _index_summary(self, summary: SummaryRecord, vector: np.ndarray | None) -> None:
         key = f"{summary.session_id}/{summary.summary_id}"

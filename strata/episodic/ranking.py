@@ -47,6 +47,7 @@ def ranked(
     feedback: tuple[int, float] = (0, 0.0),
     neighbours: tuple[Callable[[np.ndarray], np.ndarray], float] | None = None,
     passages: tuple[Callable[[np.ndarray], np.ndarray | None], float] | None = None,
+    dense_scores: Callable[[np.ndarray], np.ndarray] | None = None,
 ) -> list[tuple[str, float, dict[str, int], float]]:
     """The ``top_k`` best keys that ``keep`` accepts: by cosine alone, or fused with
     BM25 and (given ``graph``) the entities the text names; each with its fused score,
@@ -65,13 +66,15 @@ def ranked(
     its neighbours gains nothing. Relevance stays the item's own cosine. ``passages`` ``(best,
     weight)``: ``best(query)`` gives each item the best cosine of its passages (a long turn's,
     :mod:`strata.episodic.passages`), or None; an item's cosine adds ``weight`` x how far that is
-    above its own (1: the better of the two).
+    above its own (1: the better of the two). ``dense_scores(query)``: each item's cosine when
+    it is not ``index.scores(query)`` (a turn a second model embedded: its cosine by that model,
+    placed on ``span``, :mod:`strata.providers.routes`).
 
     ``factor`` (at least 1) reweighs candidates before the cut; scores are divided
     by its largest value, so they stay in the range of the unweighted ones."""
     depth = max(top_k * 4, 50)  # rank deeper than we return, so agreement or a factor can lift an item
     def scores(query: np.ndarray) -> np.ndarray:
-        own = index.scores(query)
+        own = index.scores(query) if dense_scores is None else dense_scores(query)
         if passages is None:
             return own
         best_of, weight = passages

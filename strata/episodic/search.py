@@ -23,6 +23,7 @@ from strata.episodic.passages import SIDES, PassageIndex, quote
 from strata.episodic.ranking import dense_text, ranked, speakers_named, speakers_token
 from strata.episodic.turns import SUMMARY, TURN, EpisodicHit, SummaryRecord, Turn, session_place
 from strata.episodic.updates import newest_first
+from strata.providers.routes import ScriptRoute
 from strata.retrieval.graph import KnowledgeGraph
 from strata.retrieval.lexical import LexicalIndex, language_weights, lexical_terms, query_terms
 from strata.retrieval.vectors import VectorIndex
@@ -43,6 +44,10 @@ class EpisodicSearch:
     _summary_lexical: LexicalIndex
     _passages: PassageIndex
     _raw: dict[str, np.ndarray]
+    _route: ScriptRoute | None
+    _routed_raw: dict[str, np.ndarray]
+    _routed_index: VectorIndex
+    _routed_rows: np.ndarray | None
     _mentioned: dict[str, tuple[int, ...]]
     _order: dict[str, list[tuple[tuple[datetime, int], str]]]
     _near: NeighbourRows | None
@@ -61,6 +66,7 @@ class EpisodicSearch:
         include_summaries: bool = True,
         exclude_turn_ids: frozenset[str] = frozenset(),
         prefer: tuple[datetime, datetime] | None = None,
+        routed_query: np.ndarray | None = None,
     ) -> list[EpisodicHit]:
         """Turns and summaries most relevant to the query, optionally within a session
         and a time range ``[start, end)``; a summary matches the range if it overlaps it.
@@ -75,6 +81,8 @@ class EpisodicSearch:
         weighted sum of their scores, each normalised per query), and ``score`` is the
         fused score in [0, 1]; without it, ``score`` is the cosine similarity.
         ``exclude_turn_ids`` leaves out turns the caller already has (e.g. in working memory).
+        ``routed_query``: the query by the second model (:meth:`routed_query`), which the turns it
+        embedded are searched with; without it they are searched by the first model's vectors.
         """
         lo = to_ms(start) if start else None
         hi = to_ms(end) if end else None
@@ -88,7 +96,8 @@ class EpisodicSearch:
             in_session = not session_id or t.session_id == session_id
             return in_session and in_range(ts, ts) and t.turn_id not in exclude_turn_ids
 
-        weights = self._fusion_weights(query_text)
+        second = routed_query if self._route is not None and len(self._routed_index) else None
+        weights = self._fusion_weights(query_text, routed=second is not None)
         named = self._speakers_named(query_text or "")
         speaker_boost, time_boost = self._settings.speaker_boost, self._settings.time_boost
         soft = (to_ms(prefer[0]), to_ms(prefer[1])) if prefer else None
@@ -122,6 +131,7 @@ class EpisodicSearch:
             passages=(
                 (self._passage_scores, self._settings.passage_dense_weight) if len(self._passages) else None
             ),
+            dense_scores=self._routed_scores(second) if second is not None else None,
         )
         best_turn = found[0][0] if found else None
         for key, score, ranks, relevance in found:
@@ -143,11 +153,12 @@ class EpisodicSearch:
                 return (not session_id or s.session_id == session_id) and in_range(to_ms(s.start), to_ms(s.end))
 
             index, lexical = self._summary_index, self._summary_lexical
-            found = ranked(index, lexical, query, query_text, top_k, summary_matches, weights,
+            # Summaries are the first model's vectors only: its weights for the query's language.
+            found = ranked(index, lexical, query, query_text, top_k, summary_matches, self._fusion_weights(query_text),
                            span=self._settings.cosine_span, fusion=self._settings.fusion_mode)
             scale = 1.0
             if query_text and best_turn is not None and found:
-                scale = self._summary_scale(query, query_text, weights, best_turn, found[0][0])
+                scale = self._summary_scale(query, query_text, weights, best_turn, found[0][0], second)
             for key, score, ranks, relevance in found:
                 s = self._summaries[key]
                 hits.append(EpisodicHit(
@@ -156,6 +167,38 @@ class EpisodicSearch:
                 ))
         hits.sort(key=lambda h: -h.score)
         return hits[:top_k]
+
+    @property
+    def wants_routed_query(self) -> bool:
+        """Whether this tenant has turns the second model embedded, so a search wants the query by it."""
+        return self._route is not None and len(self._routed_index) > 0
+
+    def routed_query(self, query_text: str) -> np.ndarray | None:
+        """The query by the second model (what the dense path embeds of it), when this tenant has
+        turns it embedded; None when not needed. The model's work (~25 ms a question here): the
+        shard calls this in a worker thread, never on its event loop."""
+        if self._route is None or not query_text or not len(self._routed_index):
+            return None
+        return self._route.embed_query(self.dense_query(query_text))
+
+    def _routed_scores(self, second: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
+        """Each turn's cosine to the query: by the first model, and for the turns the second
+        embedded by the second (``second``, the query by it), placed on the first's span."""
+        if self._routed_rows is None:
+            positions = [self._turn_index.position(key) for key in self._routed_index.ids]
+            self._routed_rows = np.asarray(positions, dtype=np.intp)
+        rows = self._routed_rows
+        route = self._route
+        if route is None:
+            raise RuntimeError("no second model")
+        placed = route.placed(self._routed_index.scores(second), self._settings.cosine_span)
+
+        def scores(query: np.ndarray) -> np.ndarray:
+            own = self._turn_index.scores(query)
+            own[rows] = placed
+            return own
+
+        return scores
 
     def _passage_scores(self, query: np.ndarray) -> np.ndarray | None:
         return self._passages.dense(query, self._turn_index)
@@ -183,7 +226,8 @@ class EpisodicSearch:
         return "\n".join(parts), (passage.side, passage.start, passage.end)
 
     def _summary_scale(
-        self, query: np.ndarray, text: str, weights: Mapping[str, float], best_turn: str, best_summary: str
+        self, query: np.ndarray, text: str, weights: Mapping[str, float], best_turn: str, best_summary: str,
+        second: np.ndarray | None = None,
     ) -> float:
         """What the summaries' fused scores are multiplied by before they are merged with the turns'.
 
@@ -195,11 +239,12 @@ class EpisodicSearch:
         and the share of the query's BM25 maximum the hit scores), and the summaries are moved
         down by the ratio when their best matches less well; never up. The order within each
         list does not change, so neither do the turns a search returns, only where summaries
-        fall among them.
+        fall among them. A turn the second model embedded is measured by it (``second``: the
+        query by it), placed on the first's span.
         """
-        def match(vector: np.ndarray, lexical: LexicalIndex, key: str) -> float:
-            lo, hi = self._settings.cosine_span
-            cosine = float(vector @ query)
+        lo, hi = self._settings.cosine_span
+
+        def match(cosine: float, lexical: LexicalIndex, key: str) -> float:
             value = weights.get("dense", 0.0) * (cosine - lo) / (hi - lo)
             if weights.get("lexical"):
                 value += weights["lexical"] * lexical.relevance(text, [key])[key]
@@ -207,8 +252,12 @@ class EpisodicSearch:
 
         if self._summary_index.position(best_summary) is None:  # a summary stored without a vector
             return 1.0
-        turn = match(self._raw[best_turn], self._turn_lexical, best_turn)  # its own vector, not its neighbours'
-        summary = match(self._summary_index.vectors([best_summary])[0], self._summary_lexical, best_summary)
+        cosine = float(self._raw[best_turn] @ query)  # its own vector, not its neighbours'
+        if second is not None and self._route is not None and best_turn in self._routed_raw:
+            cosine = float(self._route.placed(np.asarray([self._routed_raw[best_turn] @ second]), (lo, hi))[0])
+        turn = match(cosine, self._turn_lexical, best_turn)
+        summary_cosine = float(self._summary_index.vectors([best_summary])[0] @ query)
+        summary = match(summary_cosine, self._summary_lexical, best_summary)
         return 1.0 if turn <= 0 or summary >= turn else max(summary, 0.0) / turn
 
     def dense_query(self, text: str) -> str:
@@ -293,11 +342,14 @@ class EpisodicSearch:
             raise RuntimeError("no neighbour rows: dense_context_weight or dense_context_window is 0")
         return self._near.best(scores)
 
-    def _fusion_weights(self, query_text: str | None) -> dict[str, float]:
+    def _fusion_weights(self, query_text: str | None, *, routed: bool = False) -> dict[str, float]:
+        """The paths' weights for this query; ``routed``: the CJK turns' cosines are the second
+        model's, which reads CJK, so a CJK query keeps the Latin dense weight."""
         s = self._settings
         if not query_text:
             return {"dense": 1.0}
         configured = {
             "dense": s.fusion_dense_weight, "lexical": s.fusion_lexical_weight, "graph": s.fusion_graph_weight,
         }
-        return language_weights(configured, query_text, dense_cjk=s.dense_weight_cjk)
+        dense_cjk = s.fusion_dense_weight if routed else s.dense_weight_cjk
+        return language_weights(configured, query_text, dense_cjk=dense_cjk)

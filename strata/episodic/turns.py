@@ -43,6 +43,8 @@ __all__ = [
 TURN, SUMMARY = "turn", "summary"
 #: The payload key of the time a turn speaks of (:attr:`Turn.mentions`).
 MENTIONS = "when"
+#: The payload key of a turn's vector by the second model (:attr:`Turn.routed`).
+ROUTED = "routed"
 
 
 @dataclass(frozen=True)
@@ -78,6 +80,9 @@ class Turn:
     #: The time it speaks of (:func:`~strata.retrieval.timeparse.mentioned_time`), as epoch ms
     #: ``(start, end)``; ``()`` when it names none; None when not read yet (rows written before).
     mentions: tuple[int, ...] | None = None
+    #: Its vector by the second model, as :meth:`strata.providers.routes.ScriptRoute.encode`
+    #: keeps it, when its text was routed there; None otherwise.
+    routed: dict[str, str] | None = None
 
     @property
     def said(self) -> str:
@@ -106,6 +111,7 @@ class Turn:
             "graph": self.entities,
             **({EXPIRES: self.expires_ms} if self.expires_ms else {}),
             **({MENTIONS: list(self.mentions)} if self.mentions is not None else {}),
+            **({ROUTED: self.routed} if self.routed is not None else {}),
         }
 
     def mentioned(self) -> tuple[int, ...]:
@@ -203,6 +209,7 @@ def turn_from_record(row: Record) -> Turn:
         entities=p.get("graph"),
         expires_ms=p.get(EXPIRES),
         mentions=tuple(p[MENTIONS]) if p.get(MENTIONS) is not None else None,
+        routed=p.get(ROUTED),
     )
 
 

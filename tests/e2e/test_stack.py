@@ -169,6 +169,19 @@ def test_a_message_about_an_event_is_found_by_the_time_it_spoke_of(stack: Runnin
         assert "(of 2024-04-10) user: Next Wednesday I'm going to a lecture at the City Library" in context.context
 
 
+def test_a_chinese_turn_is_found_by_an_english_question_through_the_second_model(stack: Running) -> None:
+    # MiniLM reads no Chinese: the shard embeds these turns with e5 as well (embedding.script_route)
+    # and the query by both; no word of the question is in the turn.
+    with StrataClient(stack.url, stack.key) as client:
+        client.record_turns("zh-hobbies", [
+            {"user": "晚饭吃的是牛肉面，很好吃"},
+            {"user": "最近在学弹吉他，手指很疼"},
+            {"user": "公司明天开会讨论预算"},
+        ])
+        found = client.search("Which musical instrument am I practising?", layers=["episodic"])
+        assert found.hits and found.hits[0].text == "user: 最近在学弹吉他，手指很疼", [h.text for h in found.hits]
+
+
 def test_working_memory_etag_and_if_match(stack: Running) -> None:
     r = httpx.get(stack.url + "/v1/sessions/tuesday/working", headers={"Authorization": f"Bearer {stack.key}"})
     assert r.status_code == 200

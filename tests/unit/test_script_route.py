@@ -1,0 +1,145 @@
+"""Routing by script (strata.providers.routes): a turn in a script MiniLM does not read is also
+embedded by e5 and searched by it, with both real models and the episodic layer in process."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import numpy as np
+import pytest
+
+from strata.config import EmbeddingSettings, EpisodicSettings, StrataSettings
+from strata.episodic.memory import EpisodicMemory
+from strata.episodic.turns import ROUTED, TurnInput
+from strata.providers.embedder import E5_MODEL, make_embedder
+from strata.providers.routes import ScriptRoute, non_latin_share, routed, script_route
+from strata.store.records import InMemoryRecordStore
+
+pytestmark = pytest.mark.unit
+
+T0 = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
+SAID = [
+    "我昨天在公园里跑了五公里",
+    "晚饭吃的是牛肉面，很好吃",
+    "下周二要去医院看牙医",
+    "我女儿今年上小学三年级了",
+    "公司明天开会讨论预算",
+    "周末想去看一场电影",
+    "最近在学弹吉他，手指很疼",
+    "好的",  # short: the speaker label "user" would outweigh it, so the route reads what was said
+    "We moved the staging cluster to the new region last Friday.",
+]
+GUITAR = "t6"
+
+
+@pytest.mark.parametrize(("text", "share"), [
+    ("最近在学弹吉他", 1.0),
+    ("Привет, как дела", 1.0),
+    ("Ich möchte Käse und Brötchen", 0.0),
+    ("Tiếng Việt có dấu", 0.0),
+    ("", 0.0),
+    ("12345 !?", 0.0),
+    ("user: 我女儿", 3 / 7),
+])
+def test_the_share_of_letters_outside_the_latin_script(text: str, share: float) -> None:
+    assert non_latin_share(text) == pytest.approx(share)
+
+
+def test_a_text_goes_to_the_second_model_when_most_of_its_letters_are_not_latin() -> None:
+    assert routed("最近在学弹吉他，手指很疼")
+    assert routed("Привет, как дела?")
+    assert not routed("The dashboard API answers in 250 ms")
+    assert not routed("吉他 is what I play")  # two ideographs, nine Latin letters
+    assert not routed("x" * 3_000 + "吉" * 1_000_000)  # read from its opening: linear in nothing more
+
+
+def test_the_route_is_on_with_minilm_and_off_with_a_multilingual_provider_or_when_unset() -> None:
+    route = script_route(EmbeddingSettings())
+    assert route is not None and route.model == E5_MODEL
+    assert script_route(EmbeddingSettings()) is route  # one per process: the model loads once
+    assert script_route(EmbeddingSettings(provider="e5")) is None
+    assert script_route(EmbeddingSettings(script_route=None)) is None
+    assert StrataSettings().embedding.script_route == "e5"
+
+
+def test_a_vector_kept_in_a_payload_reads_back_and_another_models_does_not() -> None:
+    route = ScriptRoute("m", (0.8, 0.9), lambda: make_embedder(EmbeddingSettings()))
+    vector = np.random.default_rng(0).normal(size=384).astype(np.float32)
+    vector /= np.linalg.norm(vector)
+    kept = route.encode(vector)
+    back = route.decode(kept)
+    assert back is not None and float(back @ vector) > 0.9999
+    assert route.decode({**kept, "model": "other"}) is None
+    assert route.decode({"model": "m", "vector": "not base64!"}) is None
+    assert route.decode({"model": "m"}) is None
+    assert route.decode(None) is None
+    # Its cosines move onto the first model's span: its lo and hi become the other's.
+    assert route.placed(np.asarray([0.8, 0.9]), (0.1, 0.6)).tolist() == pytest.approx([0.1, 0.6])
+
+
+@pytest.fixture(scope="module")
+def minilm():  # type: ignore[no-untyped-def]
+    return make_embedder(EmbeddingSettings())
+
+
+def _memory(minilm, route: ScriptRoute | None, store: InMemoryRecordStore | None = None) -> EpisodicMemory:  # type: ignore[no-untyped-def]
+    store = store or InMemoryRecordStore()
+    store.ensure_collection("e", dim=384)
+    settings = EpisodicSettings().for_embedder(EmbeddingSettings())
+    return EpisodicMemory("t", store=store, collection="e", settings=settings, route=route)
+
+
+def _record(memory: EpisodicMemory, minilm) -> None:  # type: ignore[no-untyped-def]
+    turns = memory.prepare("s", [TurnInput(user=text, turn_id=f"t{n}") for n, text in enumerate(SAID)], now=T0)
+    memory.record(turns, minilm.embed([t.text for t in turns]))
+
+
+def _top(memory: EpisodicMemory, minilm, question: str) -> str:  # type: ignore[no-untyped-def]
+    vector = minilm.embed_query([memory.dense_query(question)])[0]
+    second = memory.routed_query(question)
+    return memory.search(vector, query_text=question, top_k=3, include_summaries=False, routed_query=second)[0].id
+
+
+@pytest.mark.parametrize("question", ["Which musical instrument am I learning?", "乐器"])
+def test_a_chinese_turn_is_found_by_meaning_only_through_the_route(minilm, question: str) -> None:  # type: ignore[no-untyped-def]
+    # Neither question shares a word with the turn: only a model that reads Chinese finds it.
+    routed_memory = _memory(minilm, script_route(EmbeddingSettings()))
+    _record(routed_memory, minilm)
+    assert _top(routed_memory, minilm, question) == GUITAR
+    plain = _memory(minilm, None)
+    _record(plain, minilm)
+    assert _top(plain, minilm, question) != GUITAR
+
+
+def test_the_second_vector_is_kept_in_the_row_and_read_back_at_load(minilm) -> None:  # type: ignore[no-untyped-def]
+    route = script_route(EmbeddingSettings())
+    store = InMemoryRecordStore()
+    memory = _memory(minilm, route, store)
+    _record(memory, minilm)
+    rows = {row.payload["turn_id"]: row for row in store.scan("e", tenant="t")}
+    assert all(ROUTED in rows[f"t{n}"].payload for n in range(8))
+    assert ROUTED not in rows["t8"].payload  # the English turn: the first model alone
+    reloaded = _memory(minilm, route, store)
+    reloaded.load()
+    assert _top(reloaded, minilm, "Which musical instrument am I learning?") == GUITAR
+    # A stack without the route reads the same rows by the first model alone.
+    without = _memory(minilm, None, store)
+    without.load()
+    assert _top(without, minilm, "Which musical instrument am I learning?") != GUITAR
+
+
+def test_forgetting_routed_turns_leaves_the_rest_searchable(minilm) -> None:  # type: ignore[no-untyped-def]
+    memory = _memory(minilm, script_route(EmbeddingSettings()))
+    _record(memory, minilm)
+    assert _top(memory, minilm, "乐器") == GUITAR
+    keys = memory.turn_keys("s", "t0")
+    memory.delete_keys(*keys)
+    memory.drop_keys(*keys)  # rows renumbered: the routed rows' places are found again
+    assert _top(memory, minilm, "乐器") == GUITAR
+    keys = memory.turn_keys("s", GUITAR)
+    memory.delete_keys(*keys)
+    memory.drop_keys(*keys)
+    assert _top(memory, minilm, "乐器") != GUITAR
+    turns = memory.prepare("s", [TurnInput(user="我在学钢琴", turn_id="t9")], now=T0)
+    memory.record(turns, minilm.embed([t.text for t in turns]))  # a row appended after the renumbering
+    assert _top(memory, minilm, "Which musical instrument am I learning?") == "t9"
