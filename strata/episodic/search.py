@@ -129,7 +129,8 @@ class EpisodicSearch:
             feedback=(self._settings.dense_feedback_docs, self._settings.dense_feedback_weight),
             neighbours=(self._near_scores, self._settings.dense_context_weight) if self._near is not None else None,
             passages=(
-                (self._passage_scores, self._settings.passage_dense_weight) if len(self._passages) else None
+                (self._passage_scores(second is not None), self._settings.passage_dense_weight)
+                if len(self._passages) else None
             ),
             dense_scores=self._routed_scores(second) if second is not None else None,
         )
@@ -184,10 +185,7 @@ class EpisodicSearch:
     def _routed_scores(self, second: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
         """Each turn's cosine to the query: by the first model, and for the turns the second
         embedded by the second (``second``, the query by it), placed on the first's span."""
-        if self._routed_rows is None:
-            positions = [self._turn_index.position(key) for key in self._routed_index.ids]
-            self._routed_rows = np.asarray(positions, dtype=np.intp)
-        rows = self._routed_rows
+        rows = self._routed_row_numbers()
         route = self._route
         if route is None:
             raise RuntimeError("no second model")
@@ -200,8 +198,24 @@ class EpisodicSearch:
 
         return scores
 
-    def _passage_scores(self, query: np.ndarray) -> np.ndarray | None:
-        return self._passages.dense(query, self._turn_index)
+    def _routed_row_numbers(self) -> np.ndarray:
+        """The turn index's row of each turn the second model embedded (kept until rows move)."""
+        if self._routed_rows is None:
+            positions = [self._turn_index.position(key) for key in self._routed_index.ids]
+            self._routed_rows = np.asarray(positions, dtype=np.intp)
+        return self._routed_rows
+
+    def _passage_scores(self, routed: bool) -> Callable[[np.ndarray], np.ndarray | None]:
+        """Each turn's best passage cosine (:meth:`PassageIndex.dense`); ``routed``: not for the
+        turns the second model embedded, which its cosine speaks for (their passages are the
+        first model's vectors, noise in a script it does not read)."""
+        def scores(query: np.ndarray) -> np.ndarray | None:
+            best = self._passages.dense(query, self._turn_index)
+            if best is not None and routed:
+                best[self._routed_row_numbers()] = -1.0
+            return best
+
+        return scores
 
     def _quoted(
         self, key: str, query: np.ndarray, query_text: str | None
