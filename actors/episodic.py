@@ -88,6 +88,7 @@ class EpisodicShard(LayerShard[EpisodicMemory]):
         self._summarizer: Summarizer = LLMSummarizer(self.llm) if self.llm else ExtractiveSummarizer()
         self._summarising: dict[str, asyncio.Task[None]] = {}
         self._embedding: dict[str, asyncio.Task[None]] = {}  # per tenant: its long turns' passages
+        self._refreshing: dict[str, asyncio.Task[None]] = {}  # per tenant: its rows written before
         self._passage_slot = asyncio.Lock()  # one long turn's passages embedded at a time
         #: Summaries being made at once, every tenant's: as many as the LLM's slots in this process
         #: (``llm.max_concurrency``), so the others wait on the event loop, not in worker threads
@@ -115,6 +116,8 @@ class EpisodicShard(LayerShard[EpisodicMemory]):
         if layer.unembedded():  # written before a stop that came before their vectors
             self._schedule_passages(tenant)
         self._schedule_summaries(tenant)
+        if layer.stale(1):  # rows an earlier version wrote: what this one reads at a write, once
+            _schedule(self._refreshing, tenant, self._refresh)
 
     # -- expiry: turns, and the summaries made from them ------------------------------
 
@@ -400,6 +403,42 @@ class EpisodicShard(LayerShard[EpisodicMemory]):
                     return  # none could be written (each went or changed): the next write retries
         except Exception as exc:
             _log.warning("embedding the passages of tenant %s stopped: %s", tenant, exc)
+
+    async def _refresh(self, tenant: str) -> None:
+        """Bring the tenant's rows written by an earlier version up to date, 64 turns at a time:
+        the time each speaks of, and the second model's vector of those it takes
+        (:meth:`EpisodicMemory.refreshed`), so no later load reads them again. Until then a
+        load reads their time (58-203 us a turn) and they are searched without the route."""
+        try:
+            while True:
+                slot = await self._tenant(tenant)
+                keys = slot.layer.stale()
+                if not keys:
+                    return
+                generation = self.generation(tenant)
+                pairs = await asyncio.to_thread(slot.layer.refreshed, keys)
+
+                async def store(
+                    layer: EpisodicMemory, pairs: list[tuple[Turn, Turn]] = pairs, generation: int = generation,
+                ) -> None:
+                    if generation != self.generation(tenant):
+                        return  # the tenant was forgotten
+                    layer.index_refreshed(await asyncio.to_thread(layer.write_refreshed, pairs))
+
+                await self.run_locked(tenant, store)
+                if slot.layer.stale() == keys:
+                    return  # none could be written (each went or changed): the next load retries
+        except Exception as exc:
+            _log.warning("updating the rows of tenant %s stopped: %s", tenant, exc)
+
+    async def wait_for_refresh(self, tenant: str) -> int:
+        """Wait until the tenant's rows written by an earlier version are up to date; returns
+        the turns still waiting."""
+        slot = await self._tenant(tenant)  # a tenant loading now starts it
+        task = self._refreshing.get(tenant)
+        if task is not None:
+            await asyncio.shield(task)
+        return len(slot.layer.stale(10**9))
 
     async def wait_for_passages(self, tenant: str) -> int:
         """Wait until background embedding of ``tenant``'s passages is done; returns the long

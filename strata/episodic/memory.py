@@ -17,6 +17,7 @@ one extends), and how it fuses its rankings, in :mod:`strata.episodic.ranking`.
 from __future__ import annotations
 
 import bisect
+import itertools
 import uuid
 from collections import Counter
 from collections.abc import Sequence
@@ -123,6 +124,9 @@ class EpisodicMemory(EpisodicSearch, LongTurns):
         self._routed_raw: dict[str, np.ndarray] = {}
         self._routed_index = VectorIndex()
         self._routed_rows: np.ndarray | None = None  # the turn index's row of each routed_index row
+        # Turns whose rows were written before the time they speak of, or the route, was read:
+        # read again at every load until the shard writes them back (:meth:`refreshed`).
+        self._stale: dict[str, None] = {}
         self._mentioned: dict[str, tuple[int, ...]] = {}  # turns that speak of a time: its (start, end) ms
         self._order: dict[str, list[tuple[tuple[datetime, int], str]]] = {}
         self._session_ids = SortedIds()  # the sessions with turns, for pages of them
@@ -224,8 +228,9 @@ class EpisodicMemory(EpisodicSearch, LongTurns):
         if self._route is not None:
             if routed_vectors is None:
                 routed_vectors = self.routed_vectors(inputs)
+            # {}: read by the route and not taken, so a later load does not read it again.
             turns = [
-                replace(turn, routed=self._route.encode(vector)) if vector is not None else turn
+                replace(turn, routed=self._route.encode(vector) if vector is not None else {})
                 for turn, vector in zip(turns, routed_vectors, strict=True)
             ]
         return turns
@@ -249,6 +254,62 @@ class EpisodicMemory(EpisodicSearch, LongTurns):
                 out[i] = vector
         return out
 
+    # -- rows written before: brought up to date in the background ---------------------
+
+    def stale(self, limit: int = 64) -> list[str]:
+        """Up to ``limit`` turns whose rows lack what this version reads at the write: the time
+        they speak of, or (with a route) whether the second model takes them."""
+        return list(itertools.islice(self._stale, limit))
+
+    def refreshed(self, keys: Sequence[str]) -> list[tuple[Turn, Turn]]:
+        """Each of these stale turns with what its row lacks: ``(as indexed, brought up to date)``.
+        The model's work, and no change here: :meth:`write_refreshed` then :meth:`index_refreshed`."""
+        turns = [self._turns[key] for key in keys if key in self._stale]
+        routed_vectors: list[np.ndarray | None] = [None] * len(turns)
+        if self._route is not None:
+            missing = [i for i, turn in enumerate(turns) if turn.routed is None]
+            inputs = [TurnInput(user=turns[i].user, agent=turns[i].agent, speaker=turns[i].speaker) for i in missing]
+            for i, vector in zip(missing, self.routed_vectors(inputs), strict=True):
+                routed_vectors[i] = vector
+        out = []
+        for turn, vector in zip(turns, routed_vectors, strict=True):
+            routed_now = turn.routed
+            if self._route is not None and routed_now is None:
+                routed_now = self._route.encode(vector) if vector is not None else {}
+            out.append((turn, replace(turn, mentions=turn.mentioned(), routed=routed_now)))
+        return out
+
+    def write_refreshed(self, pairs: Sequence[tuple[Turn, Turn]]) -> list[tuple[Turn, Turn]]:
+        """Write the up-to-date rows of the turns still as they were indexed (a turn forgotten or
+        written again meanwhile is left alone); returns those written. Blocking I/O; no change here."""
+        kept = [(old, new) for old, new in pairs if self._turns.get(f"{old.session_id}/{old.turn_id}") is old]
+        rows = []
+        for _, new in kept:
+            key = f"{new.session_id}/{new.turn_id}"
+            rows.append(self._turn_row(new, self._raw[key], self._passages.passages(key)))
+        self._upsert(rows)
+        return kept
+
+    def index_refreshed(self, pairs: Sequence[tuple[Turn, Turn]]) -> None:
+        """The in-memory half of :meth:`write_refreshed`, with what it returned."""
+        for old, new in pairs:
+            key = f"{new.session_id}/{new.turn_id}"
+            if self._turns.get(key) is not old:
+                continue
+            self._turns[key] = new
+            self._stale.pop(key, None)
+            second = self._route.decode(new.routed) if self._route is not None and new.routed else None
+            if second is None:
+                continue
+            order = self._order[new.session_id]
+            position = bisect.bisect_left(order, session_place(new, key))
+            self._routed_raw[key] = second
+            self._routed_index.add(key, self._context_vector(order, position, self._routed_raw), new.session_id)
+            self._routed_rows = None
+            for neighbour in (position - 1, position + 1):
+                if 0 <= neighbour < len(order):
+                    self._recontext(order, neighbour)
+
     def record(self, turns: Sequence[Turn], vectors: np.ndarray, passage_vectors: np.ndarray | None = None) -> None:
         """Write prepared turns durably, then index them."""
         self.write(turns, vectors, passage_vectors)
@@ -266,18 +327,7 @@ class EpisodicMemory(EpisodicSearch, LongTurns):
         records: list[Record] = []
         for t, v, parts, embedded in self._with_passages(turns, vectors, passage_vectors):
             key = f"{t.session_id}/{t.turn_id}"
-            payload = t.to_dict()
-            text = t.text
-            if parts:
-                # The long sides live in their passages' rows; the turn's row keeps the rest.
-                long_sides = {p.side for p in parts}
-                payload.update({side: None for side in long_sides})
-                payload["passages"] = {side: sum(p.side == side for p in parts) for side in long_sides}
-                text = text[:TURN_ROW_CHARS]
-            records.append(Record(
-                pk=self._pk(t.session_id, t.turn_id), tenant=self.tenant, session=t.session_id, kind=TURN,
-                ts_ms=to_ms(t.timestamp), text=text, payload=payload, vector=v,
-            ))
+            records.append(self._turn_row(t, v, parts))
             records.extend(self._passage_rows(t, parts, embedded))
             # Cut and segmented here, in the writer's thread, not where :meth:`index` runs.
             if len(self._cut_ahead) >= _CUT_AHEAD_MAX:
@@ -286,6 +336,20 @@ class EpisodicMemory(EpisodicSearch, LongTurns):
             self._turn_lexical.precount(key, self._lexical_text(t, parts))
             self._passages.precount(key, parts, texts_of(t.user, t.agent, parts))
         self._upsert(records)
+
+    def _turn_row(self, t: Turn, vector: np.ndarray, parts: Sequence[Passage]) -> Record:
+        """The row of a turn (a long turn's long sides live in its passages' rows)."""
+        payload = t.to_dict()
+        text = t.text
+        if parts:
+            long_sides = {p.side for p in parts}
+            payload.update({side: None for side in long_sides})
+            payload["passages"] = {side: sum(p.side == side for p in parts) for side in long_sides}
+            text = text[:TURN_ROW_CHARS]
+        return Record(
+            pk=self._pk(t.session_id, t.turn_id), tenant=self.tenant, session=t.session_id, kind=TURN,
+            ts_ms=to_ms(t.timestamp), text=text, payload=payload, vector=vector,
+        )
 
     def index(self, turns: Sequence[Turn], vectors: np.ndarray, passage_vectors: np.ndarray | None = None) -> None:
         """The in-memory half of :meth:`record`: make written turns searchable."""
@@ -462,6 +526,7 @@ class EpisodicMemory(EpisodicSearch, LongTurns):
         for key in gone:
             self._raw.pop(key, None)
             self._routed_raw.pop(key, None)
+            self._stale.pop(key, None)
             speaker = self._turns[key].speaker
             if speaker:
                 self._speakers[speaker] -= 1
@@ -580,6 +645,8 @@ class EpisodicMemory(EpisodicSearch, LongTurns):
         mentions = turn.mentioned()
         if mentions:
             self._mentioned[key] = mentions
+        if turn.mentions is None or (self._route is not None and turn.routed is None):
+            self._stale[key] = None
         self._unsettled.add(turn.session_id)
         if turn.speaker:
             if turn.speaker not in self._speakers:

@@ -178,7 +178,7 @@ def test_a_chinese_turn_is_found_by_an_english_question_through_the_second_model
             {"user": "最近在学弹吉他，手指很疼"},
             {"user": "公司明天开会讨论预算"},
         ])
-        found = client.search("Which musical instrument am I practising?", layers=["episodic"])
+        found = client.search("Why do my fingers hurt so much lately?", layers=["episodic"])
         assert found.hits and found.hits[0].text == "user: 最近在学弹吉他，手指很疼", [h.text for h in found.hits]
 
 

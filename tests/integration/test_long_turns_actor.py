@@ -5,6 +5,8 @@ vectors, and a shard that restarts with passages still waiting embeds them once 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import dataclasses
 from datetime import UTC, datetime
 from typing import Any
 
@@ -13,7 +15,7 @@ import ray
 
 from strata.episodic.memory import EpisodicMemory
 from strata.episodic.passages import PASSAGE
-from strata.episodic.turns import TurnInput
+from strata.episodic.turns import MENTIONS, ROUTED, TurnInput
 from strata.errors import StoreUnavailable
 from strata.providers.embedder import OnnxMiniLMEmbedder
 from strata.store.layout import open_store
@@ -69,3 +71,33 @@ async def test_a_restarted_shard_embeds_the_passages_left_waiting(settings: Any)
     assert all(r.payload["embedded"] for r in _passage_rows(settings, "long-b"))
     found = await client.search("which shard did the worker retry the upload of", layers=["episodic"])
     assert found.hits[0].id == "log" and found.hits[0].span is not None
+
+
+async def test_rows_an_earlier_version_wrote_are_brought_up_to_date_when_the_tenant_loads(settings: Any) -> None:
+    """Turn rows without the time they speak of or the route (as before 3b240d2 and 733ad0e)."""
+    store, names = open_store(settings)
+    old = EpisodicMemory("old-rows", store=store, collection=names.episodic, settings=settings.episodic)
+    said = ["晚饭吃的是牛肉面，很好吃", "最近在学弹吉他，手指很疼", "The staging cluster moved to the new region."]
+    turns = old.prepare("s1", [TurnInput(user=text, turn_id=f"t{n}") for n, text in enumerate(said)],
+                        now=datetime.now(UTC))
+    old.write(turns, OnnxMiniLMEmbedder().embed([t.text for t in turns]))
+    rows = store.scan(names.episodic, tenant="old-rows")
+    store.upsert(names.episodic, [dataclasses.replace(r, payload={k: v for k, v in r.payload.items()
+                                                                  if k not in (MENTIONS, ROUTED)}) for r in rows])
+
+    actor = LayerRouter(settings).handle("episodic", "old-rows")
+    ray.kill(actor, no_restart=False)  # the tenant loads afresh from its rows
+    await until_up(actor)
+    client = InClusterClient("old-rows", settings)
+    payloads: dict[str, Any] = {}
+    for _ in range(240):  # the load (a search) starts the update in the background
+        with contextlib.suppress(StoreUnavailable):
+            await client.search("乐器", layers=["episodic"])
+        payloads = {r.payload["turn_id"]: r.payload for r in store.scan(names.episodic, tenant="old-rows")}
+        if all(MENTIONS in p and ROUTED in p for p in payloads.values()):
+            break
+        await asyncio.sleep(0.25)
+    assert payloads["t1"][ROUTED]["vector"] and payloads["t2"][ROUTED] == {}
+    assert all(MENTIONS in p for p in payloads.values())
+    found = await client.search("Which musical instrument am I learning?", layers=["episodic"])
+    assert found.hits[0].id == "t1", [h.text for h in found.hits]

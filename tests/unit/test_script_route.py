@@ -3,6 +3,7 @@ embedded by e5 and searched by it, with both real models and the episodic layer 
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime
 
 import numpy as np
@@ -118,7 +119,7 @@ def test_the_second_vector_is_kept_in_the_row_and_read_back_at_load(minilm) -> N
     _record(memory, minilm)
     rows = {row.payload["turn_id"]: row for row in store.scan("e", tenant="t")}
     assert all(ROUTED in rows[f"t{n}"].payload for n in range(8))
-    assert ROUTED not in rows["t8"].payload  # the English turn: the first model alone
+    assert rows["t8"].payload[ROUTED] == {}  # the English turn: read by the route, not taken
     reloaded = _memory(minilm, route, store)
     reloaded.load()
     assert _top(reloaded, minilm, "Which musical instrument am I learning?") == GUITAR
@@ -143,3 +144,49 @@ def test_forgetting_routed_turns_leaves_the_rest_searchable(minilm) -> None:  # 
     turns = memory.prepare("s", [TurnInput(user="我在学钢琴", turn_id="t9")], now=T0)
     memory.record(turns, minilm.embed([t.text for t in turns]))  # a row appended after the renumbering
     assert _top(memory, minilm, "Which musical instrument am I learning?") == "t9"
+
+
+def _legacy_store(minilm) -> InMemoryRecordStore:  # type: ignore[no-untyped-def]
+    """Rows as an earlier version wrote them: neither the time a turn speaks of nor the route."""
+    store = InMemoryRecordStore()
+    _record(_memory(minilm, None, store), minilm)
+    rows = store.scan("e", tenant="t")
+    store.upsert("e", [replace(row, payload={k: v for k, v in row.payload.items() if k != "when"}) for row in rows])
+    return store
+
+
+def test_rows_written_before_are_brought_up_to_date_once(minilm) -> None:  # type: ignore[no-untyped-def]
+    store = _legacy_store(minilm)
+    route = script_route(EmbeddingSettings())
+    memory = _memory(minilm, route, store)
+    memory.load()
+    stale = memory.stale(100)
+    assert len(stale) == len(SAID)
+    assert _top(memory, minilm, "乐器") != GUITAR  # not routed yet: searched by MiniLM alone
+    written = memory.write_refreshed(memory.refreshed(stale))
+    assert len(written) == len(SAID)
+    memory.index_refreshed(written)
+    assert memory.stale() == []
+    assert _top(memory, minilm, "乐器") == GUITAR
+    rows = {row.payload["turn_id"]: row.payload for row in store.scan("e", tenant="t")}
+    assert all("when" in payload for payload in rows.values())
+    assert rows[GUITAR][ROUTED]["model"] == E5_MODEL and rows["t8"][ROUTED] == {}
+    again = _memory(minilm, route, store)
+    again.load()
+    assert again.stale() == []  # nothing is read again at the next load
+    assert _top(again, minilm, "Which musical instrument am I learning?") == GUITAR
+
+
+def test_a_turn_forgotten_while_it_was_brought_up_to_date_is_not_written_back(minilm) -> None:  # type: ignore[no-untyped-def]
+    store = _legacy_store(minilm)
+    memory = _memory(minilm, script_route(EmbeddingSettings()), store)
+    memory.load()
+    pairs = memory.refreshed(memory.stale(100))
+    keys = memory.turn_keys("s", GUITAR)
+    memory.delete_keys(*keys)
+    memory.drop_keys(*keys)
+    written = memory.write_refreshed(pairs)
+    assert GUITAR not in {new.turn_id for _, new in written} and len(written) == len(SAID) - 1
+    memory.index_refreshed(written)
+    assert GUITAR not in {row.payload["turn_id"] for row in store.scan("e", tenant="t")}
+    assert memory.stale() == []
