@@ -22,7 +22,7 @@ from unittest import mock
 import numpy as np
 
 import strata.retrieval.terms
-from strata.config import COSINE_SPANS, EmbeddingSettings, EpisodicSettings, PIISettings
+from strata.config import CJK_SPANS, COSINE_SPANS, EmbeddingSettings, EpisodicSettings, PIISettings
 from strata.episodic.memory import EpisodicMemory
 from strata.episodic.turns import TurnInput
 from strata.privacy.redaction import Redaction
@@ -120,7 +120,7 @@ class _Ablation:
         self.embedder = embedder
         # The second model, as the default settings route non-Latin turns to it (strata.providers.routes).
         second = _Remembered(lambda: make_embedder(EmbeddingSettings(provider="e5", threads=2)))
-        self.route = ScriptRoute(E5_MODEL, COSINE_SPANS["e5"], lambda: second)
+        self.route = ScriptRoute(E5_MODEL, COSINE_SPANS["e5"], lambda: second, cjk_span=CJK_SPANS["e5"])
         turns = [t for c in benchmark.conversations for s in c.sessions for t in s.turns]
         # The same text the write path embeds (episodic Turn.text).
         self.vectors = embedder.embed([f"{t.speaker}: {_text(t)}" for t in turns])

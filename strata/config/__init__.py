@@ -28,11 +28,12 @@ from strata.config.layers import (
     WorkingSettings,
 )
 from strata.config.privacy import PII_TYPES, PIIAction, PIISettings, TTLLayers, TTLSettings
-from strata.config.providers import COSINE_SPANS, EmbeddingSettings, LLMMaxTokens, LLMSettings
+from strata.config.providers import CJK_SPANS, COSINE_SPANS, EmbeddingSettings, LLMMaxTokens, LLMSettings
 from strata.config.settings import StrataSettings, load_settings
 from strata.config.stack import ActorSettings, AutoscaleSettings, MilvusSettings, RaySettings, ServeSettings
 
 __all__ = [
+    "CJK_SPANS",
     "COSINE_SPANS",
     "PII_TYPES",
     "ActorSettings",

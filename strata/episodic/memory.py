@@ -53,7 +53,7 @@ from strata.paging import SortedIds
 from strata.providers.routes import ScriptRoute, routed
 from strata.retrieval.entities import EntityExtractor, Extraction, RuleExtractor
 from strata.retrieval.graph import KnowledgeGraph
-from strata.retrieval.lexical import LexicalIndex
+from strata.retrieval.lexical import LexicalIndex, cjk_share
 from strata.retrieval.vectors import VectorIndex
 from strata.store.records import Record, RecordStore
 from strata.store.ttl import Expiries, expires_ms
@@ -124,6 +124,8 @@ class EpisodicMemory(EpisodicSearch, LongTurns):
         self._routed_raw: dict[str, np.ndarray] = {}
         self._routed_index = VectorIndex()
         self._routed_rows: np.ndarray | None = None  # the turn index's row of each routed_index row
+        self._routed_cjk: set[str] = set()  # routed turns mostly in CJK (placed by the route's CJK span)
+        self._routed_cjk_rows: np.ndarray | None = None  # whether each routed_index row is one of them
         # Turns whose rows were written before the time they speak of, or the route, was read:
         # read again at every load until the shard writes them back (:meth:`refreshed`).
         self._stale: dict[str, None] = {}
@@ -303,9 +305,7 @@ class EpisodicMemory(EpisodicSearch, LongTurns):
                 continue
             order = self._order[new.session_id]
             position = bisect.bisect_left(order, session_place(new, key))
-            self._routed_raw[key] = second
-            self._routed_index.add(key, self._context_vector(order, position, self._routed_raw), new.session_id)
-            self._routed_rows = None
+            self._add_routed(new, key, second, order, position)
             for neighbour in (position - 1, position + 1):
                 if 0 <= neighbour < len(order):
                     self._recontext(order, neighbour)
@@ -526,6 +526,7 @@ class EpisodicMemory(EpisodicSearch, LongTurns):
         for key in gone:
             self._raw.pop(key, None)
             self._routed_raw.pop(key, None)
+            self._routed_cjk.discard(key)
             self._stale.pop(key, None)
             speaker = self._turns[key].speaker
             if speaker:
@@ -556,7 +557,7 @@ class EpisodicMemory(EpisodicSearch, LongTurns):
         before = len(self._turn_index)
         self._turn_index.remove(gone)
         self._routed_index.remove(gone)
-        self._routed_rows = None  # rows were renumbered
+        self._routed_rows = self._routed_cjk_rows = None  # rows were renumbered
         self._passages.turns_moved()
         if self._near is not None:
             self._near.removed(rows, before)  # rows were renumbered
@@ -662,10 +663,7 @@ class EpisodicMemory(EpisodicSearch, LongTurns):
         self._turn_index.add(key, self._context_vector(order, position), turn.session_id)
         second = self._route.decode(turn.routed) if self._route is not None and turn.routed else None
         if second is not None:
-            self._routed_raw[key] = second
-            self._routed_index.add(key, self._context_vector(order, position, self._routed_raw), turn.session_id)
-            if self._routed_rows is not None:
-                self._routed_rows = np.append(self._routed_rows, len(self._turn_index) - 1)
+            self._add_routed(turn, key, second, order, position)
         if self._near is not None:
             self._near.inserted(self._turn_index, order, position)
         for neighbour in (position - 1, position + 1):
@@ -694,6 +692,19 @@ class EpisodicMemory(EpisodicSearch, LongTurns):
                 vector += weight * raw[order[neighbour][1]]
         norm = float(np.linalg.norm(vector))
         return vector / norm if norm else vector
+
+    def _add_routed(
+        self, turn: Turn, key: str, vector: np.ndarray, order: list[tuple[tuple[datetime, int], str]], position: int,
+    ) -> None:
+        """Index the second model's ``vector`` of a turn already in the turn index."""
+        self._routed_raw[key] = vector
+        self._routed_index.add(key, self._context_vector(order, position, self._routed_raw), turn.session_id)
+        cjk = cjk_share("\n".join(side[:2_000] for side in (turn.user, turn.agent) if side)) >= 0.5
+        if cjk:
+            self._routed_cjk.add(key)
+        if self._routed_rows is not None and self._routed_cjk_rows is not None:
+            self._routed_rows = np.append(self._routed_rows, self._turn_index.position(key))
+            self._routed_cjk_rows = np.append(self._routed_cjk_rows, cjk)
 
     def _recontext(self, order: list[tuple[tuple[datetime, int], str]], position: int) -> None:
         """The turn at ``position`` has other neighbours: its indexed vectors again."""

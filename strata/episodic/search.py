@@ -25,10 +25,13 @@ from strata.episodic.turns import SUMMARY, TURN, EpisodicHit, SummaryRecord, Tur
 from strata.episodic.updates import newest_first
 from strata.providers.routes import ScriptRoute
 from strata.retrieval.graph import KnowledgeGraph
-from strata.retrieval.lexical import LexicalIndex, language_weights, lexical_terms, query_terms
+from strata.retrieval.lexical import LexicalIndex, cjk_share, language_weights, lexical_terms, query_terms
 from strata.retrieval.vectors import VectorIndex
 
 __all__ = ["EpisodicSearch"]
+
+#: The characters of a query the second model is given: 128 tokens of at most 32 characters.
+_ROUTED_QUERY_CHARS = 4_096
 
 
 class EpisodicSearch:
@@ -48,6 +51,8 @@ class EpisodicSearch:
     _routed_raw: dict[str, np.ndarray]
     _routed_index: VectorIndex
     _routed_rows: np.ndarray | None
+    _routed_cjk: set[str]
+    _routed_cjk_rows: np.ndarray | None
     _mentioned: dict[str, tuple[int, ...]]
     _order: dict[str, list[tuple[tuple[datetime, int], str]]]
     _near: NeighbourRows | None
@@ -97,6 +102,7 @@ class EpisodicSearch:
             return in_session and in_range(ts, ts) and t.turn_id not in exclude_turn_ids
 
         second = routed_query if self._route is not None and len(self._routed_index) else None
+        query_cjk = bool(query_text) and cjk_share(query_text[:2_000]) >= 0.5
         weights = self._fusion_weights(query_text, routed=second is not None)
         named = self._speakers_named(query_text or "")
         speaker_boost, time_boost = self._settings.speaker_boost, self._settings.time_boost
@@ -132,7 +138,7 @@ class EpisodicSearch:
                 (self._passage_scores(second is not None), self._settings.passage_dense_weight)
                 if len(self._passages) else None
             ),
-            dense_scores=self._routed_scores(second) if second is not None else None,
+            dense_scores=self._routed_scores(second, query_cjk) if second is not None else None,
         )
         best_turn = found[0][0] if found else None
         for key, score, ranks, relevance in found:
@@ -159,7 +165,7 @@ class EpisodicSearch:
                            span=self._settings.cosine_span, fusion=self._settings.fusion_mode)
             scale = 1.0
             if query_text and best_turn is not None and found:
-                scale = self._summary_scale(query, query_text, weights, best_turn, found[0][0], second)
+                scale = self._summary_scale(query, query_text, weights, best_turn, found[0][0], second, query_cjk)
             for key, score, ranks, relevance in found:
                 s = self._summaries[key]
                 hits.append(EpisodicHit(
@@ -180,16 +186,20 @@ class EpisodicSearch:
         shard calls this in a worker thread, never on its event loop."""
         if self._route is None or not query_text or not len(self._routed_index):
             return None
-        return self._route.embed_query(self.dense_query(query_text))
+        # The model reads 128 tokens of a query, a few characters each: a 16,000-character one
+        # is not handed over whole (finding the cut of all of it took ~160 ms).
+        return self._route.embed_query(self.dense_query(query_text)[:_ROUTED_QUERY_CHARS])
 
-    def _routed_scores(self, second: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
+    def _routed_scores(self, second: np.ndarray, query_cjk: bool) -> Callable[[np.ndarray], np.ndarray]:
         """Each turn's cosine to the query: by the first model, and for the turns the second
-        embedded by the second (``second``, the query by it), placed on the first's span."""
+        embedded by the second (``second``, the query by it), placed on the first's span (by the
+        second's CJK span where ``query_cjk`` and the turn is CJK)."""
         rows = self._routed_row_numbers()
         route = self._route
-        if route is None:
+        if route is None or self._routed_cjk_rows is None:
             raise RuntimeError("no second model")
-        placed = route.placed(self._routed_index.scores(second), self._settings.cosine_span)
+        cjk = self._routed_cjk_rows & query_cjk
+        placed = route.placed(self._routed_index.scores(second), self._settings.cosine_span, cjk)
 
         def scores(query: np.ndarray) -> np.ndarray:
             own = self._turn_index.scores(query)
@@ -200,9 +210,11 @@ class EpisodicSearch:
 
     def _routed_row_numbers(self) -> np.ndarray:
         """The turn index's row of each turn the second model embedded (kept until rows move)."""
-        if self._routed_rows is None:
+        if self._routed_rows is None or self._routed_cjk_rows is None:
             positions = [self._turn_index.position(key) for key in self._routed_index.ids]
             self._routed_rows = np.asarray(positions, dtype=np.intp)
+            ids = self._routed_index.ids
+            self._routed_cjk_rows = np.asarray([key in self._routed_cjk for key in ids], dtype=bool)
         return self._routed_rows
 
     def _passage_scores(self, routed: bool) -> Callable[[np.ndarray], np.ndarray | None]:
@@ -241,7 +253,7 @@ class EpisodicSearch:
 
     def _summary_scale(
         self, query: np.ndarray, text: str, weights: Mapping[str, float], best_turn: str, best_summary: str,
-        second: np.ndarray | None = None,
+        second: np.ndarray | None = None, query_cjk: bool = False,
     ) -> float:
         """What the summaries' fused scores are multiplied by before they are merged with the turns'.
 
@@ -268,7 +280,8 @@ class EpisodicSearch:
             return 1.0
         cosine = float(self._raw[best_turn] @ query)  # its own vector, not its neighbours'
         if second is not None and self._route is not None and best_turn in self._routed_raw:
-            cosine = float(self._route.placed(np.asarray([self._routed_raw[best_turn] @ second]), (lo, hi))[0])
+            cjk = query_cjk and best_turn in self._routed_cjk
+            cosine = float(self._route.placed(np.asarray([self._routed_raw[best_turn] @ second]), (lo, hi), cjk)[0])
         turn = match(cosine, self._turn_lexical, best_turn)
         summary_cosine = float(self._summary_index.vectors([best_summary])[0] @ query)
         summary = match(summary_cosine, self._summary_lexical, best_summary)

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from strata.config import COSINE_SPANS, EmbeddingSettings
+from strata.config import CJK_SPANS, COSINE_SPANS, EmbeddingSettings
 from strata.providers.embedder import E5_MODEL, Embedder, make_embedder
 
 __all__ = ["ROUTE_SHARE_MIN", "ScriptRoute", "non_latin_share", "routed", "script_route"]
@@ -53,12 +53,17 @@ def routed(text: str) -> bool:
 
 
 class ScriptRoute:
-    """The second model: its name, its relevance span, and its embedder, loaded on first use
-    (a shard that never sees such a text never loads it)."""
+    """The second model: its name, its relevance spans (``span``; ``cjk_span`` for a CJK query
+    and a CJK turn, where its cosines run higher), and its embedder, loaded on first use (a shard
+    that never sees such a text never loads it)."""
 
-    def __init__(self, model: str, span: tuple[float, float], load: Callable[[], Embedder]) -> None:
+    def __init__(
+        self, model: str, span: tuple[float, float], load: Callable[[], Embedder],
+        cjk_span: tuple[float, float] | None = None,
+    ) -> None:
         self.model = model
         self.span = span
+        self.cjk_span = cjk_span or span
         self._load = load
         self._embedder: Embedder | None = None
         self._lock = threading.Lock()
@@ -77,10 +82,14 @@ class ScriptRoute:
         vector: np.ndarray = self._model().embed_query([text])[0]
         return vector
 
-    def placed(self, cosines: np.ndarray, onto: tuple[float, float]) -> np.ndarray:
+    def placed(
+        self, cosines: np.ndarray, onto: tuple[float, float], cjk: np.ndarray | bool = False
+    ) -> np.ndarray:
         """This model's cosines moved onto the span ``onto`` (the first model's): the same
-        relevance, on the scale the rest of the search compares."""
-        lo, hi = self.span
+        relevance, on the scale the rest of the search compares. ``cjk``: where the query and the
+        text are both CJK (one flag, or one per cosine), placed by :attr:`cjk_span`."""
+        lo = np.where(cjk, self.cjk_span[0], self.span[0])
+        hi = np.where(cjk, self.cjk_span[1], self.span[1])
         out: np.ndarray = onto[0] + (cosines - lo) / (hi - lo) * (onto[1] - onto[0])
         return out.astype(np.float32)
 
@@ -139,5 +148,7 @@ def _cached_route(second: EmbeddingSettings) -> ScriptRoute:
         if key not in _routes:
             model = E5_MODEL if second.provider == "e5" else second.model
             span = COSINE_SPANS.get(second.provider, COSINE_SPANS["openai"])
-            _routes[key] = ScriptRoute(model, span, lambda: make_embedder(second))
+            _routes[key] = ScriptRoute(
+                model, span, lambda: make_embedder(second), cjk_span=CJK_SPANS.get(second.provider)
+            )
         return _routes[key]

@@ -76,6 +76,11 @@ def test_a_vector_kept_in_a_payload_reads_back_and_another_models_does_not() -> 
     assert route.decode(None) is None
     # Its cosines move onto the first model's span: its lo and hi become the other's.
     assert route.placed(np.asarray([0.8, 0.9]), (0.1, 0.6)).tolist() == pytest.approx([0.1, 0.6])
+    # A CJK query and a CJK turn by the CJK span (e5's Chinese cosines run higher), one flag a cosine.
+    cjk = ScriptRoute("m", (0.8, 0.9), lambda: make_embedder(EmbeddingSettings()), cjk_span=(0.85, 0.95))
+    placed = cjk.placed(np.asarray([0.85, 0.85]), (0.1, 0.6), np.asarray([True, False]))
+    assert placed.tolist() == pytest.approx([0.1, 0.35])
+    assert script_route(EmbeddingSettings()).cjk_span == (0.836, 0.899)  # type: ignore[union-attr]
 
 
 @pytest.fixture(scope="module")
