@@ -702,9 +702,12 @@ class EpisodicMemory(EpisodicSearch, LongTurns):
         cjk = cjk_share("\n".join(side[:2_000] for side in (turn.user, turn.agent) if side)) >= 0.5
         if cjk:
             self._routed_cjk.add(key)
-        if self._routed_rows is not None and self._routed_cjk_rows is not None:
-            self._routed_rows = np.append(self._routed_rows, self._turn_index.position(key))
+        row = self._turn_index.position(key)
+        if self._routed_rows is not None and self._routed_cjk_rows is not None and row is not None:
+            self._routed_rows = np.append(self._routed_rows, row)
             self._routed_cjk_rows = np.append(self._routed_cjk_rows, cjk)
+        else:
+            self._routed_rows = self._routed_cjk_rows = None
 
     def _recontext(self, order: list[tuple[tuple[datetime, int], str]], position: int) -> None:
         """The turn at ``position`` has other neighbours: its indexed vectors again."""
