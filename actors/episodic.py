@@ -431,15 +431,6 @@ class EpisodicShard(LayerShard[EpisodicMemory]):
         except Exception as exc:
             _log.warning("updating the rows of tenant %s stopped: %s", tenant, exc)
 
-    async def wait_for_refresh(self, tenant: str) -> int:
-        """Wait until the tenant's rows written by an earlier version are up to date; returns
-        the turns still waiting."""
-        slot = await self._tenant(tenant)  # a tenant loading now starts it
-        task = self._refreshing.get(tenant)
-        if task is not None:
-            await asyncio.shield(task)
-        return len(slot.layer.stale(10**9))
-
     async def wait_for_passages(self, tenant: str) -> int:
         """Wait until background embedding of ``tenant``'s passages is done; returns the long
         turns still waiting for their vectors."""

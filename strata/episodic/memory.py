@@ -123,9 +123,11 @@ class EpisodicMemory(EpisodicSearch, LongTurns):
         self._route = route
         self._routed_raw: dict[str, np.ndarray] = {}
         self._routed_index = VectorIndex()
-        self._routed_rows: np.ndarray | None = None  # the turn index's row of each routed_index row
-        self._routed_cjk: set[str] = set()  # routed turns mostly in CJK (placed by the route's CJK span)
-        self._routed_cjk_rows: np.ndarray | None = None  # whether each routed_index row is one of them
+        # The turn index's row of each routed_index row, and whether it is one of those mostly in CJK
+        # (placed by the route's CJK span): the first len(routed_index) entries of each.
+        self._routed_rows: np.ndarray | None = None
+        self._routed_cjk: set[str] = set()
+        self._routed_cjk_rows: np.ndarray | None = None
         # Turns whose rows were written before the time they speak of, or the route, was read:
         # read again at every load until the shard writes them back (:meth:`refreshed`).
         self._stale: dict[str, None] = {}
@@ -703,11 +705,15 @@ class EpisodicMemory(EpisodicSearch, LongTurns):
         if cjk:
             self._routed_cjk.add(key)
         row = self._turn_index.position(key)
-        if self._routed_rows is not None and self._routed_cjk_rows is not None and row is not None:
-            self._routed_rows = np.append(self._routed_rows, row)
-            self._routed_cjk_rows = np.append(self._routed_cjk_rows, cjk)
-        else:
-            self._routed_rows = self._routed_cjk_rows = None
+        n = len(self._routed_index)
+        if self._routed_rows is None or self._routed_cjk_rows is None or row is None:
+            self._routed_rows = self._routed_cjk_rows = None  # found again at the next search
+            return
+        if n > len(self._routed_rows):  # grown by doubling: appends are O(1)
+            self._routed_rows = np.concatenate([self._routed_rows, np.zeros(max(n, 16), dtype=np.intp)])
+            self._routed_cjk_rows = np.concatenate([self._routed_cjk_rows, np.zeros(max(n, 16), dtype=bool)])
+        self._routed_rows[n - 1] = row
+        self._routed_cjk_rows[n - 1] = cjk
 
     def _recontext(self, order: list[tuple[tuple[datetime, int], str]], position: int) -> None:
         """The turn at ``position`` has other neighbours: its indexed vectors again."""

@@ -198,7 +198,7 @@ class EpisodicSearch:
         route = self._route
         if route is None or self._routed_cjk_rows is None:
             raise RuntimeError("no second model")
-        cjk = self._routed_cjk_rows & query_cjk
+        cjk = self._routed_cjk_rows[: len(rows)] & query_cjk
         placed = route.placed(self._routed_index.scores(second), self._settings.cosine_span, cjk)
 
         def scores(query: np.ndarray) -> np.ndarray:
@@ -211,11 +211,10 @@ class EpisodicSearch:
     def _routed_row_numbers(self) -> np.ndarray:
         """The turn index's row of each turn the second model embedded (kept until rows move)."""
         if self._routed_rows is None or self._routed_cjk_rows is None:
-            positions = [self._turn_index.position(key) for key in self._routed_index.ids]
-            self._routed_rows = np.asarray(positions, dtype=np.intp)
             ids = self._routed_index.ids
+            self._routed_rows = np.asarray([self._turn_index.position(key) for key in ids], dtype=np.intp)
             self._routed_cjk_rows = np.asarray([key in self._routed_cjk for key in ids], dtype=bool)
-        return self._routed_rows
+        return self._routed_rows[: len(self._routed_index)]
 
     def _passage_scores(self, routed: bool) -> Callable[[np.ndarray], np.ndarray | None]:
         """Each turn's best passage cosine (:meth:`PassageIndex.dense`); ``routed``: not for the

@@ -195,3 +195,14 @@ def test_a_turn_forgotten_while_it_was_brought_up_to_date_is_not_written_back(mi
     memory.index_refreshed(written)
     assert GUITAR not in {row.payload["turn_id"] for row in store.scan("e", tenant="t")}
     assert memory.stale() == []
+
+
+def test_routed_turns_written_between_searches_keep_their_rows(minilm) -> None:  # type: ignore[no-untyped-def]
+    # Each write appends to the routed rows that the search before it found (grown, not rebuilt).
+    memory = _memory(minilm, script_route(EmbeddingSettings()))
+    facts = ["我养了一只叫豆豆的狗", "我每周三去游泳", "我的车是红色的", "我在银行工作", "我喜欢吃辣的川菜",
+             "我女儿学钢琴", "我们家住在十二楼", "我明年想去日本旅行", "我对猫毛过敏", "我最喜欢的颜色是绿色"]
+    for n, fact in enumerate(facts * 2):
+        turns = memory.prepare("s", [TurnInput(user=f"{fact}（第{n}次）", turn_id=f"f{n}")], now=T0)
+        memory.record(turns, minilm.embed([t.text for t in turns]))
+        assert _top(memory, minilm, f"{fact}（第{n}次）") == f"f{n}"
