@@ -146,13 +146,14 @@ def compare_embedders(
 
 def _layers(tenant: str, settings: Any, store: Any, collections: Any) -> Floor:
     from strata.episodic.memory import EpisodicMemory
+    from strata.providers.routes import script_route
     from strata.providers.tokens import TiktokenCounter
     from strata.retrieval.entities import make_extractor
     from strata.semantic.chunking import make_chunker
     from strata.semantic.memory import SemanticMemory
 
     episodic = EpisodicMemory(tenant, store=store, collection=collections.episodic, settings=settings.episodic,
-                              ttl=settings.ttl)
+                              ttl=settings.ttl, route=script_route(settings.embedding))  # the shard's
     chunker = make_chunker(settings.semantic.chunking_for(tenant), TiktokenCounter(settings.working.encoding))
     semantic = SemanticMemory(tenant, store=store, collection=collections.semantic, settings=settings.semantic,
                               chunker=chunker, extractor=make_extractor(None), ttl=settings.ttl)

@@ -66,8 +66,8 @@ ENTITY_CHARS_MAX = 20_000
 TURN_ROW_CHARS = 4_000
 _CUT_AHEAD_MAX = 1024
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-#: The characters of a turn's text the second model is given (it reads 256 tokens of them).
-_ROUTED_CHARS = 8_192
+#: The characters of a turn's text the second model is given (it reads 128 tokens of them).
+_ROUTED_CHARS = 4_096
 
 
 def _opening(item: TurnInput) -> str:

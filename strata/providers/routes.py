@@ -28,10 +28,14 @@ import numpy as np
 from strata.config import CJK_SPANS, COSINE_SPANS, EmbeddingSettings
 from strata.providers.embedder import E5_MODEL, Embedder, make_embedder
 
-__all__ = ["ROUTE_SHARE_MIN", "ScriptRoute", "non_latin_share", "routed", "script_route"]
+__all__ = ["ROUTE_MAX_TOKENS", "ROUTE_SHARE_MIN", "ScriptRoute", "non_latin_share", "routed", "script_route"]
 
 #: A text is routed when at least this share of its letters is outside the Latin script.
 ROUTE_SHARE_MIN = 0.5
+#: The tokens of a stored text e5 reads on the route: its model time grows faster than the
+#: tokens (a 16,000-character Chinese turn: 470 ms of CPU at 256 tokens, about 165 at 128), and a
+#: CJK turn longer than ~250 characters is searched by passages as well (their words).
+ROUTE_MAX_TOKENS = 128
 #: The letters :func:`non_latin_share` reads of a text (the model reads its opening only).
 _SHARE_CHARS = 2_000
 #: Latin letters: Basic Latin to Latin Extended-B and IPA, Latin Extended Additional, -C, -D, -E.
@@ -121,8 +125,8 @@ def script_route(settings: EmbeddingSettings) -> ScriptRoute | None:
                   " turns in other scripts are embedded by the provider alone")
         return None
     second = EmbeddingSettings(
-        provider=settings.script_route, threads=settings.threads, max_tokens=settings.max_tokens,
-        query_max_tokens=settings.query_max_tokens,
+        provider=settings.script_route, threads=settings.threads,
+        max_tokens=min(settings.max_tokens, ROUTE_MAX_TOKENS), query_max_tokens=settings.query_max_tokens,
     )
     return _cached_route(second)
 
