@@ -78,7 +78,7 @@ def _opening(item: TurnInput) -> str:
 
 def _said(item: TurnInput) -> str:
     """What a turn says, as the route reads it: the opening of each side (they are up to 1 MB)."""
-    return "\n".join(side[:2_000] for side in (item.user, item.agent) if side)
+    return "\n".join(side[:500] for side in (item.user, item.agent) if side)
 
 
 class EpisodicMemory(EpisodicSearch, LongTurns):
@@ -240,7 +240,7 @@ class EpisodicMemory(EpisodicSearch, LongTurns):
         return turns
 
     def routes_any(self, inputs: Sequence[TurnInput]) -> bool:
-        """Whether the second model takes any of these turns (reads at most 2,000 characters a side)."""
+        """Whether the second model takes any of these turns (reads at most 500 characters a side)."""
         return self._route is not None and any(routed(_said(item)) for item in inputs)
 
     def routed_vectors(self, inputs: Sequence[TurnInput]) -> list[np.ndarray | None]:
@@ -701,7 +701,7 @@ class EpisodicMemory(EpisodicSearch, LongTurns):
         """Index the second model's ``vector`` of a turn already in the turn index."""
         self._routed_raw[key] = vector
         self._routed_index.add(key, self._context_vector(order, position, self._routed_raw), turn.session_id)
-        cjk = cjk_share("\n".join(side[:2_000] for side in (turn.user, turn.agent) if side)) >= 0.5
+        cjk = cjk_share("\n".join(side[:500] for side in (turn.user, turn.agent) if side)) >= 0.5
         if cjk:
             self._routed_cjk.add(key)
         row = self._turn_index.position(key)

@@ -102,7 +102,7 @@ class EpisodicSearch:
             return in_session and in_range(ts, ts) and t.turn_id not in exclude_turn_ids
 
         second = routed_query if self._route is not None and len(self._routed_index) else None
-        query_cjk = query_text is not None and cjk_share(query_text[:2_000]) >= 0.5
+        query_cjk = query_text is not None and cjk_share(query_text[:500]) >= 0.5  # its opening: on the event loop
         weights = self._fusion_weights(query_text, routed=second is not None)
         named = self._speakers_named(query_text or "")
         speaker_boost, time_boost = self._settings.speaker_boost, self._settings.time_boost
