@@ -53,7 +53,7 @@ from strata.paging import SortedIds
 from strata.providers.routes import ScriptRoute, routed
 from strata.retrieval.entities import EntityExtractor, Extraction, RuleExtractor
 from strata.retrieval.graph import KnowledgeGraph
-from strata.retrieval.lexical import LexicalIndex, cjk_share
+from strata.retrieval.lexical import LANGUAGE_CHARS, LexicalIndex, cjk_share
 from strata.retrieval.vectors import VectorIndex
 from strata.store.records import Record, RecordStore
 from strata.store.ttl import Expiries, expires_ms
@@ -243,10 +243,11 @@ class EpisodicMemory(EpisodicSearch, LongTurns):
         """Whether the second model takes any of these turns (reads at most 500 characters a side)."""
         return self._route is not None and any(routed(_said(item)) for item in inputs)
 
-    def routed_vectors(self, inputs: Sequence[TurnInput]) -> list[np.ndarray | None]:
+    def routed_vectors(self, inputs: Sequence[TurnInput], *, counted: bool = True) -> list[np.ndarray | None]:
         """The second model's vector of each turn it takes, by what was said (the speaker labels
         are Latin), of the text the first embeds; None for the others, and for all without a
-        route. One call, which the shard makes before the write's lock."""
+        route. One call, which the shard makes before the write's lock. ``counted``: the tokens
+        it read count as the tenant's embedding usage (not for rows brought up to date)."""
         out: list[np.ndarray | None] = [None] * len(inputs)
         if self._route is None:
             return out
@@ -254,7 +255,8 @@ class EpisodicMemory(EpisodicSearch, LongTurns):
         if wanted:
             # Its opening: the model reads 256 tokens, and a token is a few characters (1 MB sides).
             texts = [_opening(inputs[i]) for i in wanted]
-            for i, vector in zip(wanted, self._route.embed(texts), strict=True):
+            vectors = self._route.embed(texts, tenant=self.tenant if counted else None)
+            for i, vector in zip(wanted, vectors, strict=True):
                 out[i] = vector
         return out
 
@@ -273,7 +275,7 @@ class EpisodicMemory(EpisodicSearch, LongTurns):
         if self._route is not None:
             missing = [i for i, turn in enumerate(turns) if turn.routed is None]
             inputs = [TurnInput(user=turns[i].user, agent=turns[i].agent, speaker=turns[i].speaker) for i in missing]
-            for i, vector in zip(missing, self.routed_vectors(inputs), strict=True):
+            for i, vector in zip(missing, self.routed_vectors(inputs, counted=False), strict=True):
                 routed_vectors[i] = vector
         out = []
         for turn, vector in zip(turns, routed_vectors, strict=True):
@@ -701,7 +703,7 @@ class EpisodicMemory(EpisodicSearch, LongTurns):
         """Index the second model's ``vector`` of a turn already in the turn index."""
         self._routed_raw[key] = vector
         self._routed_index.add(key, self._context_vector(order, position, self._routed_raw), turn.session_id)
-        cjk = cjk_share("\n".join(side[:500] for side in (turn.user, turn.agent) if side)) >= 0.5
+        cjk = cjk_share("\n".join(side[:LANGUAGE_CHARS] for side in (turn.user, turn.agent) if side)) >= 0.5
         if cjk:
             self._routed_cjk.add(key)
         row = self._turn_index.position(key)

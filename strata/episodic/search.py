@@ -25,7 +25,14 @@ from strata.episodic.turns import SUMMARY, TURN, EpisodicHit, SummaryRecord, Tur
 from strata.episodic.updates import newest_first
 from strata.providers.routes import ScriptRoute
 from strata.retrieval.graph import KnowledgeGraph
-from strata.retrieval.lexical import LexicalIndex, cjk_share, language_weights, lexical_terms, query_terms
+from strata.retrieval.lexical import (
+    LANGUAGE_CHARS,
+    LexicalIndex,
+    cjk_share,
+    language_weights,
+    lexical_terms,
+    query_terms,
+)
 from strata.retrieval.vectors import VectorIndex
 
 __all__ = ["EpisodicSearch"]
@@ -37,6 +44,7 @@ _ROUTED_QUERY_CHARS = 4_096
 class EpisodicSearch:
     """Search over one tenant's turns and summaries (see the module docstring)."""
 
+    tenant: str
     _settings: EpisodicSettings
     _graph: KnowledgeGraph
     _turns: dict[str, Turn]
@@ -102,7 +110,8 @@ class EpisodicSearch:
             return in_session and in_range(ts, ts) and t.turn_id not in exclude_turn_ids
 
         second = routed_query if self._route is not None and len(self._routed_index) else None
-        query_cjk = query_text is not None and cjk_share(query_text[:500]) >= 0.5  # its opening: on the event loop
+        # Its opening: this runs on the shard's event loop.
+        query_cjk = query_text is not None and cjk_share(query_text[:LANGUAGE_CHARS]) >= 0.5
         weights = self._fusion_weights(query_text, routed=second is not None)
         named = self._speakers_named(query_text or "")
         speaker_boost, time_boost = self._settings.speaker_boost, self._settings.time_boost
@@ -188,7 +197,7 @@ class EpisodicSearch:
             return None
         # The model reads 128 tokens of a query, a few characters each: a 16,000-character one
         # is not handed over whole (finding the cut of all of it took ~160 ms).
-        return self._route.embed_query(self.dense_query(query_text)[:_ROUTED_QUERY_CHARS])
+        return self._route.embed_query(self.dense_query(query_text)[:_ROUTED_QUERY_CHARS], tenant=self.tenant)
 
     def _routed_scores(self, second: np.ndarray, query_cjk: bool) -> Callable[[np.ndarray], np.ndarray]:
         """Each turn's cosine to the query: by the first model, and for the turns the second

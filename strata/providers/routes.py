@@ -27,7 +27,8 @@ from typing import Any
 import numpy as np
 
 from strata.config import CJK_SPANS, COSINE_SPANS, EmbeddingSettings
-from strata.providers.embedder import E5_MODEL, Embedder, make_embedder
+from strata.counting import count_tokens
+from strata.providers.embedder import E5_MODEL, Embedder, embed_counted, make_embedder
 
 __all__ = [
     "ROUTE_MAX_TOKENS", "ROUTE_SHARE_MIN", "ScriptRoute", "non_latin_share", "route_for", "route_settings", "routed",
@@ -84,12 +85,18 @@ class ScriptRoute:
                 self._embedder = self._load()
             return self._embedder
 
-    def embed(self, texts: Sequence[str]) -> np.ndarray:
-        """Stored texts' vectors, one row each."""
-        return self._model().embed(list(texts))
+    def embed(self, texts: Sequence[str], *, tenant: str | None = None) -> np.ndarray:
+        """Stored texts' vectors, one row each; the tokens the model read count as ``tenant``'s
+        embedding usage (None: the tenant of :func:`strata.counting.on_behalf_of`, if any)."""
+        vectors, tokens = embed_counted(self._model(), list(texts))
+        count_tokens("embedding", sum(tokens), tenant=tenant)
+        return vectors
 
-    def embed_query(self, text: str) -> np.ndarray:
-        vector: np.ndarray = self._model().embed_query([text])[0]
+    def embed_query(self, text: str, *, tenant: str | None = None) -> np.ndarray:
+        """A query's vector, counted as :meth:`embed` counts."""
+        vectors, tokens = embed_counted(self._model(), [text], query=True)
+        count_tokens("embedding", sum(tokens), tenant=tenant)
+        vector: np.ndarray = vectors[0]
         return vector
 
     def placed(

@@ -10,9 +10,10 @@ import numpy as np
 import pytest
 
 from strata.config import EmbeddingSettings, EpisodicSettings, StrataSettings
+from strata.counting import COUNTER
 from strata.episodic.memory import EpisodicMemory
 from strata.episodic.turns import ROUTED, TurnInput
-from strata.providers.embedder import E5_MODEL, make_embedder
+from strata.providers.embedder import E5_MODEL, embed_counted, make_embedder
 from strata.providers.routes import ScriptRoute, non_latin_share, routed, script_route
 from strata.store.records import InMemoryRecordStore
 
@@ -206,3 +207,29 @@ def test_routed_turns_written_between_searches_keep_their_rows(minilm) -> None: 
         turns = memory.prepare("s", [TurnInput(user=f"{fact}（第{n}次）", turn_id=f"f{n}")], now=T0)
         memory.record(turns, minilm.embed([t.text for t in turns]))
         assert _top(memory, minilm, f"{fact}（第{n}次）") == f"f{n}"
+
+
+def _embedding_tokens(tenant: str) -> int:
+    rows = [row for row in COUNTER.pending() if row.session == tenant]
+    return sum(int(row.payload["tokens"].get("embedding", 0)) for row in rows)
+
+
+def test_the_second_models_tokens_count_as_the_tenants_embedding_usage(minilm) -> None:  # type: ignore[no-untyped-def]
+    route = script_route(EmbeddingSettings())
+    assert route is not None
+    store = InMemoryRecordStore()
+    store.ensure_collection("e", dim=384)
+    tenant = "usage-of-the-route"
+    memory = EpisodicMemory(tenant, store=store, collection="e", settings=EpisodicSettings(), route=route)
+    turns = memory.prepare("s", [TurnInput(user=text, turn_id=f"t{n}") for n, text in enumerate(SAID)], now=T0)
+    memory.record(turns, minilm.embed([t.text for t in turns]))
+    written = _embedding_tokens(tenant)
+    # Eight of the nine turns are routed, each read as "passage: " and its words: more than a token each.
+    assert written > 8 * 3
+    question = "最近手指为什么疼？"
+    _, (asked,) = embed_counted(route._model(), [memory.dense_query(question)], query=True)
+    memory.routed_query(question)
+    assert _embedding_tokens(tenant) == written + asked
+    # Rows brought up to date in the background are the service's work, not the tenant's calls.
+    memory.routed_vectors([TurnInput(user=SAID[0])], counted=False)
+    assert _embedding_tokens(tenant) == written + asked
