@@ -164,7 +164,10 @@ class EpisodicShard(LayerShard[EpisodicMemory]):
         if vectors is None:
             vectors = await self.embed([turn_text(t) for t in turns], tenant=tenant)
         # Turns in a script the first model does not read, by the second: before the write's lock.
-        routed = await asyncio.to_thread(layer.routed_vectors, inputs) if layer.routes_any(inputs) else None
+        routed = None
+        if layer.routes_any(inputs):
+            self.count_usage()  # the second model's tokens count as the tenant's
+            routed = await asyncio.to_thread(layer.routed_vectors, inputs)
         now = now or datetime.now(UTC)
         vecs = np.asarray(vectors, dtype=np.float32)
 
@@ -273,6 +276,7 @@ class EpisodicShard(LayerShard[EpisodicMemory]):
                 self.query_embeds += 1
                 vector = (await self.embed_query([wanted], tenant=tenant))[0]
             if slot.layer.wants_routed_query:  # turns the second model embedded: the query by it too
+                self.count_usage()
                 routed_query = await asyncio.to_thread(slot.layer.routed_query, query)
             if speakers_seen is not None:
                 speakers = {"token": slot.layer.speakers_token, "names": None}

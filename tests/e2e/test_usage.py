@@ -12,7 +12,9 @@ from typing import Any
 
 from tokenizers import Tokenizer
 
-from strata.providers.embedder import minilm_files
+from strata.config import EmbeddingSettings
+from strata.providers.embedder import embed_counted, minilm_files
+from strata.providers.routes import script_route
 from strata_actors.episodic import turn_text
 from tests.e2e.running import SHARED_ADMIN_KEY, Running
 
@@ -73,6 +75,30 @@ def test_usage_counts_what_a_tenant_wrote_and_called(agents_stack: Running) -> N
     assert long.status_code == 422 and "31 days" in long.json()["message"]
     session_key = stack.new_key("create", TENANT, "--session", SESSION)
     assert stack.call("GET", "/v1/usage", session_key).status_code == 403
+
+
+def test_a_turn_in_another_script_counts_the_second_models_tokens_too(agents_stack: Running) -> None:
+    # A Chinese turn is embedded by MiniLM and by e5 (embedding.script_route), and so is a query of
+    # a tenant that has one: both models' tokens are the tenant's.
+    stack = agents_stack
+    key = stack.new_key("create", "usage-route")
+    turns = [{"user": "最近在学弹吉他，手指很疼", "agent": "慢慢来，每天练二十分钟就好"}]
+    query = "我在学什么乐器？"
+    assert stack.call("POST", "/v1/sessions/t1/turns/batch", key, {"turns": turns}).status_code == 201
+    assert stack.call("POST", "/v1/search", key, {"query": query, "layers": ["episodic"]}).status_code == 200
+    route = script_route(EmbeddingSettings())
+    assert route is not None
+    _, (stored,) = embed_counted(route._model(), [turn_text(turns[0])])
+    _, (asked,) = embed_counted(route._model(), [query], query=True)
+    minilm = _pieces(turn_text(turns[0]), 256) + _pieces(query, 128)
+    expected = {"embedding": minilm + stored + asked, "llm_in": 0, "llm_out": 0}
+    deadline = time.monotonic() + 20.0
+    while True:
+        tokens = stack.call("GET", "/v1/usage", key).json()["tokens"]
+        if tokens == expected or time.monotonic() > deadline:
+            break
+        time.sleep(1.0)
+    assert tokens == expected, (tokens, minilm, stored, asked)
 
 
 def _pieces(text: str, limit: int) -> int:
