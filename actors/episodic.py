@@ -392,15 +392,17 @@ class EpisodicShard(LayerShard[EpisodicMemory]):
                         continue
                     async with self._passage_slot:
                         vectors = np.asarray(await self.embed(texts, tenant=tenant), dtype=np.float32)
+                        # A turn the second model embedded: its passages by it too (strata.providers.routes).
+                        routed = await asyncio.to_thread(slot.layer.routed_passage_vectors, key, texts)
 
                     async def store(
                         layer: EpisodicMemory, key: str = key, texts: list[str] = texts,
-                        vectors: np.ndarray = vectors, generation: int = generation,
+                        vectors: np.ndarray = vectors, routed: list[np.ndarray] = routed, generation: int = generation,
                     ) -> None:
                         if generation != self.generation(tenant):
                             return  # the tenant was forgotten: the turn is gone
-                        if await asyncio.to_thread(layer.write_passage_vectors, key, texts, vectors):
-                            layer.index_passage_vectors(key, vectors)
+                        if await asyncio.to_thread(layer.write_passage_vectors, key, texts, vectors, routed):
+                            layer.index_passage_vectors(key, vectors, routed)
 
                     await self.run_locked(tenant, store)
                 if slot.layer.unembedded() == keys:

@@ -70,8 +70,9 @@ def record_session(
     for key in memory.unembedded():
         texts = memory.texts_to_embed(key)
         passage_vectors = embed_passages(texts)
-        if memory.write_passage_vectors(key, texts, passage_vectors):
-            memory.index_passage_vectors(key, passage_vectors)
+        routed = memory.routed_passage_vectors(key, texts)
+        if memory.write_passage_vectors(key, texts, passage_vectors, routed):
+            memory.index_passage_vectors(key, passage_vectors, routed)
     return len(turns)
 
 

@@ -18,6 +18,7 @@ from strata.clock import to_ms
 from strata.config import EpisodicSettings
 from strata.episodic.passages import PASSAGE, SIDES, Passage, PassageIndex, cut, texts_of
 from strata.episodic.turns import Turn
+from strata.providers.routes import ScriptRoute
 from strata.store.records import Record, RecordStore
 from strata.store.ttl import EXPIRES
 
@@ -37,6 +38,8 @@ class LongTurns:
     _turns: dict[str, Turn]
     _passages: PassageIndex
     _unembedded: set[str]
+    _route: ScriptRoute | None
+    _routed_raw: dict[str, np.ndarray]
 
     def _pk(self, *parts: str) -> str:
         return "/".join((self.tenant, *parts))
@@ -59,9 +62,13 @@ class LongTurns:
         ``passage_vectors_max``), in order: what :meth:`write` takes the vectors of."""
         return texts_of(user, agent, self.passages(user, agent)[: self._settings.passage_vectors_max])
 
-    def _passage_rows(self, turn: Turn, parts: Sequence[Passage], embedded: np.ndarray) -> list[Record]:
-        """The rows of a turn's passages; the first ``len(embedded)`` with their vectors."""
+    def _passage_rows(
+        self, turn: Turn, parts: Sequence[Passage], embedded: np.ndarray, routed: Sequence[np.ndarray] = (),
+    ) -> list[Record]:
+        """The rows of a turn's passages; the first ``len(embedded)`` with their vectors, the
+        first ``len(routed)`` with the second model's in their payload (as a turn row keeps it)."""
         texts = texts_of(turn.user, turn.agent, parts)
+        route = self._route
         return [
             Record(
                 pk=self._passage_pk(turn, p), tenant=self.tenant, session=turn.session_id, kind=PASSAGE,
@@ -69,6 +76,7 @@ class LongTurns:
                 payload={
                     "turn_id": turn.turn_id, "side": p.side, "n": p.n, "start": p.start, "end": p.end,
                     "embedded": i < len(embedded), **({EXPIRES: turn.expires_ms} if turn.expires_ms else {}),
+                    **({"routed": route.encode(routed[i])} if route is not None and i < len(routed) else {}),
                 },
                 vector=embedded[i] if i < len(embedded) else None,
             )
@@ -90,15 +98,25 @@ class LongTurns:
         turn = self._turns[key]
         return texts_of(turn.user, turn.agent, self._passages.passages(key)[: self._settings.passage_vectors_max])
 
-    def write_passage_vectors(self, key: str, texts: Sequence[str], vectors: np.ndarray) -> bool:
-        """Durably give the turn ``key``'s first passages their ``vectors`` (those of ``texts``);
-        False, writing nothing, when the turn is gone, has them already, or is another turn of
-        the same key by now (forgotten and written again while they were made). Blocking I/O;
-        no in-memory change."""
+    def routed_passage_vectors(self, key: str, texts: Sequence[str]) -> list[np.ndarray]:
+        """The second model's vectors of ``texts`` (:meth:`texts_to_embed`) when it embedded the
+        turn ``key`` itself (a turn mostly in a script the first does not read: its passages
+        are too), else none. The model's work, blocking: a worker thread's, outside any lock."""
+        if self._route is None or key not in self._routed_raw or not texts:
+            return []
+        return list(self._route.embed(texts, tenant=self.tenant))
+
+    def write_passage_vectors(
+        self, key: str, texts: Sequence[str], vectors: np.ndarray, routed: Sequence[np.ndarray] = (),
+    ) -> bool:
+        """Durably give the turn ``key``'s first passages their ``vectors`` (those of ``texts``)
+        and ``routed`` (:meth:`routed_passage_vectors`); False, writing nothing, when the turn is
+        gone, has them already, or is another turn of the same key by now (forgotten and written
+        again while they were made). Blocking I/O; no in-memory change."""
         if not texts or self.texts_to_embed(key) != list(texts):
             return False
         parts = self._passages.passages(key)[: len(vectors)]
-        self._upsert(self._passage_rows(self._turns[key], parts, vectors))
+        self._upsert(self._passage_rows(self._turns[key], parts, vectors, routed))
         return True
 
     def _upsert(self, rows: Sequence[Record]) -> None:
@@ -106,8 +124,8 @@ class LongTurns:
         for start in range(0, len(rows), WRITE_BATCH):
             self._store.upsert(self._collection, rows[start : start + WRITE_BATCH])
 
-    def index_passage_vectors(self, key: str, vectors: np.ndarray) -> None:
+    def index_passage_vectors(self, key: str, vectors: np.ndarray, routed: Sequence[np.ndarray] = ()) -> None:
         """The in-memory half of :meth:`write_passage_vectors` (after it returned True)."""
         if key in self._unembedded:
-            self._passages.add_vectors(key, self._turns[key].session_id, vectors)
+            self._passages.add_vectors(key, self._turns[key].session_id, vectors, routed)
             self._unembedded.discard(key)

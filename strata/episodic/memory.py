@@ -158,7 +158,16 @@ class EpisodicMemory(EpisodicSearch, LongTurns):
             if row.vector is None:  # scan() reads vectors: a turn row without one is damaged
                 raise StoreUnavailable(f"tenant {self.tenant!r}: turn row {row.pk!r} has no vector")
             embedded = [p.vector for p in parts if p.payload.get("embedded") and p.vector is not None]
-            self._index_turn(turn, row.vector, np.stack(embedded).astype(np.float32) if embedded else None)
+            routed: list[np.ndarray] = []
+            if self._route is not None and turn.routed:
+                for p in parts:
+                    vector = self._route.decode(p.payload.get("routed"))
+                    if vector is None:
+                        break
+                    routed.append(vector)
+            self._index_turn(
+                turn, row.vector, np.stack(embedded).astype(np.float32) if embedded else None, passage_routed=routed,
+            )
         summaries = (row for row in rows if row.kind == SUMMARY)
         for row in sorted(summaries, key=lambda r: int(r.payload.get("last_seq", 0))):
             self._index_summary(summary_from_record(row), row.vector)
@@ -635,16 +644,19 @@ class EpisodicMemory(EpisodicSearch, LongTurns):
 
     def _index_turn(
         self, turn: Turn, vector: np.ndarray, passage_vectors: np.ndarray | None = None,
-        parts: Sequence[Passage] | None = None,
+        parts: Sequence[Passage] | None = None, passage_routed: Sequence[np.ndarray] = (),
     ) -> None:
         key = f"{turn.session_id}/{turn.turn_id}"
         if parts is None:
             parts = self.passages(turn.user, turn.agent)
+        second = self._route.decode(turn.routed) if self._route is not None and turn.routed else None
         if parts:
             texts = texts_of(turn.user, turn.agent, parts)
             embedded = passage_vectors if passage_vectors is not None else np.zeros((0, len(vector)), np.float32)
-            self._passages.add(key, turn.session_id, parts, texts, embedded)
-            if len(embedded) < min(len(parts), self._settings.passage_vectors_max):
+            self._passages.add(key, turn.session_id, parts, texts, embedded, passage_routed)
+            wanted = min(len(parts), self._settings.passage_vectors_max)
+            # A routed turn's passages want the second model's vectors too (rows written before lack them).
+            if len(embedded) < wanted or (second is not None and len(passage_routed) < wanted):
                 self._unembedded.add(key)
         self._turns[key] = turn
         mentions = turn.mentioned()
@@ -665,7 +677,6 @@ class EpisodicMemory(EpisodicSearch, LongTurns):
         order.insert(position, place)
         self._raw[key] = np.asarray(vector, dtype=np.float32)
         self._turn_index.add(key, self._context_vector(order, position), turn.session_id)
-        second = self._route.decode(turn.routed) if self._route is not None and turn.routed else None
         if second is not None:
             self._add_routed(turn, key, second, order, position)
         if self._near is not None:

@@ -122,11 +122,14 @@ class PassageIndex:
 
     def __init__(self) -> None:
         self._vectors = VectorIndex()
+        # The second model's vectors of the passages of turns it embedded (strata.providers.routes).
+        self._routed = VectorIndex()
         self._lexical = LexicalIndex()
         self._owner: dict[str, str] = {}  # passage key -> turn key
         self._of: dict[str, list[Passage]] = {}  # turn key -> its passages
         # Each vector row's turn, as rows of the turn index: rebuilt when either index changed.
         self._rows: np.ndarray | None = None
+        self._routed_rows: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self._owner)
@@ -143,10 +146,12 @@ class PassageIndex:
             self._lexical.precount(passage_key(turn_key, passage.side, passage.n), text)
 
     def add(
-        self, turn_key: str, session: str, passages: Sequence[Passage], texts: Sequence[str], vectors: np.ndarray
+        self, turn_key: str, session: str, passages: Sequence[Passage], texts: Sequence[str], vectors: np.ndarray,
+        routed: Sequence[np.ndarray] = (),
     ) -> None:
         """Index a turn's passages (``texts`` their text, ``vectors`` their embeddings; a passage
-        without a vector row, past ``len(vectors)``, is found by its words only)."""
+        without a vector row, past ``len(vectors)``, is found by its words only; ``routed``: the
+        second model's vectors of the first ``len(routed)``)."""
         self.remove([turn_key])
         for i, (passage, text) in enumerate(zip(passages, texts, strict=True)):
             key = passage_key(turn_key, passage.side, passage.n)
@@ -156,14 +161,32 @@ class PassageIndex:
             self._lexical.add(key, text)
         self._of[turn_key] = list(passages)
         self._rows = None
+        self._add_routed(turn_key, session, routed)
 
-    def add_vectors(self, turn_key: str, session: str, vectors: np.ndarray) -> None:
-        """Give the first ``len(vectors)`` passages of an indexed turn their vectors."""
+    def add_vectors(
+        self, turn_key: str, session: str, vectors: np.ndarray, routed: Sequence[np.ndarray] = (),
+    ) -> None:
+        """Give the first ``len(vectors)`` passages of an indexed turn their vectors (and the
+        first ``len(routed)`` the second model's)."""
         for passage, vector in zip(self._of.get(turn_key, []), vectors, strict=False):
             key = passage_key(turn_key, passage.side, passage.n)
             if self._vectors.position(key) is None:
                 self._vectors.add(key, vector, session)
         self._rows = None
+        self._add_routed(turn_key, session, routed)
+
+    def _add_routed(self, turn_key: str, session: str, routed: Sequence[np.ndarray]) -> None:
+        for passage, vector in zip(self._of.get(turn_key, []), routed, strict=False):
+            key = passage_key(turn_key, passage.side, passage.n)
+            if self._routed.position(key) is None:
+                self._routed.add(key, vector, session)
+                self._routed_rows = None
+
+    def routed_count(self, turn_key: str) -> int:
+        """How many of the turn's passages have the second model's vector."""
+        return sum(
+            self._routed.position(passage_key(turn_key, p.side, p.n)) is not None for p in self._of.get(turn_key, [])
+        )
 
     def remove(self, turn_keys: Iterable[str]) -> None:
         gone = [
@@ -171,14 +194,15 @@ class PassageIndex:
         ]
         if gone:
             self._vectors.remove(set(gone))
+            self._routed.remove(set(gone))
             self._lexical.remove(gone)
             for key in gone:
                 del self._owner[key]
-            self._rows = None
+            self._rows = self._routed_rows = None
 
     def turns_moved(self) -> None:
         """The turn index was renumbered (a turn removed from it): map the rows again."""
-        self._rows = None
+        self._rows = self._routed_rows = None
 
     def dense(self, query: np.ndarray, turn_index: VectorIndex) -> np.ndarray | None:
         """For each row of ``turn_index``, the best cosine of its turn's passages to ``query``
@@ -186,14 +210,29 @@ class PassageIndex:
         if not len(self._vectors):
             return None
         if self._rows is None:  # a turn appended to the turn index moves no row; a removal does
-            owners = (self._owner[key] for key in self._vectors.ids)
-            self._rows = np.fromiter(
-                (row if (row := turn_index.position(owner)) is not None else -1 for owner in owners), dtype=np.int64
-            )
-        best = np.full(len(turn_index), -1.0, dtype=np.float32)
-        scores = self._vectors.scores(query)
-        placed = self._rows >= 0
-        np.maximum.at(best, self._rows[placed], scores[placed])
+            self._rows = self._turn_rows(self._vectors, turn_index)
+        return self._best(self._vectors.scores(query), self._rows, len(turn_index))
+
+    def routed_dense(self, query: np.ndarray, turn_index: VectorIndex) -> np.ndarray | None:
+        """:meth:`dense` by the second model's vectors (``query`` by it): -1 for a turn whose
+        passages it did not embed; None when it embedded none."""
+        if not len(self._routed):
+            return None
+        if self._routed_rows is None:
+            self._routed_rows = self._turn_rows(self._routed, turn_index)
+        return self._best(self._routed.scores(query), self._routed_rows, len(turn_index))
+
+    def _turn_rows(self, vectors: VectorIndex, turn_index: VectorIndex) -> np.ndarray:
+        owners = (self._owner[key] for key in vectors.ids)
+        return np.fromiter(
+            (row if (row := turn_index.position(owner)) is not None else -1 for owner in owners), dtype=np.int64
+        )
+
+    @staticmethod
+    def _best(scores: np.ndarray, rows: np.ndarray, turns: int) -> np.ndarray:
+        best = np.full(turns, -1.0, dtype=np.float32)
+        placed = rows >= 0
+        np.maximum.at(best, rows[placed], scores[placed])
         return best
 
     def lexical(self, text: str, k: int, extra: Mapping[str, float] | None = None) -> dict[str, float]:
@@ -205,18 +244,24 @@ class PassageIndex:
                 out[owner] = score
         return out
 
-    def best(self, turn_key: str, query: np.ndarray | None, text: str | None) -> Passage | None:
+    def best(
+        self, turn_key: str, query: np.ndarray | None, text: str | None, routed: np.ndarray | None = None,
+    ) -> Passage | None:
         """The passage of ``turn_key`` that matches best: by its cosine to ``query`` (0 for one
-        not embedded), plus its share of the best BM25 score among them."""
+        not embedded), plus its share of the best BM25 score among them. ``routed``: the query by
+        the second model, whose cosines stand for the first's where it embedded the passages."""
         passages = self._of.get(turn_key)
         if not passages:
             return None
         keys = [passage_key(turn_key, p.side, p.n) for p in passages]
         value = np.zeros(len(keys), dtype=np.float64)
-        if query is not None:
-            embedded = [i for i, key in enumerate(keys) if self._vectors.position(key) is not None]
+        vectors, by = self._vectors, query
+        if routed is not None and self._routed.position(keys[0]) is not None:
+            vectors, by = self._routed, routed
+        if by is not None:
+            embedded = [i for i, key in enumerate(keys) if vectors.position(key) is not None]
             if embedded:
-                value[embedded] += np.maximum(self._vectors.vectors([keys[i] for i in embedded]) @ query, 0)
+                value[embedded] += np.maximum(vectors.vectors([keys[i] for i in embedded]) @ by, 0)
         if text:
             words = self._lexical.relevance(text, keys)
             top = max(words.values(), default=0.0)

@@ -144,7 +144,7 @@ class EpisodicSearch:
             feedback=(self._settings.dense_feedback_docs, self._settings.dense_feedback_weight),
             neighbours=(self._near_scores, self._settings.dense_context_weight) if self._near is not None else None,
             passages=(
-                (self._passage_scores(second is not None), self._settings.passage_dense_weight)
+                (self._passage_scores(second, query_cjk), self._settings.passage_dense_weight)
                 if len(self._passages) else None
             ),
             dense_scores=self._routed_scores(second, query_cjk) if second is not None else None,
@@ -152,7 +152,7 @@ class EpisodicSearch:
         best_turn = found[0][0] if found else None
         for key, score, ranks, relevance in found:
             t = self._turns[key]
-            text, span = self._quoted(key, query, query_text)
+            text, span = self._quoted(key, query, query_text, second)
             told = self._mentioned.get(key)
             hits.append(EpisodicHit(
                 TURN, t.turn_id, t.session_id, text, t.timestamp, score, (t.turn_id,),
@@ -225,25 +225,43 @@ class EpisodicSearch:
             self._routed_cjk_rows = np.asarray([key in self._routed_cjk for key in ids], dtype=bool)
         return self._routed_rows[: len(self._routed_index)]
 
-    def _passage_scores(self, routed: bool) -> Callable[[np.ndarray], np.ndarray | None]:
-        """Each turn's best passage cosine (:meth:`PassageIndex.dense`); ``routed``: not for the
-        turns the second model embedded, which its cosine speaks for (their passages are the
-        first model's vectors, noise in a script it does not read)."""
+    def _passage_scores(
+        self, second: np.ndarray | None, query_cjk: bool
+    ) -> Callable[[np.ndarray], np.ndarray | None]:
+        """Each turn's best passage cosine (:meth:`PassageIndex.dense`). With ``second`` (the query
+        by the second model), the turns that model embedded are scored as their own cosine is: by
+        its vectors of their passages, placed on the first model's span (the first model's
+        vectors of them are noise in a script it does not read); -1 until it has embedded them."""
+        routed_best = None
+        if second is not None and self._route is not None:
+            found = self._passages.routed_dense(second, self._turn_index)
+            if found is not None:
+                rows = self._routed_row_numbers()
+                cjk = np.zeros(len(found), dtype=bool)
+                if query_cjk and self._routed_cjk_rows is not None:
+                    cjk[rows] = self._routed_cjk_rows[: len(rows)]
+                placed = self._route.placed(found, self._settings.cosine_span, cjk)
+                routed_best = np.where(found > -1.0, placed, -1.0).astype(np.float32)
+
         def scores(query: np.ndarray) -> np.ndarray | None:
             best = self._passages.dense(query, self._turn_index)
-            if best is not None and routed:
-                best[self._routed_row_numbers()] = -1.0
+            if second is not None:
+                if best is not None:
+                    best[self._routed_row_numbers()] = -1.0
+                if routed_best is not None:
+                    best = routed_best if best is None else np.where(routed_best > -1.0, routed_best, best)
             return best
 
         return scores
 
     def _quoted(
-        self, key: str, query: np.ndarray, query_text: str | None
+        self, key: str, query: np.ndarray, query_text: str | None, second: np.ndarray | None = None,
     ) -> tuple[str, tuple[str, int, int] | None]:
         """A turn's text as its hit shows it: whole, or for a long turn its short side and the
-        passage of the long one that matches best (with where that passage lies)."""
+        passage of the long one that matches best (with where that passage lies; by the second
+        model's vectors where it embedded the passages, ``second`` the query by it)."""
         turn = self._turns[key]
-        passage = self._passages.best(key, query, query_text)
+        passage = self._passages.best(key, query, query_text, second)
         if passage is None:
             return turn.text, None
         long_sides = {p.side for p in self._passages.passages(key)}

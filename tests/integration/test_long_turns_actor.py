@@ -17,7 +17,7 @@ from strata.episodic.memory import EpisodicMemory
 from strata.episodic.passages import PASSAGE
 from strata.episodic.turns import MENTIONS, ROUTED, TurnInput
 from strata.errors import StoreUnavailable
-from strata.providers.embedder import OnnxMiniLMEmbedder
+from strata.providers.embedder import E5_MODEL, OnnxMiniLMEmbedder
 from strata.store.layout import open_store
 from strata_actors.client import InClusterClient
 from strata_actors.router import LayerRouter
@@ -47,6 +47,20 @@ async def test_passages_are_embedded_after_the_write(settings: Any) -> None:
     assert len(rows) > 3 and all(r.payload["embedded"] for r in rows)
     assert all(r.vector is not None and float(abs(r.vector).sum()) > 0 for r in rows)
     assert "".join(r.text for r in sorted(rows, key=lambda r: r.payload["n"])) == REPLY
+
+
+async def test_the_passages_of_a_long_turn_in_another_script_get_the_second_models_vectors(settings: Any) -> None:
+    # A turn mostly in Chinese is embedded by e5 too (embedding.script_route): its passages as well.
+    diary = "\n\n".join(
+        f"第{i}段：今天处理了编号为{i}的工单，客户反馈系统在高峰时段响应很慢，"
+        "我们增加了缓存并重新部署了服务。" for i in range(30)
+    )
+    client = InClusterClient("long-zh", settings)
+    await client.record_turns("s1", [{"user": diary, "turn_id": "diary"}])
+    assert await client.wait_for_passages() == 0
+    rows = _passage_rows(settings, "long-zh")
+    assert len(rows) > 3 and all(r.payload["embedded"] for r in rows)
+    assert all(r.payload[ROUTED]["model"] == E5_MODEL and r.payload[ROUTED]["vector"] for r in rows)
 
 
 async def test_a_restarted_shard_embeds_the_passages_left_waiting(settings: Any) -> None:

@@ -233,3 +233,80 @@ def test_the_second_models_tokens_count_as_the_tenants_embedding_usage(minilm) -
     # Rows brought up to date in the background are the service's work, not the tenant's calls.
     memory.routed_vectors([TurnInput(user=SAID[0])], counted=False)
     assert _embedding_tokens(tenant) == written + asked
+
+
+#: A long message of paragraphs on other things (each about one passage), one of them on a wedding.
+PARAGRAPHS = [
+    "今天上午开了两个会，讨论了下个季度的预算安排。财务部门希望每个项目都把开支再压缩一成。"
+    "我们组的服务器费用占了大头，需要想办法优化。会后我整理了一份清单，列出了可以关掉的机器。",
+    "项目的进度比预期慢了一点，需要和同事再对一下时间表。测试环境上周坏了两天，耽误了不少工作。"
+    "产品经理希望我们月底前上线第一个版本，我觉得有点紧张，但还可以争取。",
+    "午饭在公司楼下吃的，点了一份炒饭和一碗汤。那家店最近换了厨师，味道比以前好多了。"
+    "同事推荐我下次试试他们的牛肉面，听说汤底是用骨头熬了一整夜的。",
+    "最近天气转凉，早上出门要多穿一件外套。昨天忘了带伞，回家的时候被雨淋湿了。"
+    "天气预报说这周末还会降温，我得把冬天的被子拿出来晒一晒。",
+    "我妹妹下个月要结婚了，婚礼在杭州西湖边的一家酒店举办。新郎是她大学时的同学，两个人谈了五年恋爱。"
+    "我答应了去当伴娘，得提前请好假，还要帮她准备婚礼上要放的照片和视频。",
+    "晚上回家路上有点堵车，比平时多花了二十分钟。最近地铁在修，很多人都改开车上班了。"
+    "我在考虑要不要换一条路线，或者干脆早一点出门，避开高峰时间。",
+    "周末打算整理一下书架，把不看的书捐出去。有好几本小说是大学时买的，一直没有读完。"
+    "社区图书馆正好在收旧书，可以一起送过去，也算给它们找个新家。",
+    "新来的实习生学得很快，已经能独立处理简单的任务了。他以前学的是数学，写代码很细心。"
+    "下周我准备让他试着负责一个小模块，看看他能不能把需求和测试都做好。",
+]
+
+
+def _long_chinese(wedding: bool = True) -> str:
+    """Eight paragraphs, ~750 characters (three passages of CJK text): the wedding in the fifth."""
+    return "\n\n".join(p for i, p in enumerate(PARAGRAPHS) if wedding or i != 4)
+
+
+def test_a_long_turn_in_another_script_is_found_by_the_middle_through_its_passages(minilm) -> None:  # type: ignore[no-untyped-def]
+    route = script_route(EmbeddingSettings())
+    memory = _memory(minilm, route)
+    _record(memory, minilm)
+    diary = _long_chinese()
+    turns = memory.prepare("s", [TurnInput(user=diary, turn_id="diary")], now=T0)
+    memory.record(turns, minilm.embed([t.text for t in turns]))
+    [key] = memory.unembedded()
+    texts = memory.texts_to_embed(key)
+    assert len(texts) >= 3 and "西湖" not in texts[0]
+    routed_vectors = memory.routed_passage_vectors(key, texts)
+    assert len(routed_vectors) == len(texts)  # a routed turn's passages by the second model as well
+    assert memory.write_passage_vectors(key, texts, minilm.embed(texts), routed_vectors)
+    memory.index_passage_vectors(key, minilm.embed(texts), routed_vectors)
+    assert not memory.unembedded()
+
+    def where(memory: EpisodicMemory, question: str) -> tuple[int, str]:
+        vector = minilm.embed_query([question])[0]
+        hits = memory.search(vector, query_text=question, top_k=20, include_summaries=False,
+                             routed_query=memory.routed_query(question))
+        [(rank, hit)] = [(n, h) for n, h in enumerate(hits, 1) if h.id == "diary"]
+        return rank, hit.text
+
+    # Without the passages' e5 vectors the diary came 6th (its opening is about meetings), and
+    # the second question, which shares no word with it, quoted another passage.
+    rank, text = where(memory, "我妹妹什么时候结婚？")
+    assert rank == 1 and "西湖" in text, text[:200]
+    assert "西湖" in where(memory, "家里谁要办喜事了？")[1]
+
+    # Kept in the passages' rows: a load reads them back, and nothing waits for its vectors.
+    again = _memory(minilm, route, memory._store)  # type: ignore[arg-type]
+    again.load()
+    assert not again.unembedded()
+    rank, text = where(again, "我妹妹什么时候结婚？")
+    assert rank == 1 and "西湖" in text
+
+
+def test_passages_of_a_routed_turn_written_before_their_second_vectors_wait_for_them(minilm) -> None:  # type: ignore[no-untyped-def]
+    route = script_route(EmbeddingSettings())
+    memory = _memory(minilm, route)
+    turns = memory.prepare("s", [TurnInput(user=_long_chinese(), turn_id="diary")], now=T0)
+    memory.record(turns, minilm.embed([t.text for t in turns]))
+    [key] = memory.unembedded()
+    texts = memory.texts_to_embed(key)
+    # As the last version wrote them: the first model's vectors only.
+    assert memory.write_passage_vectors(key, texts, minilm.embed(texts))
+    again = _memory(minilm, route, memory._store)  # type: ignore[arg-type]
+    again.load()
+    assert again.unembedded() == [key]  # the shard embeds them again, by both models
