@@ -182,12 +182,6 @@ class PassageIndex:
                 self._routed.add(key, vector, session)
                 self._routed_rows = None
 
-    def routed_count(self, turn_key: str) -> int:
-        """How many of the turn's passages have the second model's vector."""
-        return sum(
-            self._routed.position(passage_key(turn_key, p.side, p.n)) is not None for p in self._of.get(turn_key, [])
-        )
-
     def remove(self, turn_keys: Iterable[str]) -> None:
         gone = [
             passage_key(turn_key, p.side, p.n) for turn_key in turn_keys for p in self._of.pop(turn_key, [])
