@@ -78,7 +78,7 @@ def _opening(item: TurnInput) -> str:
 
 def _said(item: TurnInput) -> str:
     """What a turn says, as the route reads it: the opening of each side (they are up to 1 MB)."""
-    return "\n".join(side[:500] for side in (item.user, item.agent) if side)
+    return "\n".join(side[:LANGUAGE_CHARS] for side in (item.user, item.agent) if side)
 
 
 class EpisodicMemory(EpisodicSearch, LongTurns):

@@ -29,6 +29,7 @@ import numpy as np
 from strata.config import CJK_SPANS, COSINE_SPANS, EmbeddingSettings
 from strata.counting import count_tokens
 from strata.providers.embedder import E5_MODEL, Embedder, embed_counted, make_embedder
+from strata.retrieval.lexical import LANGUAGE_CHARS
 
 __all__ = [
     "ROUTE_MAX_TOKENS", "ROUTE_SHARE_MIN", "ScriptRoute", "non_latin_share", "route_for", "route_settings", "routed",
@@ -41,10 +42,6 @@ ROUTE_SHARE_MIN = 0.5
 #: tokens (a 16,000-character Chinese turn: 470 ms of CPU at 256 tokens, about 165 at 128), and a
 #: CJK turn longer than ~250 characters is searched by passages as well (their words).
 ROUTE_MAX_TOKENS = 128
-#: The characters :func:`non_latin_share` reads of a text: its opening, which is what the model
-#: reads (128 tokens), and a bounded cost where the shard calls it (on its event loop, for every
-#: turn of a write: ~25 us for 500 characters).
-_SHARE_CHARS = 500
 #: A letter (a word character, not a digit or "_"), and a letter outside the Latin script (Basic
 #: Latin to Latin Extended-B and IPA, Latin Extended Additional, -C, -D, -E).
 _LETTER = re.compile(r"[^\W\d_]")
@@ -52,8 +49,11 @@ _NOT_LATIN_LETTER = re.compile(r"[^\W\d_\u0000-\u02AF\u1E00-\u1EFF\u2C60-\u2C7F\
 
 
 def non_latin_share(text: str) -> float:
-    """The share of the letters of ``text``'s opening that are not Latin (0 for no letters)."""
-    opening = text[:_SHARE_CHARS]
+    """The share of the letters of ``text``'s opening that are not Latin (0 for no letters). The
+    opening (:data:`~strata.retrieval.lexical.LANGUAGE_CHARS`) is what the model reads (128
+    tokens), at a bounded cost where the shard calls it (on its event loop, for every turn of a
+    write: ~25 us for 500 characters)."""
+    opening = text[:LANGUAGE_CHARS]
     letters = len(_LETTER.findall(opening))
     return len(_NOT_LATIN_LETTER.findall(opening)) / letters if letters else 0.0
 

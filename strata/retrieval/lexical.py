@@ -391,7 +391,8 @@ def _ranks(rankings: Mapping[str, Sequence[str]]) -> dict[str, dict[str, int]]:
     return ranks
 
 
-#: The characters of a query :func:`language_weights` reads its language from (as the script route does).
+#: The characters of a text its language or script is read from: its opening (language_weights,
+#: and the script route, strata.providers.routes.non_latin_share).
 LANGUAGE_CHARS = 500
 
 
