@@ -254,27 +254,24 @@ PARAGRAPHS = [
     "新来的实习生学得很快，已经能独立处理简单的任务了。他以前学的是数学，写代码很细心。"
     "下周我准备让他试着负责一个小模块，看看他能不能把需求和测试都做好。",
 ]
-
-
-def _long_chinese(wedding: bool = True) -> str:
-    """Eight paragraphs, ~750 characters (three passages of CJK text): the wedding in the fifth."""
-    return "\n\n".join(p for i, p in enumerate(PARAGRAPHS) if wedding or i != 4)
+#: Eight paragraphs, ~750 characters (three passages of CJK text): the wedding in the fifth.
+DIARY = "\n\n".join(PARAGRAPHS)
 
 
 def test_a_long_turn_in_another_script_is_found_by_the_middle_through_its_passages(minilm) -> None:  # type: ignore[no-untyped-def]
     route = script_route(EmbeddingSettings())
     memory = _memory(minilm, route)
     _record(memory, minilm)
-    diary = _long_chinese()
-    turns = memory.prepare("s", [TurnInput(user=diary, turn_id="diary")], now=T0)
+    turns = memory.prepare("s", [TurnInput(user=DIARY, turn_id="diary")], now=T0)
     memory.record(turns, minilm.embed([t.text for t in turns]))
     [key] = memory.unembedded()
     texts = memory.texts_to_embed(key)
     assert len(texts) >= 3 and "西湖" not in texts[0]
     routed_vectors = memory.routed_passage_vectors(key, texts)
     assert len(routed_vectors) == len(texts)  # a routed turn's passages by the second model as well
-    assert memory.write_passage_vectors(key, texts, minilm.embed(texts), routed_vectors)
-    memory.index_passage_vectors(key, minilm.embed(texts), routed_vectors)
+    vectors = minilm.embed(texts)
+    assert memory.write_passage_vectors(key, texts, vectors, routed_vectors)
+    memory.index_passage_vectors(key, vectors, routed_vectors)
     assert not memory.unembedded()
 
     def where(memory: EpisodicMemory, question: str) -> tuple[int, str]:
@@ -301,7 +298,7 @@ def test_a_long_turn_in_another_script_is_found_by_the_middle_through_its_passag
 def test_passages_of_a_routed_turn_written_before_their_second_vectors_wait_for_them(minilm) -> None:  # type: ignore[no-untyped-def]
     route = script_route(EmbeddingSettings())
     memory = _memory(minilm, route)
-    turns = memory.prepare("s", [TurnInput(user=_long_chinese(), turn_id="diary")], now=T0)
+    turns = memory.prepare("s", [TurnInput(user=DIARY, turn_id="diary")], now=T0)
     memory.record(turns, minilm.embed([t.text for t in turns]))
     [key] = memory.unembedded()
     texts = memory.texts_to_embed(key)
